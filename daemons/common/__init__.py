@@ -1,0 +1,1 @@
+"""Helpers shared by the model daemons: camera configs, transforms, warps, output parsing."""
