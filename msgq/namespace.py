@@ -1,0 +1,92 @@
+"""Per-run namespaces for the bus: where segments, sockets and FIFOs of one run live.
+
+Invariants:
+- The namespace is named by env OPENPILOT_PREFIX (as in openpilot); no prefix means the default namespace.
+- Shared-memory segments live in shm_dir() = /dev/shm/msgq_<prefix> (or /dev/shm/msgq); Unix sockets,
+  FIFOs and presence files live in runtime_dir(). Both are created on demand, owner-only (0700).
+- A prefix is a single path component: no "/", no NUL, not "." or "..". Anything else is a ValueError.
+- `Namespace` is the test/tool helper: it sets the env for itself and its children, and on exit removes
+  both directories and restores the previous env, so runs never see each other's state.
+"""
+import os
+import secrets
+import shutil
+import stat
+
+PREFIX_ENV = "OPENPILOT_PREFIX"
+SHM_ROOT = "/dev/shm"
+
+
+def _check_prefix(value: str) -> str:
+  if not value or value in (".", "..") or "/" in value or "\0" in value or len(value) > 200:
+    raise ValueError(f"invalid OPENPILOT_PREFIX {value!r}: must be one non-empty path component")
+  return value
+
+
+def prefix() -> str | None:
+  value = os.environ.get(PREFIX_ENV)
+  return _check_prefix(value) if value else None
+
+
+def _private_dir(path: str) -> str:
+  """Create path (0700) if missing; refuse one that is a symlink or owned by someone else."""
+  try:
+    os.mkdir(path, 0o700)
+  except FileExistsError:
+    pass
+  st = os.lstat(path)
+  if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+    raise PermissionError(f"{path} is not a directory owned by uid {os.getuid()}")
+  if stat.S_IMODE(st.st_mode) & 0o077:
+    os.chmod(path, 0o700)
+  return path
+
+
+def shm_dir_path(p: str | None = None) -> str:
+  p = prefix() if p is None else _check_prefix(p)
+  return os.path.join(SHM_ROOT, f"msgq_{p}" if p else "msgq")
+
+
+def shm_dir() -> str:
+  return _private_dir(shm_dir_path())
+
+
+def _runtime_base() -> str:
+  xdg = os.environ.get("XDG_RUNTIME_DIR")
+  if xdg and os.path.isdir(xdg) and os.access(xdg, os.W_OK):
+    return _private_dir(os.path.join(xdg, "pymodeld"))
+  return _private_dir(f"/tmp/pymodeld-{os.getuid()}")
+
+
+def runtime_dir_path(p: str | None = None) -> str:
+  p = prefix() if p is None else _check_prefix(p)
+  return os.path.join(_runtime_base(), p or "default")
+
+
+def runtime_dir() -> str:
+  return _private_dir(runtime_dir_path())
+
+
+class Namespace:
+  """Context manager that runs a block (and the children it starts) in a private bus namespace."""
+
+  def __init__(self, prefix: str | None = None):
+    self.prefix = _check_prefix(prefix) if prefix is not None else f"ns{os.getpid()}_{secrets.token_hex(4)}"
+    self.shm_dir = shm_dir_path(self.prefix)
+    self.runtime_dir = runtime_dir_path(self.prefix)
+    self._saved_env: str | None = None
+
+  def __enter__(self) -> "Namespace":
+    self._saved_env = os.environ.get(PREFIX_ENV)
+    os.environ[PREFIX_ENV] = self.prefix
+    _private_dir(self.shm_dir)
+    _private_dir(self.runtime_dir)
+    return self
+
+  def __exit__(self, *exc) -> None:
+    shutil.rmtree(self.shm_dir, ignore_errors=True)
+    shutil.rmtree(self.runtime_dir, ignore_errors=True)
+    if self._saved_env is None:
+      os.environ.pop(PREFIX_ENV, None)
+    else:
+      os.environ[PREFIX_ENV] = self._saved_env

@@ -1,0 +1,68 @@
+import os
+import stat
+
+import pytest
+
+from msgq import namespace
+from msgq.namespace import Namespace
+
+
+def _mode(path):
+  return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_fixture_namespace_is_active(namespace):
+  assert os.environ["OPENPILOT_PREFIX"] == namespace.prefix
+  assert namespace.shm_dir == f"/dev/shm/msgq_{namespace.prefix}"
+  assert os.path.isdir(namespace.shm_dir) and os.path.isdir(namespace.runtime_dir)
+
+
+def test_dirs_are_owner_only(namespace):
+  assert _mode(namespace.shm_dir) == 0o700
+  assert _mode(namespace.runtime_dir) == 0o700
+  assert _mode(os.path.dirname(namespace.runtime_dir)) == 0o700
+
+
+def test_namespace_is_cleaned_up_and_env_restored(namespace):
+  outer = os.environ["OPENPILOT_PREFIX"]
+  with Namespace() as inner:
+    assert namespace.prefix != inner.prefix
+    assert os.environ["OPENPILOT_PREFIX"] == inner.prefix
+    assert namespace.shm_dir != inner.shm_dir
+    with open(os.path.join(namespace.shm_dir, "x"), "wb"):
+      pass
+    with open(os.path.join(inner.shm_dir, "seg"), "wb") as f:
+      f.write(b"x")
+    with open(os.path.join(inner.runtime_dir, "sock"), "wb"):
+      pass
+  assert not os.path.exists(inner.shm_dir)
+  assert not os.path.exists(inner.runtime_dir)
+  assert os.environ["OPENPILOT_PREFIX"] == outer
+  assert os.path.exists(os.path.join(namespace.shm_dir, "x"))
+
+
+def test_env_removed_when_there_was_none(monkeypatch):
+  monkeypatch.delenv("OPENPILOT_PREFIX")
+  with Namespace("explicit_name") as ns:
+    assert namespace.prefix() == "explicit_name"
+    assert namespace.shm_dir() == ns.shm_dir == "/dev/shm/msgq_explicit_name"
+    assert namespace.runtime_dir() == ns.runtime_dir
+  assert "OPENPILOT_PREFIX" not in os.environ
+  assert namespace.prefix() is None
+  assert namespace.shm_dir_path() == "/dev/shm/msgq"
+
+
+@pytest.mark.parametrize("bad", ["a/b", "..", ".", "x\0y"])
+def test_bad_prefix_is_refused(monkeypatch, bad):
+  with pytest.raises(ValueError, match="OPENPILOT_PREFIX"):
+    Namespace(bad)
+  monkeypatch.setenv("OPENPILOT_PREFIX", bad.replace("\0", "/"))
+  with pytest.raises(ValueError, match="OPENPILOT_PREFIX"):
+    namespace.shm_dir()
+
+
+def test_children_inherit_the_namespace(namespace, spawn_python):
+  child = spawn_python("from msgq import namespace; print(namespace.prefix(), namespace.shm_dir())")
+  out, err = child.communicate(timeout=60)
+  assert child.returncode == 0, err
+  assert out.split() == [namespace.prefix, namespace.shm_dir]
