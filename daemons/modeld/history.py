@@ -1,0 +1,87 @@
+"""Temporal inputs of the driving model, kept in numpy (semantics of openpilot's add_history.py, spec §3.2).
+
+Invariants, per 20 Hz step t (one `ModelHistory` per model, so a model never sees another model's past):
+- images: the last 5 warped frames of each camera; the model gets the pair (t-4, t) stacked to (1, 12, 128, 256),
+  channels 0-5 = frame t-4, 6-11 = frame t; `pair_filled` is false until frame t-4 is a real frame;
+- features_buffer: the hidden states of steps t-96 ... t-4 (every 4th of the last 96), oldest first; the
+  current step's own hidden state is *not* included (the model appends it);
+- desire_pulse: the last 100 rising-edge desire vectors, max-pooled over groups of 4 to (1, 25, 8);
+- a desire is sent once, on its rising edge (class 0 "none" is never sent);
+- everything starts at zero; `reset()` returns to that state.
+"""
+import numpy as np
+
+from daemons.modeld.constants import DESIRE_HISTORY, DESIRE_LEN, FEATURE_LEN, FRAME_SKIP, HISTORY_LEN
+
+IMG_SHAPE = (6, 128, 256)
+N_IMG_SLOTS = FRAME_SKIP + 1               # frames t-4 ... t
+N_FEAT = HISTORY_LEN * FRAME_SKIP          # 96 hidden states at 20 Hz
+N_DESIRE = DESIRE_HISTORY * FRAME_SKIP     # 100 desire pulses at 20 Hz
+
+
+class HistoryError(ValueError):
+  """An input of the wrong shape pushed into the history."""
+
+
+class ModelHistory:
+  def __init__(self):
+    self._imgs = {"img": np.zeros((N_IMG_SLOTS, *IMG_SHAPE), np.uint8),
+                  "big_img": np.zeros((N_IMG_SLOTS, *IMG_SHAPE), np.uint8)}
+    self._pairs = {k: np.zeros((1, 12, 128, 256), np.uint8) for k in self._imgs}
+    self._feat_q = np.zeros((N_FEAT, FEATURE_LEN), np.float32)
+    self._desire_q = np.zeros((N_DESIRE, DESIRE_LEN), np.float32)
+    self.prev_feat = np.zeros(FEATURE_LEN, np.float32)
+    self.prev_desire = np.zeros(DESIRE_LEN, np.float32)
+    self.frames_pushed = 0
+
+  def reset(self) -> None:
+    self.__init__()
+
+  @property
+  def pair_filled(self) -> bool:
+    return self.frames_pushed >= N_IMG_SLOTS
+
+  def desire_edge(self, desire: np.ndarray) -> np.ndarray:
+    """Rising-edge pulse of a one-hot desire vector; updates the remembered previous desire."""
+    desire = np.asarray(desire, np.float32).reshape(-1).copy()
+    if desire.shape != (DESIRE_LEN,):
+      raise HistoryError(f"desire must have {DESIRE_LEN} entries, got shape {desire.shape}")
+    desire[0] = 0.0
+    pulse = np.where(desire - self.prev_desire > 0.99, desire, 0.0).astype(np.float32)
+    self.prev_desire = desire
+    return pulse
+
+  def push(self, img: np.ndarray, big_img: np.ndarray, desire: np.ndarray) -> dict[str, np.ndarray]:
+    """Advance one step with this frame's warped images and desire; returns the model's temporal inputs.
+
+    The returned arrays are owned by the history and overwritten by the next push.
+    """
+    pulse = self.desire_edge(desire)
+    slot = self.frames_pushed % N_IMG_SLOTS
+    old = (self.frames_pushed - FRAME_SKIP) % N_IMG_SLOTS
+    for key, frame in (("img", img), ("big_img", big_img)):
+      if frame.shape != IMG_SHAPE or frame.dtype != np.uint8:
+        raise HistoryError(f"{key} must be uint8 {IMG_SHAPE}, got {frame.dtype} {frame.shape}")
+      ring = self._imgs[key]
+      ring[slot] = frame
+      self._pairs[key][0, :6] = ring[old]
+      self._pairs[key][0, 6:] = ring[slot]
+    self.frames_pushed += 1
+
+    self._feat_q[:-1] = self._feat_q[1:]
+    self._feat_q[-1] = self.prev_feat
+    self._desire_q[:-1] = self._desire_q[1:]
+    self._desire_q[-1] = pulse
+    return {
+      "img": self._pairs["img"],
+      "big_img": self._pairs["big_img"],
+      "features_buffer": self._feat_q[0::FRAME_SKIP][None],
+      "desire_pulse": self._desire_q.reshape(DESIRE_HISTORY, FRAME_SKIP, DESIRE_LEN).max(axis=1)[None],
+    }
+
+  def update_hidden(self, hidden_state: np.ndarray) -> None:
+    """Remember this step's hidden state; it enters the feature queue on the next push."""
+    hidden = np.asarray(hidden_state, np.float32).reshape(-1)
+    if hidden.shape != (FEATURE_LEN,):
+      raise HistoryError(f"hidden_state must have {FEATURE_LEN} entries, got shape {hidden.shape}")
+    self.prev_feat = hidden.copy()
