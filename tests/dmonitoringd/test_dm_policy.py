@@ -50,7 +50,7 @@ def test_looking_away_raises_one_two_three_at_vision_timings():
   st = dm.state()
   assert st["visionPolicyState"]["distractedTypes"]["pose"] and "driverDistracted3" in st["events"]
   # 5 s in red without a response: forced decel and a lockout
-  assert st["noResponseForceDecel"] and st["noResponseCount"] == 1 and st["lockout"]
+  assert st["noResponseForceDecel"] and st["lockout"] and st["lockoutCount"] == 1
 
 
 def test_looking_down_is_distracted_looking_up_is_not():
