@@ -1,0 +1,137 @@
+"""Frame buffers: memfd shared memory with an overwrite-detecting trailer, and the VisionBuf frame handle.
+
+Invariants:
+- A buffer is one memfd of `mmap_len` bytes, sealed against shrinking and growing, so a mapping can never
+  fault past its end. Image bytes are [0, len); the trailer (gen_start, gen_end, frame_id) sits at
+  `trailer_offset` (8-byte aligned, past the image).
+- Only the server writes. A fill is: gen_start = g (new, never reused), pixels, frame_id stamp, gen_end = g,
+  then the announcement. A reader that finds gen_start == gen_end == g after using the pixels knows the
+  frame was not touched meanwhile (x86 keeps stores in program order; each word is one aligned 8-byte store).
+- Clients map read-only: a consumer cannot corrupt a frame other clients see.
+"""
+import fcntl
+import mmap
+import os
+
+import numpy as np
+
+from visionipc import protocol
+from visionipc.errors import ProtocolError
+from visionipc.nv12 import check_geometry
+
+_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
+_TRAILER_ALIGN = 64
+
+
+def _trailer_offset(length: int) -> int:
+  return (length + _TRAILER_ALIGN - 1) // _TRAILER_ALIGN * _TRAILER_ALIGN
+
+
+class BufferMapping:
+  """One mapped buffer of a stream: geometry, the mmap and numpy views over it (shared by all its frames)."""
+
+  def __init__(self, fd: int, idx: int, width: int, height: int, stride: int, uv_offset: int, length: int,
+               mmap_len: int, trailer_offset: int, writable: bool):
+    self.fd, self.idx = fd, idx
+    self.width, self.height, self.stride, self.uv_offset = width, height, stride, uv_offset
+    self.len, self.mmap_len, self.trailer_offset = length, mmap_len, trailer_offset
+    access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
+    self.mm = mmap.mmap(fd, mmap_len, mmap.MAP_SHARED, access=access)
+    self.data = memoryview(self.mm)[:length]
+    self.y = np.ndarray((height, width), np.uint8, self.mm, 0, (stride, 1))
+    self.uv = np.ndarray((height // 2, width), np.uint8, self.mm, uv_offset, (stride, 1))
+    self.trailer = np.ndarray(3, "<u8", self.mm, trailer_offset)
+    if not writable:
+      for view in (self.y, self.uv, self.trailer):
+        view.flags.writeable = False
+
+  @classmethod
+  def create(cls, name: str, idx: int, width: int, height: int, size: int, stride: int,
+             uv_offset: int) -> "BufferMapping":
+    """Allocate a fresh sealed memfd (server side)."""
+    trailer_offset = _trailer_offset(size)
+    mmap_len = trailer_offset + _TRAILER_ALIGN
+    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+      os.ftruncate(fd, mmap_len)
+      fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
+      return cls(fd, idx, width, height, stride, uv_offset, size, mmap_len, trailer_offset, writable=True)
+    except BaseException:
+      os.close(fd)
+      raise
+
+  @classmethod
+  def attach(cls, fd: int, desc: tuple[int, ...], expected_idx: int) -> "BufferMapping":
+    """Map a received fd read-only after proving its descriptor cannot lead to a read past the memory."""
+    idx, width, height, stride, uv_offset, length, mmap_len, trailer_offset = desc
+    if idx != expected_idx:
+      raise ProtocolError(f"buffer descriptor {expected_idx} claims index {idx}")
+    try:
+      check_geometry(width, height, length, stride, uv_offset)
+    except ValueError as e:
+      raise ProtocolError(f"buffer {idx}: bad geometry: {e}") from None
+    if trailer_offset % 8 or trailer_offset < length or trailer_offset + protocol.TRAILER.size > mmap_len:
+      raise ProtocolError(f"buffer {idx}: trailer offset {trailer_offset} does not fit between len {length} "
+                          f"and mmap_len {mmap_len}")
+    actual = os.fstat(fd).st_size
+    if actual < mmap_len:
+      raise ProtocolError(f"buffer {idx}: descriptor says {mmap_len} bytes but the memory is {actual} bytes")
+    try:
+      seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+    except OSError:
+      seals = 0
+    if not seals & fcntl.F_SEAL_SHRINK:
+      raise ProtocolError(f"buffer {idx}: memory is not sealed against shrinking (it could vanish under a reader)")
+    return cls(fd, idx, width, height, stride, uv_offset, length, mmap_len, trailer_offset, writable=False)
+
+  def descriptor(self) -> bytes:
+    return protocol.encode_buffer_desc(self.idx, self.width, self.height, self.stride, self.uv_offset, self.len,
+                                       self.mmap_len, self.trailer_offset)
+
+  def close(self) -> None:
+    """Close the fd. The mapping itself is unmapped by the garbage collector once no frame handle or view
+    uses it, so a consumer that still holds a frame never faults."""
+    if self.fd >= 0:
+      os.close(self.fd)
+      self.fd = -1
+
+
+class VisionBuf:
+  """One frame in one shared buffer: zero-copy views plus the metadata it was announced with.
+
+  `data` (memoryview of the `len` image bytes), `y` (height x width) and `uv` (height/2 x width, interleaved
+  U,V bytes) all alias shared memory. Call `still_valid()` after using the pixels: False means the server
+  reused the buffer meanwhile and what was read may be a mix of two frames.
+  """
+  __slots__ = ("_m", "generation", "frame_id", "timestamp_sof", "timestamp_eof", "valid", "server_id")
+
+  def __init__(self, mapping: BufferMapping, generation: int, frame_id: int = 0, timestamp_sof: int = 0,
+               timestamp_eof: int = 0, valid: bool = True, server_id: int = 0):
+    self._m = mapping
+    self.generation, self.frame_id, self.server_id = generation, frame_id, server_id
+    self.timestamp_sof, self.timestamp_eof, self.valid = timestamp_sof, timestamp_eof, valid
+
+  data = property(lambda self: self._m.data)
+  y = property(lambda self: self._m.y)
+  uv = property(lambda self: self._m.uv)
+  width = property(lambda self: self._m.width)
+  height = property(lambda self: self._m.height)
+  stride = property(lambda self: self._m.stride)
+  uv_offset = property(lambda self: self._m.uv_offset)
+  len = property(lambda self: self._m.len)
+  idx = property(lambda self: self._m.idx)
+  fd = property(lambda self: self._m.fd)
+
+  @property
+  def stamped_frame_id(self) -> int:
+    """The frame_id the server stamped into the buffer's trailer (the reference's tail check)."""
+    return int(self._m.trailer[2])
+
+  def still_valid(self) -> bool:
+    """True iff the buffer still holds exactly the frame this handle was given (no fill started since)."""
+    trailer = self._m.trailer
+    return int(trailer[0]) == self.generation and int(trailer[1]) == self.generation
+
+  def __repr__(self) -> str:
+    return (f"VisionBuf(idx={self.idx}, {self.width}x{self.height}, stride={self.stride}, "
+            f"frame_id={self.frame_id}, generation={self.generation})")

@@ -1,0 +1,215 @@
+"""VisionIpcClient: maps a stream's buffers once, then turns bus announcements into zero-copy VisionBufs.
+
+Invariants:
+- The announcement subscriber exists from construction, so frames announced between connect() and the
+  first recv() are not lost.
+- recv() returns a frame only if, at that moment, its buffer holds exactly the announced generation; a frame
+  already overwritten (a slow in-order reader) is skipped and counted in `skipped_overwritten`.
+- An announcement from another server_id means the server restarted: recv() reconnects by itself (no
+  blocking) and continues; ids of replaced servers are remembered so their leftover announcements are dropped.
+- Nothing from the peer is trusted: descriptors, fds and announcements are validated before use, and a bad
+  one is a ProtocolError (connect) or a counted, dropped announcement (recv) — never a read past a buffer.
+"""
+import errno
+import os
+import socket
+import time
+
+from msgq import sub_sock
+from visionipc import protocol
+from visionipc.buffer import BufferMapping, VisionBuf
+from visionipc.endpoints import announce_endpoint, check_name, check_stream, control_socket_path
+from visionipc.errors import ProtocolError, UnknownStreamError, VisionIpcError
+
+_RETRY_S = 0.02
+_CONTROL_TIMEOUT_S = 2.0
+_UNREACHABLE = (FileNotFoundError, ConnectionRefusedError, ConnectionResetError, BrokenPipeError)
+
+
+def _request(name: str, kind: int, stream: int):
+  """One control-socket round trip -> (reply bytes, fds). Raises an _UNREACHABLE error if no server."""
+  s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+  try:
+    s.settimeout(_CONTROL_TIMEOUT_S)
+    s.connect(control_socket_path(name))
+    s.sendall(protocol.encode_request(kind, stream))
+    reply, fds, flags, _ = socket.recv_fds(s, protocol.MAX_REPLY_BYTES + 1, protocol.MAX_BUFFERS + 1)
+  except socket.timeout:
+    raise ProtocolError(f"visionipc server {name!r} did not answer within {_CONTROL_TIMEOUT_S} s") from None
+  finally:
+    s.close()
+  if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or not reply:
+    _close_all(fds)
+    if not reply:
+      raise ConnectionResetError(errno.ECONNRESET, f"visionipc server {name!r} closed without answering")
+    raise ProtocolError(f"reply from visionipc server {name!r} was truncated")
+  return reply, fds
+
+
+def _close_all(fds) -> None:
+  for fd in fds:
+    try:
+      os.close(fd)
+    except OSError:
+      pass
+
+
+def available_streams(name: str, block: bool = False, timeout: float | None = None) -> set[int]:
+  """Streams served by `name`; empty if no server (block=True waits for one, up to `timeout` s if given)."""
+  check_name(name)
+  deadline = None if timeout is None else time.monotonic() + timeout
+  while True:
+    try:
+      reply, fds = _request(name, protocol.KIND_LIST, protocol.STREAM_LIST)
+      _close_all(fds)
+      return protocol.decode_stream_list(reply)
+    except _UNREACHABLE:
+      if not block or (deadline is not None and time.monotonic() >= deadline):
+        return set()
+      time.sleep(_RETRY_S)
+
+
+class VisionIpcClient:
+  def __init__(self, name: str, stream: int, conflate: bool = False):
+    self.name = check_name(name)
+    self.stream = check_stream(stream)
+    self.conflate = conflate
+    self._sub = sub_sock(announce_endpoint(name, self.stream), conflate=conflate)
+    self._buffers: list[BufferMapping] = []
+    self.server_id: int | None = None
+    self._replaced_servers: set[int] = set()
+    self.frame_id = self.timestamp_sof = self.timestamp_eof = 0
+    self.valid = False
+    self.skipped_overwritten = 0   # announced frames already overwritten when recv() reached them
+    self.bad_announcements = 0     # malformed or out-of-range announcements dropped
+    self.reconnects = 0
+
+  available_streams = staticmethod(available_streams)
+
+  # ---- connection
+
+  def is_connected(self) -> bool:
+    return bool(self._buffers)
+
+  def connect(self, blocking: bool = True, timeout: float | None = None) -> bool:
+    """Map the stream's buffers. False if the server is not there (after `timeout` s when blocking).
+    A server without this stream raises UnknownStreamError; a malformed reply raises ProtocolError."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+      try:
+        self._connect_once()
+        return True
+      except _UNREACHABLE:
+        if not blocking or (deadline is not None and time.monotonic() >= deadline):
+          return False
+        time.sleep(_RETRY_S)
+
+  def _connect_once(self) -> None:
+    reply, fds = _request(self.name, protocol.KIND_BUFFERS, self.stream)
+    mappings: list[BufferMapping] = []
+    try:
+      status, server_id, stream, count = protocol.decode_reply_header(reply)
+      if status == protocol.STATUS_UNKNOWN_STREAM:
+        served = sorted(protocol.decode_stream_ids(reply, count))
+        raise UnknownStreamError(f"visionipc server {self.name!r} has no stream {self.stream}; it serves {served}")
+      if status != protocol.STATUS_OK or stream != self.stream:
+        raise ProtocolError(f"server {self.name!r} answered {protocol.STATUS_NAMES[status]!r} for stream {stream} "
+                            f"to a request for stream {self.stream}")
+      descs = protocol.decode_buffer_descs(reply, count)
+      if len(fds) != count:
+        raise ProtocolError(f"server {self.name!r} described {count} buffers but passed {len(fds)} fds")
+      geometry = descs[0][1:]
+      for i, (fd, desc) in enumerate(zip(fds, descs)):
+        if desc[1:] != geometry:
+          raise ProtocolError(f"buffer {i} of stream {self.stream} differs in geometry from buffer 0")
+        mappings.append(BufferMapping.attach(fd, desc, i))
+    except BaseException:
+      for m in mappings:
+        m.close()
+      _close_all(fds[len(mappings):])
+      raise
+    if self.server_id is not None and self.server_id != server_id:
+      self._replaced_servers.add(self.server_id)
+      self.reconnects += 1
+    self._drop_buffers()
+    self._buffers, self.server_id = mappings, server_id
+
+  def _drop_buffers(self) -> None:
+    for m in self._buffers:
+      m.close()
+    self._buffers = []
+
+  # ---- receiving
+
+  def recv(self, timeout_ms: int = 100) -> VisionBuf | None:
+    """The next announced frame (the newest one with conflate), or None after `timeout_ms`."""
+    deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+    while not self._buffers:
+      if self.connect(blocking=False):
+        break
+      remaining = deadline - time.monotonic()
+      if remaining <= 0:
+        return None
+      time.sleep(min(_RETRY_S, remaining))
+    while True:
+      remaining_ms = max(0, int((deadline - time.monotonic()) * 1000 + 0.999))
+      self._sub.setTimeout(remaining_ms)
+      msg = self._sub.receive()
+      if msg is None:
+        return None
+      frame = self._frame_from(msg)
+      if frame is not None:
+        return frame
+      if time.monotonic() >= deadline:
+        return None
+
+  def _frame_from(self, msg: bytes) -> VisionBuf | None:
+    try:
+      idx, server_id, generation, frame_id, sof, eof, valid = protocol.decode_announce(msg)
+    except ProtocolError:
+      self.bad_announcements += 1
+      return None
+    if server_id != self.server_id:
+      if server_id in self._replaced_servers:
+        return None  # leftover from a server that has since been replaced
+      self._drop_buffers()  # restarted: the old buffers no longer carry this server's frames
+      try:
+        if not self.connect(blocking=False) or server_id != self.server_id:
+          return None
+      except VisionIpcError:
+        return None  # the new server lacks this stream or misbehaves; stay disconnected and retry later
+    if idx >= len(self._buffers):
+      self.bad_announcements += 1
+      return None
+    mapping = self._buffers[idx]
+    trailer = mapping.trailer
+    if int(trailer[0]) != generation or int(trailer[1]) != generation:
+      self.skipped_overwritten += 1
+      return None
+    self.frame_id, self.timestamp_sof, self.timestamp_eof, self.valid = frame_id, sof, eof, valid
+    return VisionBuf(mapping, generation, frame_id, sof, eof, valid, server_id)
+
+  # ---- geometry of the connected stream (from buffer 0)
+
+  def _first(self) -> BufferMapping:
+    if not self._buffers:
+      raise VisionIpcError(f"client of {self.name!r} stream {self.stream} is not connected")
+    return self._buffers[0]
+
+  width = property(lambda self: self._first().width)
+  height = property(lambda self: self._first().height)
+  stride = property(lambda self: self._first().stride)
+  uv_offset = property(lambda self: self._first().uv_offset)
+  buffer_len = property(lambda self: self._first().len)
+  num_buffers = property(lambda self: len(self._buffers))
+
+  def close(self) -> None:
+    self._drop_buffers()
+    if hasattr(self._sub, "close"):
+      self._sub.close()
+
+  def __enter__(self) -> "VisionIpcClient":
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()

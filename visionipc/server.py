@@ -1,0 +1,250 @@
+"""VisionIpcServer: owns the buffer rings, hands their fds to clients once, announces each frame on the bus.
+
+Invariants:
+- Streams are created before start_listener(); after that the set of streams and buffers never changes, so
+  the listener thread only reads immutable state.
+- Every fill gets a new generation number (server-wide counter, never reused); see buffer.py for the order
+  of writes. The announcement is published only after the fill is complete.
+- server_id is a random 64-bit number per server instance; clients use it to notice a restart.
+- The control socket lives in the namespace's owner-only runtime dir; a live server with the same name is an
+  error, a stale socket file from a dead one is replaced.
+"""
+import errno
+import logging
+import os
+import secrets
+import selectors
+import socket
+import struct
+import threading
+
+import numpy as np
+
+from msgq import pub_sock
+from visionipc import protocol
+from visionipc.buffer import BufferMapping, VisionBuf
+from visionipc.endpoints import announce_endpoint, check_name, check_stream, control_socket_path
+from visionipc.errors import FrameSizeError, GeometryError, UnknownStreamError, VisionIpcError
+from visionipc.nv12 import check_geometry, tight_nv12_layout
+
+log = logging.getLogger("visionipc.server")
+
+
+class _Stream:
+  def __init__(self, mappings: list[BufferMapping], publisher):
+    self.mappings = mappings
+    self.publisher = publisher
+    self.next_idx = 0
+
+
+class VisionIpcServer:
+  def __init__(self, name: str):
+    self.name = check_name(name)
+    self.server_id = secrets.randbits(64) | 1  # never 0, so a zeroed announcement can't match
+    self._streams: dict[int, _Stream] = {}
+    self._generation = 0
+    self._listener: threading.Thread | None = None
+    self._listen_sock: socket.socket | None = None
+    self._wake_r = self._wake_w = -1
+    self._socket_path: str | None = None
+
+  # ---- setup
+
+  def create_buffers(self, stream: int, num_buffers: int, width: int, height: int) -> None:
+    """Tight NV12 buffers (stride = width, uv_offset = width*height, size = width*height*3/2)."""
+    self.create_buffers_with_sizes(stream, num_buffers, width, height, *tight_nv12_layout(width, height))
+
+  def create_buffers_with_sizes(self, stream: int, num_buffers: int, width: int, height: int, size: int,
+                                stride: int, uv_offset: int) -> None:
+    stream = check_stream(stream)
+    if self._listener is not None:
+      raise VisionIpcError(f"server {self.name!r}: create stream {stream} before start_listener()")
+    if stream in self._streams:
+      raise VisionIpcError(f"server {self.name!r} already has stream {stream}")
+    if len(self._streams) >= protocol.MAX_STREAMS:
+      raise GeometryError(f"server {self.name!r} already has the maximum of {protocol.MAX_STREAMS} streams")
+    if not isinstance(num_buffers, int) or not 1 <= num_buffers <= protocol.MAX_BUFFERS:
+      raise GeometryError(f"num_buffers must be 1..{protocol.MAX_BUFFERS}, got {num_buffers!r}")
+    try:
+      check_geometry(width, height, size, stride, uv_offset)
+    except ValueError as e:
+      raise GeometryError(str(e)) from None
+    mappings = []
+    try:
+      for i in range(num_buffers):
+        mappings.append(BufferMapping.create(f"visionbuf_{self.name}_{stream}_{i}", i, width, height, size,
+                                             stride, uv_offset))
+      publisher = pub_sock(announce_endpoint(self.name, stream))
+    except BaseException:
+      for m in mappings:
+        m.close()
+      raise
+    for m in mappings:
+      m.stream = stream
+    self._streams[stream] = _Stream(mappings, publisher)
+
+  def start_listener(self) -> None:
+    if self._listener is not None:
+      return
+    path = control_socket_path(self.name)
+    self._listen_sock = _bind_control_socket(path, self.name)
+    self._socket_path = path
+    self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+    self._listener = threading.Thread(target=self._serve, name=f"vipc-{self.name}", daemon=True)
+    self._listener.start()
+
+  # ---- producing frames
+
+  def _stream(self, stream: int) -> _Stream:
+    try:
+      return self._streams[stream]
+    except (KeyError, TypeError):
+      raise UnknownStreamError(f"server {self.name!r} has no stream {stream!r}; it has {sorted(self._streams)}") \
+        from None
+
+  def get_buffer(self, stream: int, idx: int | None = None) -> VisionBuf:
+    """The next buffer of the ring (or buffer `idx`), marked as being filled: write its pixels, then
+    send_buffer() it. Any client still holding this buffer's previous frame now sees still_valid() False."""
+    st = self._stream(stream)
+    if idx is None:
+      idx = st.next_idx
+      st.next_idx = (idx + 1) % len(st.mappings)
+    elif not isinstance(idx, int) or not 0 <= idx < len(st.mappings):
+      raise IndexError(f"stream {stream} has buffers 0..{len(st.mappings) - 1}, got index {idx!r}")
+    self._generation += 1
+    mapping = st.mappings[idx]
+    mapping.trailer[0] = self._generation
+    return VisionBuf(mapping, self._generation, server_id=self.server_id)
+
+  def send_buffer(self, buf: VisionBuf, frame_id: int = 0, timestamp_sof: int = 0, timestamp_eof: int = 0,
+                  valid: bool = True) -> None:
+    """Publish a buffer filled after get_buffer(); zero-copy."""
+    mapping = buf._m
+    if buf.server_id != self.server_id or int(mapping.trailer[0]) != buf.generation:
+      raise VisionIpcError(f"buffer {buf.idx} (generation {buf.generation}) is not the one being filled on "
+                           f"server {self.name!r}; call get_buffer() again")
+    stream = self._streams.get(getattr(mapping, "stream", None))
+    if stream is None or stream.mappings[mapping.idx] is not mapping:
+      raise VisionIpcError(f"buffer {mapping.idx} does not belong to server {self.name!r}")
+    mapping.trailer[2] = frame_id
+    mapping.trailer[1] = buf.generation
+    buf.frame_id, buf.timestamp_sof, buf.timestamp_eof, buf.valid = frame_id, timestamp_sof, timestamp_eof, valid
+    stream.publisher.send(protocol.encode_announce(mapping.idx, self.server_id, buf.generation, frame_id,
+                                                   timestamp_sof, timestamp_eof, valid))
+
+  def send(self, stream: int, data, frame_id: int = 0, timestamp_sof: int = 0, timestamp_eof: int = 0,
+           valid: bool = True) -> None:
+    """Copy `data` (bytes-like of exactly the buffer length) into the next buffer and announce it."""
+    st = self._stream(stream)
+    src = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data.reshape(-1)
+    expected = st.mappings[0].len
+    if src.nbytes != expected:
+      raise FrameSizeError(f"stream {stream} of server {self.name!r}: frame is {src.nbytes} bytes, "
+                           f"buffers hold {expected}")
+    buf = self.get_buffer(stream)
+    np.copyto(np.frombuffer(buf.data, dtype=np.uint8), src.view(np.uint8), casting="no")
+    self.send_buffer(buf, frame_id, timestamp_sof, timestamp_eof, valid)
+
+  # ---- control socket
+
+  def _serve(self) -> None:
+    sel = selectors.DefaultSelector()
+    sel.register(self._listen_sock, selectors.EVENT_READ)
+    sel.register(self._wake_r, selectors.EVENT_READ)
+    try:
+      while True:
+        for key, _ in sel.select():
+          if key.fileobj == self._wake_r:
+            return
+          try:
+            conn, _ = self._listen_sock.accept()
+          except OSError as e:
+            log.warning("visionipc %s: accept failed: %s", self.name, e)
+            continue
+          with conn:
+            try:
+              self._answer(conn)
+            except OSError as e:  # a client that vanished mid-request must not stop the listener
+              log.warning("visionipc %s: client request failed: %s", self.name, e)
+    finally:
+      sel.close()
+
+  def _answer(self, conn: socket.socket) -> None:
+    conn.settimeout(2.0)
+    data, _, flags, _ = conn.recvmsg(protocol.REQUEST.size + 1)
+    try:
+      if flags & socket.MSG_TRUNC:
+        raise protocol.ProtocolError("request too long")
+      kind, stream = protocol.decode_request(data)
+    except protocol.ProtocolError as e:
+      log.warning("visionipc %s: bad request: %s", self.name, e)
+      conn.sendall(protocol.encode_reply(protocol.STATUS_BAD_REQUEST, self.server_id, 0, []))
+      return
+    st = self._streams.get(stream) if kind == protocol.KIND_BUFFERS else None
+    if st is None:
+      status = protocol.STATUS_OK if kind == protocol.KIND_LIST else protocol.STATUS_UNKNOWN_STREAM
+      body = [struct.pack("<I", s) for s in sorted(self._streams)]
+      conn.sendall(protocol.encode_reply(status, self.server_id, stream, body))
+      return
+    reply = protocol.encode_reply(protocol.STATUS_OK, self.server_id, stream, [m.descriptor() for m in st.mappings])
+    socket.send_fds(conn, [reply], [m.fd for m in st.mappings])
+
+  # ---- teardown
+
+  def close(self) -> None:
+    if self._listener is not None:
+      os.write(self._wake_w, b"x")
+      self._listener.join(timeout=5)
+      self._listener = None
+      os.close(self._wake_r)
+      os.close(self._wake_w)
+      self._listen_sock.close()
+      try:
+        os.unlink(self._socket_path)
+      except FileNotFoundError:
+        pass
+    for st in self._streams.values():
+      for m in st.mappings:
+        m.close()
+      if hasattr(st.publisher, "close"):
+        st.publisher.close()
+    self._streams.clear()
+
+  def __enter__(self) -> "VisionIpcServer":
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()
+
+  def __del__(self):
+    try:
+      self.close()
+    except Exception:
+      pass
+
+
+def _bind_control_socket(path: str, name: str) -> socket.socket:
+  probe = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+  try:
+    probe.connect(path)
+    raise VisionIpcError(f"a visionipc server named {name!r} is already running in this namespace ({path})")
+  except (FileNotFoundError, ConnectionRefusedError):
+    pass  # nobody there; a stale file from a dead server is replaced below
+  except OSError as e:
+    if e.errno not in (errno.ECONNREFUSED, errno.ENOENT):
+      raise
+  finally:
+    probe.close()
+  try:
+    os.unlink(path)
+  except FileNotFoundError:
+    pass
+  sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+  try:
+    sock.bind(path)
+    os.chmod(path, 0o600)
+    sock.listen(16)
+  except BaseException:
+    sock.close()
+    raise
+  return sock
