@@ -1,0 +1,21 @@
+"""Errors raised by every backend. All are IpcError subclasses, so callers can catch one type."""
+
+
+class IpcError(Exception):
+  """A bus operation failed (bad segment, no free reader slot, unsupported operation...)."""
+
+
+class MultiplePublishersError(IpcError):
+  """A second live publisher tried to open an endpoint that already has one."""
+
+
+class SegmentSizeError(IpcError):
+  """Publisher and subscriber (or two processes) disagree on an endpoint's segment size."""
+
+
+class MessageTooLargeError(IpcError, ValueError):
+  """A message larger than the segment allows (a third of it, so the ring always holds a few)."""
+
+
+class EventTimeoutError(RuntimeError):
+  """A fake-backend event wait ran out of time (RuntimeError, as in commaai/msgq)."""

@@ -1,0 +1,222 @@
+"""One shared-memory segment: file creation, header checks, the reader table and the publisher claim.
+
+Layout and invariants are in msgq/README.md. Everything here is the rare path (open, join, leave, claim),
+serialized by flock on the segment file; the per-message path lives in msgq/ring.py.
+"""
+import ctypes
+import fcntl
+import mmap
+import os
+import secrets
+import stat
+
+from msgq import namespace
+from msgq.errors import IpcError, MultiplePublishersError, SegmentSizeError
+
+MAGIC = int.from_bytes(b"pymsgq\0\0", "little")
+VERSION = 1
+HEADER_SIZE = 8192
+DEFAULT_SEGMENT_SIZE = 1 << 20
+NUM_READERS = 64
+WRAP = (1 << 64) - 1
+
+# header word indices
+H_MAGIC, H_VERSION, H_HEADER_SIZE, H_SIZE = 0, 1, 2, 3
+H_PUB_PID, H_PUB_START, H_PUB_UID = 4, 5, 6
+H_W, H_E, H_L, H_COUNT, H_FUTEX = 7, 8, 9, 10, 11
+SLEEP_FLAGS = 16 * 8  # byte offset of 64 one-byte "reader i is about to sleep" flags (words 16..23)
+SLOT_BASE, SLOT_WORDS = 24, 8
+S_PID, S_START, S_UID, S_POS, S_DROPPED = 0, 1, 2, 3, 4
+
+
+def _start_time(pid: int) -> int | None:
+  """Process start time in clock ticks since boot (field 22 of /proc/<pid>/stat), None if pid is gone."""
+  try:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+      stat_line = f.read()
+  except (FileNotFoundError, ProcessLookupError):
+    return None
+  return int(stat_line[stat_line.rindex(b")") + 2:].split()[19])
+
+
+_own = (0, 0)
+
+
+def own_identity() -> tuple[int, int]:
+  """(pid, start time) of this process; recomputed after fork."""
+  global _own
+  pid = os.getpid()
+  if _own[0] != pid:
+    _own = (pid, _start_time(pid) or 0)
+  return _own
+
+
+def process_alive(pid: int, start: int) -> bool:
+  return pid != 0 and _start_time(pid) == start
+
+
+def check_endpoint(endpoint) -> str:
+  if isinstance(endpoint, bytes):
+    endpoint = endpoint.decode()
+  if not isinstance(endpoint, str) or not endpoint or endpoint in (".", "..") or "/" in endpoint \
+      or "\0" in endpoint or len(endpoint) > 200:
+    raise ValueError(f"invalid endpoint {endpoint!r}: must be a non-empty name without '/'")
+  return endpoint
+
+
+def check_size(segment_size: int) -> int:
+  size = DEFAULT_SEGMENT_SIZE if segment_size == 0 else segment_size
+  if not isinstance(size, int) or size < 1024 or size % 8 or size >= 1 << 40:
+    raise ValueError(f"invalid segment_size {segment_size!r}: must be 0 (default) or a multiple of 8 >= 1024")
+  return size
+
+
+class Segment:
+  """An open, validated mapping of one endpoint's segment. Several may exist per process (one per socket)."""
+
+  def __init__(self, endpoint, segment_size: int = 0):
+    self.endpoint = check_endpoint(endpoint)
+    self.size = check_size(segment_size)
+    self.path = os.path.join(namespace.shm_dir(), self.endpoint)
+    self.fd = self._open_or_create()
+    try:
+      self.mm = mmap.mmap(self.fd, HEADER_SIZE + self.size, mmap.MAP_SHARED)
+    except BaseException:
+      os.close(self.fd)
+      raise
+    self.hdr = memoryview(self.mm)[:HEADER_SIZE].cast("Q")
+    self.data = memoryview(self.mm)[HEADER_SIZE:]
+    self.data_words = self.data.cast("Q")
+    # address of the futex word, for the syscall; the ctypes export pins the mapping until close()
+    self._anchor = ctypes.c_char.from_buffer(self.mm)
+    self.futex_addr = ctypes.addressof(self._anchor) + H_FUTEX * 8
+
+  def _open_or_create(self) -> int:
+    try:
+      fd = os.open(self.path, os.O_RDWR | os.O_NOFOLLOW)
+    except FileNotFoundError:
+      fd = self._create()
+    try:
+      self._validate(fd)
+    except BaseException:
+      os.close(fd)
+      raise
+    return fd
+
+  def _create(self) -> int:
+    """Build a complete segment under a temporary name, then link it in: nobody sees a half-made header."""
+    tmp = f"{self.path}.tmp{os.getpid()}_{secrets.token_hex(4)}"
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+      os.ftruncate(fd, HEADER_SIZE + self.size)
+      header = memoryview(bytearray(64)).cast("Q")
+      header[H_MAGIC], header[H_VERSION], header[H_HEADER_SIZE], header[H_SIZE] = MAGIC, VERSION, HEADER_SIZE, self.size
+      os.pwrite(fd, header.tobytes(), 0)
+      try:
+        os.link(tmp, self.path)
+      except FileExistsError:  # another process created it first: use theirs
+        os.close(fd)
+        fd = os.open(self.path, os.O_RDWR | os.O_NOFOLLOW)
+    except BaseException:
+      os.close(fd)
+      raise
+    finally:
+      os.unlink(tmp)
+    return fd
+
+  def _validate(self, fd: int) -> None:
+    st = os.fstat(fd)
+    if st.st_uid != os.getuid() or stat.S_IMODE(st.st_mode) & 0o077:
+      raise IpcError(f"segment {self.path}: must be owned by uid {os.getuid()} with mode 0600, "
+                     f"found uid {st.st_uid} mode {oct(stat.S_IMODE(st.st_mode))}")
+    head = os.pread(fd, 32, 0)
+    if len(head) < 32:
+      raise IpcError(f"segment {self.path}: truncated header ({st.st_size} bytes)")
+    magic, version, header_size, size = memoryview(head).cast("Q")
+    if magic != MAGIC:
+      raise IpcError(f"segment {self.path}: bad magic {magic:#x} (not a pymsgq segment)")
+    if version != VERSION or header_size != HEADER_SIZE:
+      raise IpcError(f"segment {self.path}: version {version}/header {header_size}, expected {VERSION}/{HEADER_SIZE}")
+    if size != self.size:
+      raise SegmentSizeError(f"endpoint {self.endpoint!r}: segment holds {size} bytes but {self.size} were "
+                             f"requested; publisher and subscribers must use the same segment_size")
+    if st.st_size != HEADER_SIZE + size:
+      raise IpcError(f"segment {self.path}: file is {st.st_size} bytes, expected {HEADER_SIZE + size}")
+
+  # --- rare operations, under the file lock ---
+
+  def _locked(self):
+    return _FileLock(self.fd)
+
+  def slot_word(self, slot: int, field: int) -> int:
+    return SLOT_BASE + SLOT_WORDS * slot + field
+
+  def join_reader(self) -> tuple[int, int]:
+    """Claim a free or dead reader slot; returns (slot, uid). The slot's read_pos starts at W."""
+    pid, start = own_identity()
+    uid = secrets.randbits(63) + 1
+    with self._locked():
+      for slot in range(NUM_READERS):
+        base = self.slot_word(slot, 0)
+        if self.hdr[base + S_UID] == 0 or not process_alive(self.hdr[base + S_PID], self.hdr[base + S_START]):
+          self.hdr[base + S_UID] = 0
+          self.hdr[base + S_PID], self.hdr[base + S_START] = pid, start
+          self.hdr[base + S_POS], self.hdr[base + S_DROPPED] = self.hdr[H_W], 0
+          self.mm[SLEEP_FLAGS + slot] = 0
+          self.hdr[base + S_UID] = uid
+          return slot, uid
+    raise IpcError(f"endpoint {self.endpoint!r}: all {NUM_READERS} reader slots are held by live processes")
+
+  def leave_reader(self, slot: int, uid: int) -> None:
+    with self._locked():
+      if self.hdr[self.slot_word(slot, S_UID)] == uid:
+        self.mm[SLEEP_FLAGS + slot] = 0
+        self.hdr[self.slot_word(slot, S_UID)] = 0
+
+  def live_readers(self) -> list[int]:
+    """Slots held by live processes."""
+    slots = []
+    for slot in range(NUM_READERS):
+      base = self.slot_word(slot, 0)
+      if self.hdr[base + S_UID] != 0 and process_alive(self.hdr[base + S_PID], self.hdr[base + S_START]):
+        slots.append(slot)
+    return slots
+
+  def claim_publisher(self) -> int:
+    """Become the endpoint's publisher; a live one raises MultiplePublishersError. Returns our uid."""
+    pid, start = own_identity()
+    uid = secrets.randbits(63) + 1
+    with self._locked():
+      old_pid = self.hdr[H_PUB_PID]
+      if self.hdr[H_PUB_UID] != 0 and process_alive(old_pid, self.hdr[H_PUB_START]):
+        raise MultiplePublishersError(f"endpoint {self.endpoint!r} already has a live publisher (pid {old_pid})")
+      self.hdr[H_PUB_PID], self.hdr[H_PUB_START], self.hdr[H_PUB_UID] = pid, start, uid
+    return uid
+
+  def release_publisher(self, uid: int) -> None:
+    with self._locked():
+      if self.hdr[H_PUB_UID] == uid:
+        self.hdr[H_PUB_UID] = 0
+        self.hdr[H_PUB_PID] = 0
+
+  def close(self) -> None:
+    if self.fd < 0:
+      return
+    self.hdr.release()
+    self.data_words.release()
+    self.data.release()
+    del self._anchor
+    self.mm.close()
+    os.close(self.fd)
+    self.fd = -1
+
+
+class _FileLock:
+  def __init__(self, fd: int):
+    self.fd = fd
+
+  def __enter__(self):
+    fcntl.flock(self.fd, fcntl.LOCK_EX)
+
+  def __exit__(self, *exc):
+    fcntl.flock(self.fd, fcntl.LOCK_UN)
