@@ -1,0 +1,239 @@
+"""The per-frame work of modeld as a pure object: frames + car inputs in, Event builders out, no sockets.
+
+`Modeld.step()` is what the daemon loop, the tests and process_replay all drive. Invariants:
+- one call = one main frame = exactly one modelV2, drivingModelData and cameraOdometry (in that order);
+  a frame is never dropped by a model failure;
+- big/small: the active model is the big one only once it has loaded; the first exception from the big model
+  (timeout, disconnect, transfer error, non-finite output, anything) switches to the small model for the
+  rest of the process and the *same* frame is re-run on the small model; an exception from the small model
+  publishes the frame with valid=False and the error as the reason;
+- `valid` is true only when: calibration was received, is well formed and is not stale; no frames were
+  dropped right before this one; the frames were not overwritten while warped; main and extra frames are in
+  sync; the active model's image pair (t-4, t) is filled from its own history; the big model is not still
+  loading; and the model ran. `invalidReason` lists every failed rule;
+- messages say which model ran (`modelName`) and why the daemon is on the small model (`fallbackReason`).
+"""
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from cereal import log
+from daemons.common.cameras import DeviceCameraConfig
+from daemons.common.road_warp import OUT_SHAPE, RoadWarp
+from daemons.common.transforms import CalibrationError, check_calibration, get_warp_matrix
+from daemons.modeld.action import Action, get_action_from_model
+from daemons.modeld.constants import DESIRE_LEN, DT_MDL, LAT_SMOOTH_SECONDS, LONG_SMOOTH_SECONDS
+from daemons.modeld.fill import FrameInfo, fill_driving_model_data, fill_model_msg, fill_pose_msg, fill_timings
+from daemons.modeld.model_state import ModelState
+
+FRAME_SYNC_NS = 10_000_000          # main and extra frames further apart than this are out of sync
+DROP_FILTER_ALPHA = DT_MDL / (10.0 + DT_MDL)   # FirstOrderFilter(rc=10 s, dt=0.05 s)
+DROP_WARMUP_FRAMES = 10
+DEFAULT_LAT_DELAY = 0.2
+DEFAULT_LONG_ACTUATOR_DELAY = 0.15
+
+
+def send_raw_pred_enabled(value: str | None = None) -> bool:
+  """SEND_RAW_PRED is on for 1/true/yes (any case), off for anything else, e.g. '0' or ''."""
+  value = os.environ.get("SEND_RAW_PRED", "") if value is None else value
+  return value.strip().lower() in ("1", "true", "yes")
+
+
+def _event(service: str, valid: bool, reason: str):
+  # built directly from the schema so the pure step needs no bus; same stamping as cereal.messaging.new_message
+  msg = log.Event.new_message(logMonoTime=time.monotonic_ns(), valid=valid, invalidReason=reason)
+  msg.init(service)
+  return msg
+
+
+@dataclass
+class Frame:
+  """One camera frame as the daemon holds it (a VisionBuf, or plain bytes in tests and replay)."""
+  data: object                       # buffer of NV12 bytes
+  frame_id: int
+  timestamp_sof: int
+  timestamp_eof: int
+  still_valid: Callable[[], bool] = lambda: True
+
+
+@dataclass
+class CarInputs:
+  """What modeld reads from the bus for one step (defaults = the reference's demo values)."""
+  v_ego: float = 0.0
+  lat_delay: float = DEFAULT_LAT_DELAY
+  long_actuator_delay: float = DEFAULT_LONG_ACTUATOR_DELAY
+  is_rhd: bool = False
+  desire: int = 0
+  camera_state_frame_id: int = 0
+  calibration: list | None = None    # extrinsicsCalibration.rpyCalib; None until received
+  calibration_stale: bool = False
+  calibration_invalid: str = ""      # non-empty when calStatus says invalid
+
+
+@dataclass
+class StepResult:
+  events: list = field(default_factory=list)   # [(service, Event builder)] in publish order
+  model_name: str = ""
+  valid: bool = False
+  reasons: list = field(default_factory=list)
+
+
+class Modeld:
+  def __init__(self, small: ModelState, cameras: DeviceCameraConfig, main_geom: tuple[int, int, int, int],
+               extra_geom: tuple[int, int, int, int] | None, main_is_wide: bool = False,
+               send_raw_pred: bool | None = None, clock: Callable[[], float] = time.perf_counter):
+    """main_geom / extra_geom: (width, height, stride, uv_offset) of the streams; extra None = single camera."""
+    self.small = small
+    self.big: ModelState | None = None
+    self.active = small
+    self.big_loading = False
+    self.fallback_reason = ""
+    self.cameras, self.main_is_wide = cameras, main_is_wide
+    self.warp_main = RoadWarp(*main_geom)
+    self.warp_extra = RoadWarp(*extra_geom) if extra_geom is not None else None
+    self.calib: np.ndarray | None = None
+    self.send_raw_pred = send_raw_pred_enabled() if send_raw_pred is None else send_raw_pred
+    self.clock = clock
+    self.prev_action = Action()
+    self.last_frame_id: int | None = None
+    self.frames_dropped_filtered = 0.0
+    self.run_count = 0
+    self._img = np.zeros(OUT_SHAPE, np.uint8)
+    self._big_img = np.zeros(OUT_SHAPE, np.uint8)
+    self._set_transforms(np.zeros(3))   # until calibration arrives: a level calibration, valid=False
+
+  # ---- model selection ---------------------------------------------------------------------------------
+  def start_big_loading(self) -> None:
+    self.big_loading = True
+
+  def big_loaded(self, big: ModelState) -> None:
+    """The big model finished loading: it becomes the active model (from its own, empty history)."""
+    self.big, self.active, self.big_loading = big, big, False
+
+  def big_load_failed(self, reason: str) -> None:
+    self.big_loading = False
+    self.fallback_reason = f"big model load failed: {reason}"
+
+  def _switch_to_small(self, err: BaseException) -> None:
+    self.fallback_reason = f"big model failed: {type(err).__name__}: {err}"
+    self.active = self.small
+    self.run_count = 0   # re-arm the frame-drop warm-up, as the reference does
+
+  # ---- calibration -------------------------------------------------------------------------------------
+  def _set_transforms(self, rpy: np.ndarray) -> None:
+    main_cam = self.cameras.wide if self.main_is_wide else self.cameras.road
+    self.warp_main.set_transform(get_warp_matrix(rpy, main_cam.intrinsics, bigmodel_frame=False))
+    if self.warp_extra is not None:
+      self.warp_extra.set_transform(get_warp_matrix(rpy, self.cameras.wide.intrinsics, bigmodel_frame=True))
+
+  def _update_calibration(self, car: CarInputs) -> str:
+    """Apply a new calibration; returns why it cannot be used ("" if it can)."""
+    if car.calibration is None:
+      return "no calibration received"
+    try:
+      rpy = check_calibration(car.calibration)
+    except CalibrationError as e:
+      return f"calibration unusable: {e}"
+    if self.calib is None or not np.array_equal(rpy, self.calib):
+      self._set_transforms(rpy)
+      self.calib = rpy
+    if car.calibration_invalid:
+      return f"calibration invalid: {car.calibration_invalid}"
+    if car.calibration_stale:
+      return "calibration stale"
+    return ""
+
+  # ---- one frame ---------------------------------------------------------------------------------------
+  def _frame_drops(self, frame_id: int) -> tuple[int, float]:
+    dropped = 0 if self.last_frame_id is None else max(0, frame_id - self.last_frame_id - 1)
+    self.frames_dropped_filtered += DROP_FILTER_ALPHA * (min(dropped, 10) - self.frames_dropped_filtered)
+    if self.run_count < DROP_WARMUP_FRAMES:
+      self.frames_dropped_filtered = 0.0
+    self.run_count += 1
+    self.last_frame_id = frame_id
+    f = self.frames_dropped_filtered
+    return dropped, f / (1.0 + f)
+
+  def step(self, main: Frame, extra: Frame | None, car: CarInputs) -> StepResult:
+    reasons = []
+    calib_reason = self._update_calibration(car)
+    if calib_reason:
+      reasons.append(calib_reason)
+    extra = extra if extra is not None else main
+    dropped, drop_ratio = self._frame_drops(main.frame_id)
+    if dropped:
+      reasons.append(f"{dropped} frames dropped before frame {main.frame_id}")
+    if abs(main.timestamp_sof - extra.timestamp_sof) > FRAME_SYNC_NS:
+      reasons.append(f"frames out of sync by {(main.timestamp_sof - extra.timestamp_sof) / 1e6:.1f} ms")
+
+    t0 = self.clock()
+    self.warp_main.warp(main.data, out=self._img)
+    (self.warp_extra or self.warp_main).warp(extra.data, out=self._big_img)
+    warp_s = self.clock() - t0
+    if not (main.still_valid() and (extra is main or extra.still_valid())):
+      reasons.append("frame overwritten while it was warped")
+
+    traffic = np.zeros(2, np.float32)
+    traffic[int(car.is_rhd)] = 1.0
+    desire = np.zeros(DESIRE_LEN, np.float32)
+    if 0 <= car.desire < DESIRE_LEN:
+      desire[car.desire] = 1.0
+    lat_action_t = car.lat_delay + LAT_SMOOTH_SECONDS + DT_MDL + DT_MDL / 2
+    long_action_t = car.long_actuator_delay + LONG_SMOOTH_SECONDS + DT_MDL + DT_MDL / 2
+    action_t = np.array([lat_action_t, long_action_t], np.float32)
+
+    model = self.active
+    outs, raw, timings, error = None, None, {}, ""
+    t0 = self.clock()
+    try:
+      outs, raw, timings = model.run(self._img, self._big_img, desire, traffic, action_t)
+    except Exception as e:  # any big-model failure means fallback; the frame is re-run on the small model
+      if model is self.small:
+        error = f"small model failed: {type(e).__name__}: {e}"
+      else:
+        self._switch_to_small(e)
+        model = self.small
+        t0 = self.clock()
+        try:
+          outs, raw, timings = model.run(self._img, self._big_img, desire, traffic, action_t)
+        except Exception as e2:
+          error = f"small model failed: {type(e2).__name__}: {e2}"
+    exec_s = self.clock() - t0
+    timings["warp"] = warp_s
+
+    if error:
+      reasons.append(error)
+    elif not model.pair_filled:
+      reasons.append(f"{model.name} model history filling ({model.history.frames_pushed}/5 frames)")
+    if self.big_loading:
+      reasons.append("big model loading")
+
+    frame = FrameInfo(main.frame_id, extra.frame_id, main.timestamp_sof, main.timestamp_eof,
+                      car.camera_state_frame_id, drop_ratio, dropped)
+    valid = not reasons
+    mv2, dmd, odo = (_event(s, valid, "; ".join(reasons)) for s in ("modelV2", "drivingModelData", "cameraOdometry"))
+    if outs is not None:
+      action = get_action_from_model(outs, self.prev_action, lat_action_t, long_action_t, max(car.v_ego, 0.0))
+      self.prev_action = action
+      m = fill_model_msg(mv2, outs, action, model.publish_state, frame, exec_s, model.name, self.fallback_reason,
+                         timings, raw if self.send_raw_pred else None)
+      fill_driving_model_data(dmd, m)
+      fill_pose_msg(odo, outs, frame, timings)
+    else:
+      self._fill_failed(mv2, dmd, odo, frame, model.name, exec_s, timings)
+    return StepResult([("modelV2", mv2), ("drivingModelData", dmd), ("cameraOdometry", odo)], model.name, valid, reasons)
+
+  def _fill_failed(self, mv2, dmd, odo, frame: FrameInfo, model_name: str, exec_s: float, timings: dict) -> None:
+    """A frame whose model failed still produces its three messages (valid=False, ids and timestamps)."""
+    for b in (mv2.modelV2, dmd.drivingModelData):
+      b.frameId, b.frameIdExtra = frame.frame_id, frame.frame_id_extra
+      b.timestampSof, b.timestampEof = frame.timestamp_sof, frame.timestamp_eof
+      b.frameDropPerc, b.modelExecutionTime = frame.frame_drop_ratio * 100, exec_s
+      b.modelName, b.fallbackReason = model_name, self.fallback_reason
+      fill_timings(b, timings)
+    o = odo.cameraOdometry
+    o.frameId, o.timestampSof, o.timestampEof = frame.frame_id, frame.timestamp_sof, frame.timestamp_eof
+    fill_timings(o, timings)

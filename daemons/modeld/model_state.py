@@ -1,0 +1,77 @@
+"""One road model with everything that is *its own*: runner, validated slices, history and publish state.
+
+Invariants:
+- output slices come from the model's metadata and are validated against its output size at load
+  (ModelMetadataError at startup, never a short array per frame);
+- `run()` either returns finite, parsed outputs or raises: a non-finite output is `NonFiniteOutput`, so a
+  model on a faulty device can never publish garbage as if it were a prediction;
+- history (image pair, features, desire) and publish state (hard-brake/confidence buffers) belong to this
+  model: after a big -> small switch the small model continues from *its own* past, which it has kept
+  up to date while on standby only if it was run; otherwise it starts empty and reports `pair_filled=False`
+  for its first FRAME_SKIP frames.
+"""
+import os
+import time
+from typing import Callable
+
+import numpy as np
+
+from daemons.common.metadata import ModelMetadata, load_metadata
+from daemons.common.outputs import all_finite
+from daemons.modeld.constants import REQUIRED_HEADS
+from daemons.modeld.fill import PublishState
+from daemons.modeld.history import ModelHistory
+from daemons.modeld.parse import parse_outputs
+
+MODELS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models")
+MODEL_PATHS = {"small": os.path.join(MODELS_DIR, "driving_small.onnx"),
+               "big": os.path.join(MODELS_DIR, "driving_big.onnx")}
+
+
+class NonFiniteOutput(RuntimeError):
+  """The model produced NaN or Inf (the reference's "model output not finite")."""
+
+
+# A runner takes the model's named inputs and returns (flat float32 output, stage seconds dict with any of
+# "upload", "model", "readback").
+Runner = Callable[[dict[str, np.ndarray]], tuple[np.ndarray, dict[str, float]]]
+
+
+class ModelState:
+  def __init__(self, name: str, runner: Runner, metadata: ModelMetadata):
+    self.name = name
+    self.runner = runner
+    self.metadata = metadata
+    self.history = ModelHistory()
+    self.publish_state = PublishState()
+    self.runs = 0
+
+  @classmethod
+  def load(cls, name: str, runner_factory: Callable[[str], Runner], path: str | None = None) -> "ModelState":
+    path = path or MODEL_PATHS[name]
+    metadata = load_metadata(path, required=REQUIRED_HEADS)
+    return cls(name, runner_factory(path), metadata)
+
+  def run(self, img: np.ndarray, big_img: np.ndarray, desire: np.ndarray, traffic_convention: np.ndarray,
+          action_t: np.ndarray) -> tuple[dict, np.ndarray, dict[str, float]]:
+    """One 20 Hz step: push the warped frames, run, check, parse. Returns (parsed outputs, raw output, timings)."""
+    inputs = self.history.push(img, big_img, desire)
+    inputs["traffic_convention"] = np.asarray(traffic_convention, np.float32).reshape(1, 2)
+    inputs["action_t"] = np.asarray(action_t, np.float32).reshape(1, 2)
+    raw, timings = self.runner(inputs)
+    raw = np.asarray(raw, dtype=np.float32).reshape(-1)
+    if raw.size != self.metadata.output_size:
+      raise NonFiniteOutput(f"{self.name} model returned {raw.size} values, expected {self.metadata.output_size}")
+    if not all_finite(raw):
+      raise NonFiniteOutput(f"{self.name} model output not finite ({int(np.count_nonzero(~np.isfinite(raw)))} values)")
+    t0 = time.perf_counter()
+    outs = parse_outputs(self.metadata.slice_outputs(raw))
+    self.history.update_hidden(outs["hidden_state"])
+    timings = dict(timings)
+    timings["parse"] = time.perf_counter() - t0
+    self.runs += 1
+    return outs, raw, timings
+
+  @property
+  def pair_filled(self) -> bool:
+    return self.history.pair_filled
