@@ -170,8 +170,7 @@ class SocketEventHandle:
     self._mm[0] = 1 if value else 0
 
   def close(self) -> None:
-    for ev in (self.recv_called_event, self.recv_ready_event):
-      ev.close()
+    """Drop the shared state (and, for the owner, the files); events keep their fds until they are freed."""
     if self._mm is not None:
       self._mm.close()
       self._mm = None
