@@ -289,6 +289,13 @@ class Buffer:
         handle, off = self._locate()
         return self.device.memory(handle)[off:off + self.nbytes].view(self.dtype)
 
+    def bind_array(self) -> np.ndarray:
+        """The numpy view a linker binds into kernels (like a GPU address baked into a command buffer).
+        It aliases device memory: the host may touch it only inside commands on the device's queue.
+        device_array() checks that rule at the moment of access; a binding cannot, so it is link-only."""
+        handle, off = self._locate()
+        return self.device.memory(handle)[off:off + self.nbytes].view(self.dtype)
+
     # ---- external memory ---------------------------------------------------------------------------
     @classmethod
     def from_external(cls, obj_or_ptr: Any, nbytes: int, lease: Lease, dtype: Any = np.uint8,
@@ -316,3 +323,28 @@ class Buffer:
         buf = cls(dev, nbytes, dtype)
         buf._handle, buf._generation, buf.lease = _ExternalMemory(array, keepalive), dev.generation, lease
         return buf
+
+
+class LinkedMemory:
+    """Device memory handed to a linker as uint8 arrays (`alloc`), and the way back from an array the
+    linker derived from it to the Buffer view that holds it (`buffer_for`), for uploads and readbacks."""
+
+    def __init__(self, device: Compiled | str):
+        self.device = Device[device] if isinstance(device, str) else device
+        self.buffers: list[Buffer] = []
+
+    def alloc(self, nbytes: int) -> np.ndarray:
+        buf = Buffer(self.device, nbytes).allocate()
+        self.buffers.append(buf)
+        return buf.bind_array()
+
+    def buffer_for(self, array: np.ndarray) -> Buffer:
+        """The Buffer view covering `array`, which must lie inside memory this object allocated."""
+        if not array.flags.c_contiguous:
+            raise ValueError(f"array of shape {array.shape} is not contiguous; it cannot be one device view")
+        lo = array.ctypes.data
+        for buf in self.buffers:
+            start = buf.bind_array().ctypes.data
+            if start <= lo and lo + array.nbytes <= start + buf.nbytes:
+                return buf.view(lo - start, array.nbytes, array.dtype)
+        raise ValueError(f"array at {lo:#x} ({array.nbytes} bytes) is not in memory allocated on {self.device.name}")

@@ -108,6 +108,7 @@ class Compiled:
         self.completed_value = 0            # last value the device signalled
         self.transfers = TransferStats()
         self._cv = threading.Condition()
+        self._submit_lock = threading.RLock()
         self._tls = threading.local()
 
     def __repr__(self) -> str:
@@ -148,8 +149,9 @@ class Compiled:
         if stage not in STAGES:
             raise ValueError(f"unknown stage {stage!r}; expected one of {STAGES}")
         self.check_usable()
-        cmd = Command(self._next_value(), fn, stage, getattr(self._tls, "timer", None))
-        self._execute(cmd)
+        with self._submit_lock:     # values must reach the queue in the order they were handed out
+            cmd = Command(self._next_value(), fn, stage, getattr(self._tls, "timer", None))
+            self._execute(cmd)
         return cmd.value
 
     def _execute(self, cmd: Command) -> None:

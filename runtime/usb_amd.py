@@ -232,6 +232,8 @@ class USBAMDDevice(Compiled):
                 self._fail(DeviceError(f"{self.name}: command {cmd.value} ({cmd.stage}) failed: {e!r}"))
                 stop.wait()
                 return
+            if stop.is_set():                   # reopened meanwhile: this command belongs to the old device
+                return
             self._signal(cmd.value)
 
     def _run_slow(self, cmd: Command, t0: float) -> None:
