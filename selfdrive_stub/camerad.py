@@ -1,0 +1,185 @@
+"""camerad stub: serves the narrow road, wide road and cabin cameras over VisionIPC at 20 Hz.
+
+Invariants:
+- Frames are padded NV12 (VENUS layout, get_nv12_info) of the chosen device (tici 1928x1208, mici 1344x760).
+- Frame k of a run has frame_id k on every stream, timestamp_eof = start + k*50 ms on the monotonic clock
+  (the schedule, so there is no drift) and timestamp_sof = eof - READOUT_NS. If the process falls more than a
+  frame behind, it skips ahead and frame ids skip too (as a real camera drops frames); it never bursts.
+- Each stream also gets its FrameData message (narrowRoadCameraState / wideRoadCameraState /
+  cabinCameraState), published after the frame is announced.
+- Pixels come from the synthetic scenes (frame k of --seed, selfdrive_stub/scenes.py), or from recorded
+  frame files; recorded pixels are served with this run's frame ids and timestamps.
+- SIGINT/SIGTERM end the run cleanly (exit 0) after the frame in progress.
+"""
+import argparse
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+from setproctitle import setproctitle
+
+from cereal import messaging
+from daemons.common.cameras import DEVICE_CAMERAS, DeviceCameraConfig, config_for_frame, device_config
+from selfdrive_stub.scenes import FPS, SceneRenderer
+from visionipc import VISION_STREAM_CABIN, VISION_STREAM_NARROW_ROAD, VISION_STREAM_WIDE_ROAD, VisionIpcServer
+from visionipc.framefile import STREAM_FILE_NAMES, FrameReader
+from visionipc.nv12 import padded_nv12_layout
+
+FRAME_PERIOD_NS = 1_000_000_000 // FPS
+READOUT_NS = 10_000_000          # start of frame -> end of frame (sensor readout)
+VIPC_BUFFER_COUNT = 18           # as openpilot's camerad: a frame survives 18 periods (0.9 s) before reuse
+
+# scene/stream name, VisionIPC stream, FrameData service
+CAMERAS = (("road", VISION_STREAM_NARROW_ROAD, "narrowRoadCameraState"),
+           ("wide", VISION_STREAM_WIDE_ROAD, "wideRoadCameraState"),
+           ("cabin", VISION_STREAM_CABIN, "cabinCameraState"))
+
+
+class RecordedFrames:
+  """Pixels of one stream from a frame file, in order; `loop` restarts at the end instead of running out."""
+
+  def __init__(self, path: str, loop: bool):
+    self.reader = FrameReader(path)
+    self.loop = loop
+    self.next = 0
+    if len(self.reader) == 0:
+      raise ValueError(f"frame file {path} holds no frames")
+
+  def exhausted(self) -> bool:
+    return not self.loop and self.next >= len(self.reader)
+
+  def fill(self, buf) -> None:
+    frame = self.reader.get(self.next % len(self.reader))
+    self.next += 1
+    np.frombuffer(buf.data, np.uint8)[:] = np.frombuffer(frame.data, np.uint8)
+
+
+class Camerad:
+  def __init__(self, device: DeviceCameraConfig, seed: int = 0, recorded: dict | None = None,
+               num_buffers: int = VIPC_BUFFER_COUNT, server_name: str = "camerad"):
+    self.device = device
+    self.renderer = SceneRenderer(device, seed)
+    self.recorded = recorded or {}
+    for stream, source in self.recorded.items():
+      cam = getattr(device, stream)
+      expected = (cam.width, cam.height, *padded_nv12_layout(cam.width, cam.height))
+      g = source.reader.geometry
+      if (g.width, g.height, g.size, g.stride, g.uv_offset) != expected:
+        raise ValueError(f"{source.reader.path}: frames are {g.width}x{g.height} (stride {g.stride}, size {g.size}) "
+                         f"but the {device.name} {stream} camera serves {cam.width}x{cam.height} padded NV12")
+    self.server = VisionIpcServer(server_name)
+    for stream, vipc_stream, _ in CAMERAS:
+      cam = getattr(device, stream)
+      self.server.create_buffers_with_sizes(vipc_stream, num_buffers, cam.width, cam.height,
+                                            *padded_nv12_layout(cam.width, cam.height))
+    self.pm = messaging.PubMaster([service for _, _, service in CAMERAS], process="camerad")
+    self.server.start_listener()
+
+  def exhausted(self) -> bool:
+    return any(source.exhausted() for source in self.recorded.values())
+
+  def step(self, frame_id: int, timestamp_sof: int, timestamp_eof: int) -> None:
+    """Fill, announce and describe frame `frame_id` on every stream."""
+    for stream, vipc_stream, _ in CAMERAS:
+      buf = self.server.get_buffer(vipc_stream)
+      if stream in self.recorded:
+        self.recorded[stream].fill(buf)
+      else:
+        self.renderer.render_into(stream, frame_id, buf.y, buf.uv)
+      self.server.send_buffer(buf, frame_id, timestamp_sof, timestamp_eof)
+    for _, _, service in CAMERAS:
+      msg = messaging.new_message(service)
+      state = getattr(msg, service)
+      state.frameId = frame_id
+      state.timestampSof = timestamp_sof
+      state.timestampEof = timestamp_eof
+      state.sensor = self.device.sensor
+      self.pm.send(service, msg)
+
+  def run(self, duration_s: float | None, should_stop=lambda: False) -> int:
+    """Serve frames on the 20 Hz schedule until the duration ends, a source runs out or should_stop().
+    Returns the number of frames served."""
+    start = time.monotonic_ns()
+    end = None if duration_s is None else start + int(duration_s * 1e9)
+    k = served = 0
+    while not should_stop() and not self.exhausted():
+      eof = start + k * FRAME_PERIOD_NS
+      if end is not None and eof >= end:
+        break
+      now = time.monotonic_ns()
+      if now < eof:
+        time.sleep((eof - now) / 1e9)
+        continue  # re-check stop/exhaustion after sleeping
+      if now - eof > FRAME_PERIOD_NS:  # more than a frame late: skip ahead instead of bursting
+        k = (now - start) // FRAME_PERIOD_NS
+        continue
+      self.step(k, eof - READOUT_NS, eof)
+      served += 1
+      k += 1
+    return served
+
+  def close(self) -> None:
+    self.server.close()
+    self.pm.close()
+
+
+def recorded_sources(frames: str | None, per_stream: dict[str, str | None], loop: bool) -> dict[str, RecordedFrames]:
+  paths = {}
+  if frames is not None:
+    if not os.path.isdir(frames):
+      raise ValueError(f"--frames {frames}: not a directory (use --road-frames/--wide-frames/--cabin-frames for files)")
+    for stream, name in STREAM_FILE_NAMES.items():
+      if os.path.exists(os.path.join(frames, name)):
+        paths[stream] = os.path.join(frames, name)
+    if not paths:
+      raise ValueError(f"--frames {frames}: none of {sorted(STREAM_FILE_NAMES.values())} is there")
+  paths.update({s: p for s, p in per_stream.items() if p is not None})
+  return {stream: RecordedFrames(path, loop) for stream, path in paths.items()}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+  p = argparse.ArgumentParser(prog="python -m selfdrive_stub.camerad",
+                              description="Serve road, wide road and cabin camera frames over VisionIPC at 20 Hz, "
+                                          "with their FrameData messages. Streams without recorded frames are "
+                                          "synthetic scenes.")
+  p.add_argument("--camera", choices=sorted(DEVICE_CAMERAS), default=None,
+                 help="device camera config (default: from the recorded frames' size, else tici)")
+  p.add_argument("--seed", type=int, default=0, help="synthetic scene seed (frame k of a seed is always the same)")
+  p.add_argument("--duration", type=float, default=None, help="seconds to run (default: until SIGINT/SIGTERM)")
+  p.add_argument("--frames", default=None,
+                 help=f"directory of recorded frame files ({', '.join(f'{k}: {v}' for k, v in STREAM_FILE_NAMES.items())})")
+  for stream in STREAM_FILE_NAMES:
+    p.add_argument(f"--{stream}-frames", default=None, help=f"frame file for the {stream} camera")
+  p.add_argument("--loop", action="store_true", help="restart recorded frames at their end (default: exit)")
+  p.add_argument("--buffers", type=int, default=VIPC_BUFFER_COUNT, help="VisionIPC buffers per stream")
+  p.add_argument("--name", default="camerad", help="VisionIPC server name")
+  return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+  args = parse_args(argv)
+  setproctitle("camerad")
+  stop = []
+  for sig in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(sig, lambda *_: stop.append(True))
+  recorded = recorded_sources(args.frames, {s: getattr(args, f"{s}_frames") for s in STREAM_FILE_NAMES}, args.loop)
+  if args.camera is not None:
+    device = device_config(args.camera)
+  elif recorded:
+    g = next(iter(recorded.values())).reader.geometry
+    device = config_for_frame(g.width, g.height)
+  else:
+    device = device_config("tici")
+  camerad = Camerad(device, args.seed, recorded, args.buffers, args.name)
+  try:
+    served = camerad.run(args.duration, lambda: bool(stop))
+  finally:
+    camerad.close()
+  print(f"camerad: served {served} frames per stream ({device.name})", file=sys.stderr)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
