@@ -14,6 +14,7 @@ Invariants:
 from __future__ import annotations
 
 import bisect
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -111,6 +112,7 @@ class LRUAllocator:
         self._pending: list[tuple[int, int, Any, Any]] = []      # (fence, class, options, handle)
         self._sizes: dict[int, int] = {}                         # id(handle) -> size class
         self.stats = AllocatorStats()
+        self._lock = threading.RLock()     # a Buffer may be garbage-collected on any thread
 
     # backend hooks
     def _alloc(self, nbytes: int, options: Any) -> Any:
@@ -120,7 +122,10 @@ class LRUAllocator:
         raise NotImplementedError
 
     def alloc(self, nbytes: int, options: Any = None) -> Any:
-        cls = size_class(nbytes)
+        with self._lock:
+            return self._alloc_locked(size_class(nbytes), options)
+
+    def _alloc_locked(self, cls: int, options: Any) -> Any:
         self._reclaim()
         bucket = self._cache.get((cls, options))
         if bucket:
@@ -142,12 +147,21 @@ class LRUAllocator:
         self.stats.peak_live_bytes = max(self.stats.peak_live_bytes, self.stats.live_bytes)
         return handle
 
-    def free(self, handle: Any, options: Any = None, fence: int = 0) -> None:
+    def free(self, handle: Any, options: Any = None, fence: int = 0, recycle: bool = True) -> None:
+        """Return a handle. recycle=False releases it to the backend at once instead of caching it (for
+        memory another device may still read: the reader's own reference keeps it valid meanwhile)."""
+        with self._lock:
+            self._free_locked(handle, options, fence, recycle)
+
+    def _free_locked(self, handle: Any, options: Any, fence: int, recycle: bool) -> None:
         cls = self._sizes.pop(id(handle), None)
         if cls is None:
             raise ValueError("free of a handle this allocator did not hand out (double free?)")
         self.stats.frees += 1
         self.stats.live_bytes -= cls
+        if not recycle:
+            self._free(handle)
+            return
         self.stats.pending_bytes += cls
         self._pending.append((fence, cls, options, handle))
         self._reclaim()
@@ -180,8 +194,9 @@ class LRUAllocator:
 
     def trim(self) -> int:
         """Release every cached (and fence-passed) handle to the backend; returns the bytes released."""
-        self._reclaim()
-        released = self.stats.cached_bytes
-        while self._cache:
-            self._evict_oldest()
-        return released
+        with self._lock:
+            self._reclaim()
+            released = self.stats.cached_bytes
+            while self._cache:
+                self._evict_oldest()
+            return released

@@ -173,7 +173,9 @@ class Buffer:
             return
         handle, self._handle = self._handle, None
         if self.lease is None and self._generation == self.device.generation:
-            self.device.allocator.free(handle, self.options, fence=self.device.timeline_value)
+            # memory another device still reads must not be recycled under it (its reader holds a reference)
+            foreign = any(d is not self.device for d, _ in self._reads.pending())
+            self.device.allocator.free(handle, self.options, fence=self.device.timeline_value, recycle=not foreign)
 
     def __del__(self):
         try:

@@ -163,6 +163,9 @@ class Compiled:
 
     def wait(self, value: int, timeout: float | None = None) -> None:
         """Block until the timeline reaches value. timeout in seconds; None means wait_timeout_ms."""
+        if value > self.timeline_value:
+            raise ValueError(f"{self.name}: wait for timeline value {value}, but only {self.timeline_value} "
+                             f"were submitted")
         self.check_usable()
         limit_s = self.wait_timeout_ms / 1000.0 if timeout is None else float(timeout)
         deadline = time.monotonic() + limit_s

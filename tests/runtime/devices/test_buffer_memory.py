@@ -249,3 +249,20 @@ def test_size_classes_bound_the_waste():
         assert n <= c <= max(256, n * 1.125 + 1)
     with pytest.raises(ValueError, match="positive"):
         size_class(0)
+
+
+def test_host_memory_freed_during_a_queued_upload_is_not_recycled_under_it(usb):
+    usb.link.latency_s = 0.2
+    host, dev = Buffer("CPU", 4096), Buffer(usb, 4096)
+    host.copyin(np.full(4096, 7, np.uint8))
+    dev.copy_from(host)
+    del host
+    for _ in range(4):                        # same size class: would reuse the freed block if recycled
+        Buffer("CPU", 4096).copyin(np.full(4096, 9, np.uint8))
+    assert dev.numpy().tolist() == [7] * 4096
+
+
+def test_wait_for_a_value_never_submitted_is_an_error_not_a_hang(usb):
+    with pytest.raises(ValueError, match="wait for timeline value 5, but only 0 were submitted"):
+        usb.wait(5)
+    assert usb.error_state is None
