@@ -1,0 +1,88 @@
+"""Kernel record, builder registry and helpers shared by the op modules."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import numpy as np
+
+from ..errors import ModelError, UnsupportedOpError
+from ..graph import Spec
+
+Bind = Callable[[list, list, list], Callable[[], None]]
+
+
+@dataclass
+class Kernel:
+    op: str
+    out_specs: list[Spec]
+    bind: Bind
+    scratch_specs: list[Spec] = field(default_factory=list)
+    flops: int = 0
+    # the output may share storage with input 0 (in-place chain fusion is then legal)
+    elementwise: bool = False
+    # the output is input 0 reshaped: the lowering aliases storage instead of copying
+    view: bool = False
+    # shape-only ops (Shape, Size, ConstantOfShape ...) know their value at build time
+    const_value: Optional[np.ndarray] = None
+
+
+KERNELS: dict[str, Callable] = {}
+
+
+def register(*ops: str):
+    def deco(fn):
+        for op in ops:
+            KERNELS[op] = fn
+        return fn
+    return deco
+
+
+def supported_ops() -> list[str]:
+    return sorted(KERNELS)
+
+
+def build_kernel(op: str, attrs: dict, specs: list, consts: list, where: str) -> Kernel:
+    if op not in KERNELS:
+        raise UnsupportedOpError(f"{where}: op {op!r} is not supported")
+    try:
+        return KERNELS[op](op, attrs, specs, consts)
+    except (UnsupportedOpError, ModelError) as e:
+        raise type(e)(f"{where}: {e}") from None
+
+
+def need_const(consts: list, i: int, what: str) -> np.ndarray:
+    if i >= len(consts) or consts[i] is None:
+        raise UnsupportedOpError(f"{what} must be a compile-time constant")
+    return consts[i]
+
+
+def opt(specs: list, i: int):
+    return specs[i] if i < len(specs) else None
+
+
+def numel(shape) -> int:
+    return int(np.prod(shape, dtype=np.int64))
+
+
+def norm_axis(axis: int, rank: int, what: str) -> int:
+    if not -rank <= axis < max(rank, 1):
+        raise ModelError(f"{what}: axis {axis} out of range for rank {rank}")
+    return axis % max(rank, 1)
+
+
+def broadcast_shape(*shapes, what: str = "broadcast") -> tuple[int, ...]:
+    try:
+        return tuple(int(s) for s in np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise ModelError(f"{what}: shapes {list(shapes)} do not broadcast") from None
+
+
+def copy_kernel(op: str, src_of: Callable, out: Spec, flops: int = 0) -> Kernel:
+    """Kernel whose result is `src_of(ins)` (a numpy view/expression) copied into the output."""
+    def bind(ins, outs, scratch):
+        o = outs[0]
+        src = src_of(ins)
+        return lambda: np.copyto(o, src)
+    # views of bound arrays are recomputed only once: src_of must return a view, not a copy
+    return Kernel(op, [out], bind, flops=flops)

@@ -1,0 +1,568 @@
+"""Neural-network kernels: Conv (im2col + one BLAS matmul per image and group), ConvTranspose, Gemm, MatMul,
+pools, normalisations, LRN, Softmax.
+
+Padded copies and im2col columns live in per-step scratch (shared between steps), so a conv's padding border
+is re-filled on every call instead of being assumed to stay zero."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from ..errors import ModelError, UnsupportedOpError
+from ..graph import Spec
+from .base import Kernel, broadcast_shape, need_const, norm_axis, numel, opt, register
+
+
+# ---------------------------------------------------------------- geometry shared by conv and pools
+
+def window_geometry(op, attrs, in_sp, kernel, ceil_mode=False):
+    """Return (out_sizes, pads_begin, pads_end_needed, strides, dilations) for a sliding window op."""
+    nd = len(in_sp)
+    strides = list(attrs.get("strides", [1] * nd))
+    dil = list(attrs.get("dilations", [1] * nd))
+    if len(strides) != nd or len(dil) != nd or len(kernel) != nd:
+        raise ModelError(f"{op}: strides {strides} / dilations {dil} / kernel {list(kernel)} "
+                         f"do not match {nd} spatial dims")
+    auto_pad = attrs.get("auto_pad", "NOTSET")
+    eff = [(k - 1) * d + 1 for k, d in zip(kernel, dil)]
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        out = [-(-i // s) for i, s in zip(in_sp, strides)]
+        total = [max(0, (o - 1) * s + e - i) for o, s, e, i in zip(out, strides, eff, in_sp)]
+        small = [t // 2 for t in total]
+        pb = small if auto_pad == "SAME_UPPER" else [t - sm for t, sm in zip(total, small)]
+        pe = [t - b for t, b in zip(total, pb)]
+    elif auto_pad == "VALID":
+        pb, pe = [0] * nd, [0] * nd
+        out = [(i - e) // s + 1 for i, e, s in zip(in_sp, eff, strides)]
+    elif auto_pad == "NOTSET":
+        pads = list(attrs.get("pads", [0] * (2 * nd)))
+        if len(pads) != 2 * nd:
+            raise ModelError(f"{op}: pads {pads} must have {2 * nd} entries")
+        pb, pe = pads[:nd], pads[nd:]
+        out = []
+        for i, e, s, b, en in zip(in_sp, eff, strides, pb, pe):
+            span = i + b + en - e
+            o = (-(-span // s) if ceil_mode else span // s) + 1
+            if ceil_mode and (o - 1) * s >= i + b:  # last window must start inside input or left pad
+                o -= 1
+            out.append(o)
+    else:
+        raise UnsupportedOpError(f"{op}: auto_pad {auto_pad!r}")
+    if any(o <= 0 for o in out):
+        raise ModelError(f"{op}: input spatial size {list(in_sp)} too small for kernel {list(kernel)} "
+                         f"(output would be {out})")
+    need_end = [max(pe_i, (o - 1) * s + e - i - b) for pe_i, o, s, e, i, b in zip(pe, out, strides, eff, in_sp, pb)]
+    return out, pb, pe, need_end, strides, dil
+
+
+class PaddedCopy:
+    """Copies x (C, *S) into the interior of a padded scratch P and refills the border with `value`."""
+
+    def __init__(self, P, pb, in_sp, value):
+        self.P = P
+        nd = len(in_sp)
+        self.interior = P[(slice(None),) + tuple(slice(b, b + s) for b, s in zip(pb, in_sp))]
+        self.slabs = []
+        for d in range(nd):
+            lo = (slice(None),) * (d + 1) + (slice(0, pb[d]),)
+            hi = (slice(None),) * (d + 1) + (slice(pb[d] + in_sp[d], None),)
+            for sl in (lo, hi):
+                v = P[sl]
+                if v.size:
+                    self.slabs.append(v)
+        self.value = value
+
+    def __call__(self, x):
+        for s in self.slabs:
+            s.fill(self.value)
+        np.copyto(self.interior, x)
+
+
+def windows(P, kernel, out, strides, dil, lead):
+    """Strided view (lead..., *kernel, *out) of the padded array P (lead..., *spatial)."""
+    nl = len(lead)
+    st = P.strides
+    sp = st[nl:]
+    return as_strided(P, shape=tuple(lead) + tuple(kernel) + tuple(out),
+                      strides=st[:nl] + tuple(s * d for s, d in zip(sp, dil)) +
+                      tuple(s * t for s, t in zip(sp, strides)), writeable=False)
+
+
+# ---------------------------------------------------------------- Conv
+
+@register("Conv")
+def conv(op, attrs, specs, consts):
+    x, w = specs[0], specs[1]
+    if len(x.shape) < 3:
+        raise ModelError(f"Conv input must be (N, C, spatial...), got shape {x.shape}")
+    N, C, *S = x.shape
+    W = need_const(consts, 1, "Conv weight")
+    M, Cg, *K = W.shape
+    G = int(attrs.get("group", 1))
+    if "kernel_shape" in attrs and list(attrs["kernel_shape"]) != K:
+        raise ModelError(f"Conv kernel_shape {attrs['kernel_shape']} does not match weight shape {W.shape}")
+    if C != Cg * G or M % G:
+        raise ModelError(f"Conv: input channels {C}, weight {W.shape} and group {G} are inconsistent")
+    if x.dtype != W.dtype:
+        raise ModelError(f"Conv: input dtype {x.dtype} differs from weight dtype {W.dtype}")
+    out_sp, pb, pe, need_end, strides, dil = window_geometry("Conv", attrs, S, K)
+    Mg = M // G
+    KK = numel(K)
+    O = numel(out_sp)
+    bias = None
+    if opt(specs, 2) is not None:
+        bias = need_const(consts, 2, "Conv bias").astype(x.dtype).reshape((M,) + (1,) * len(S))
+    padded = any(pb) or any(need_end)
+    pad_shape = tuple(s + b + e for s, b, e in zip(S, pb, need_end))
+    pointwise = KK == 1 and not padded and all(s == 1 for s in strides)
+    depthwise = Cg == 1 and Mg == 1 and G > 1
+    dt = x.dtype
+    scratch = []
+    if padded:
+        scratch.append(Spec((C,) + pad_shape, dt))
+    if depthwise:
+        scratch.append(Spec((C,) + tuple(out_sp), dt))
+    elif not pointwise:
+        scratch.append(Spec((G, Cg * KK, O), dt))
+    Wmat = np.ascontiguousarray(W.reshape(G, Mg, Cg * KK))
+    Wtaps = np.ascontiguousarray(W.reshape(C, KK).T.reshape((KK, C) + (1,) * len(S))) if depthwise else None
+    out_spec = Spec((N, M) + tuple(out_sp), dt)
+
+    def bind(ins, outs, scr):
+        xa, o = ins[0], outs[0]
+        si = 0
+        pad = None
+        if padded:
+            pad = PaddedCopy(scr[0], pb, S, 0)
+            si = 1
+        src = scr[0] if padded else None
+        steps = []
+        for n in range(N):
+            xn = xa[n]
+            on = o[n]
+            base = src if padded else xn
+            if pointwise:
+                a = xn.reshape(G, Cg, O)
+                steps.append((n, None, a, on.reshape(G, Mg, O)))
+            elif depthwise:
+                win = windows(base, K, out_sp, strides, dil, (C,))
+                taps = win.reshape((C, KK) + tuple(out_sp)) if win.flags.c_contiguous else None
+                tap_views = [win[(slice(None),) + np.unravel_index(k, K)] for k in range(KK)] \
+                    if taps is None else [taps[:, k] for k in range(KK)]
+                steps.append((n, tap_views, scr[si], on))
+            else:
+                col = scr[si]  # (G, Cg*KK, O) is the same memory as (C, *K, *O)
+                win = windows(base, K, out_sp, strides, dil, (C,))
+                colv = col.reshape((C,) + tuple(K) + tuple(out_sp))
+                steps.append((n, win, (colv, col), on.reshape(G, Mg, O)))
+        Wm2 = Wmat[0]
+
+        def run():
+            for n, a, b, c in steps:
+                if pad is not None:
+                    pad(xa[n])
+                if pointwise:
+                    if G == 1:
+                        np.matmul(Wm2, b[0], out=c[0])
+                    else:
+                        np.matmul(Wmat, b, out=c)
+                elif depthwise:
+                    tmp, on = b, c
+                    np.multiply(a[0], Wtaps[0], out=on)
+                    for k in range(1, KK):
+                        np.multiply(a[k], Wtaps[k], out=tmp)
+                        on += tmp
+                else:
+                    colv, col = b
+                    np.copyto(colv, a)
+                    if G == 1:
+                        np.matmul(Wm2, col[0], out=c[0])
+                    else:
+                        np.matmul(Wmat, col, out=c)
+            if bias is not None:
+                np.add(o, bias, out=o)
+        return run
+    flops = 2 * N * M * O * Cg * KK
+    return Kernel(op, [out_spec], bind, scratch, flops=flops)
+
+
+# ---------------------------------------------------------------- ConvTranspose
+
+@register("ConvTranspose")
+def conv_transpose(op, attrs, specs, consts):
+    """Rare op: computes with temporaries (column matrix and full-size accumulator) on each call."""
+    x = specs[0]
+    N, C, *S = x.shape
+    W = need_const(consts, 1, "ConvTranspose weight")
+    Cw, Mg, *K = W.shape
+    G = int(attrs.get("group", 1))
+    if Cw != C or C % G:
+        raise ModelError(f"ConvTranspose: input channels {C}, weight {W.shape}, group {G} are inconsistent")
+    nd = len(S)
+    M = Mg * G
+    Cg = C // G
+    strides = list(attrs.get("strides", [1] * nd))
+    dil = list(attrs.get("dilations", [1] * nd))
+    outpad = list(attrs.get("output_padding", [0] * nd))
+    full = [(s - 1) * st + (k - 1) * d + 1 for s, st, k, d in zip(S, strides, K, dil)]
+    auto_pad = attrs.get("auto_pad", "NOTSET")
+    if "output_shape" in attrs:
+        target = list(attrs["output_shape"])[-nd:]
+        total = [f + op_ - t for f, op_, t in zip(full, outpad, target)]
+        if auto_pad == "SAME_UPPER":
+            pb = [t // 2 for t in total]
+        else:
+            pb = [t - t // 2 for t in total]
+        pe = [t - b for t, b in zip(total, pb)]
+    elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        target = [s * st for s, st in zip(S, strides)]
+        total = [f + op_ - t for f, op_, t in zip(full, outpad, target)]
+        pb = [t - t // 2 if auto_pad == "SAME_UPPER" else t // 2 for t in total]
+        pb = [t // 2 if auto_pad == "SAME_UPPER" else t - t // 2 for t in total]
+        pe = [t - b for t, b in zip(total, pb)]
+    else:
+        pads = list(attrs.get("pads", [0] * 2 * nd))
+        pb, pe = pads[:nd], pads[nd:]
+    out_sp = [f + op_ - b - e for f, op_, b, e in zip(full, outpad, pb, pe)]
+    if any(o <= 0 for o in out_sp):
+        raise ModelError(f"ConvTranspose: output size {out_sp} is not positive")
+    Wm = np.ascontiguousarray(W.reshape(G, Cg, Mg * numel(K)).transpose(0, 2, 1))  # (G, Mg*KK, Cg)
+    bias = None
+    if opt(specs, 2) is not None:
+        bias = need_const(consts, 2, "ConvTranspose bias").reshape((M,) + (1,) * nd)
+    acc_shape = [f + op_ + max(0, -b) for f, op_, b in zip(full, outpad, pb)]
+    acc_shape = [max(a, b + o) for a, b, o in zip(acc_shape, pb, out_sp)]
+    out_spec = Spec((N, M) + tuple(out_sp), x.dtype)
+
+    def bind(ins, outs, scr):
+        xa, o = ins[0], outs[0]
+
+        def run():
+            for n in range(N):
+                cols = np.matmul(Wm, xa[n].reshape(G, Cg, numel(S)))  # (G, Mg*KK, S)
+                cols = cols.reshape((M,) + tuple(K) + tuple(S))
+                acc = np.zeros((M,) + tuple(acc_shape), x.dtype)
+                for k in np.ndindex(*K):
+                    sl = tuple(slice(kk * d, kk * d + (s - 1) * st + 1, st)
+                               for kk, d, s, st in zip(k, dil, S, strides))
+                    acc[(slice(None),) + sl] += cols[(slice(None),) + k]
+                crop = tuple(slice(b, b + s) for b, s in zip(pb, out_sp))
+                np.copyto(o[n], acc[(slice(None),) + crop])
+            if bias is not None:
+                np.add(o, bias, out=o)
+        return run
+    if any(b < 0 for b in pb):
+        raise UnsupportedOpError(f"ConvTranspose with negative pads {pb}")
+    return Kernel(op, [out_spec], bind, flops=2 * N * M * numel(S) * Cg * numel(K))
+
+
+# ---------------------------------------------------------------- Gemm / MatMul
+
+@register("Gemm")
+def gemm(op, attrs, specs, consts):
+    a, b = specs[0], specs[1]
+    ta, tb = int(attrs.get("transA", 0)), int(attrs.get("transB", 0))
+    alpha, beta = float(attrs.get("alpha", 1.0)), float(attrs.get("beta", 1.0))
+    if len(a.shape) != 2 or len(b.shape) != 2:
+        raise ModelError(f"Gemm needs 2-D inputs, got {a.shape} and {b.shape}")
+    M, K = a.shape[::-1] if ta else a.shape
+    K2, Nn = b.shape[::-1] if tb else b.shape
+    if K != K2:
+        raise ModelError(f"Gemm inner dimensions differ: A {a.shape} (transA={ta}) vs B {b.shape} (transB={tb})")
+    Bc = consts[1] if len(consts) > 1 else None
+    Bm = None
+    if Bc is not None:  # weight laid out once as contiguous (K, N), alpha folded in
+        Bm = np.ascontiguousarray(Bc.T if tb else Bc) * np.asarray(alpha, a.dtype)
+    C = None
+    c_spec = opt(specs, 2)
+    if c_spec is not None:
+        broadcast_shape(c_spec.shape, (M, Nn), what="Gemm C")
+        if broadcast_shape(c_spec.shape, (M, Nn)) != (M, Nn):
+            raise ModelError(f"Gemm C shape {c_spec.shape} does not broadcast to {(M, Nn)}")
+        cc = consts[2] if len(consts) > 2 else None
+        if cc is not None:
+            C = (cc * np.asarray(beta, a.dtype)).astype(a.dtype)
+    out = Spec((M, Nn), a.dtype)
+
+    def bind(ins, outs, scr):
+        A = ins[0].T if ta else ins[0]
+        B = Bm if Bm is not None else (ins[1].T if tb else ins[1])
+        Cin = C if C is not None else (ins[2] if c_spec is not None else None)
+        o = outs[0]
+        scale_c = C is None and Cin is not None and beta != 1.0
+
+        def run():
+            np.matmul(A, B, out=o)
+            if Bm is None and alpha != 1.0:
+                np.multiply(o, alpha, out=o)
+            if Cin is not None:
+                if scale_c:
+                    np.add(o, beta * Cin, out=o)
+                else:
+                    np.add(o, Cin, out=o)
+        return run
+    return Kernel(op, [out], bind, flops=2 * M * Nn * K)
+
+
+def matmul_shape(sa, sb):
+    """numpy/ONNX MatMul result shape (1-D operands get a dimension added and removed)."""
+    if not sa or not sb:
+        raise ModelError(f"MatMul operands must not be scalars, got {sa} and {sb}")
+    a2 = (1,) + tuple(sa) if len(sa) == 1 else tuple(sa)
+    b2 = tuple(sb) + (1,) if len(sb) == 1 else tuple(sb)
+    if a2[-1] != b2[-2]:
+        raise ModelError(f"MatMul shapes {sa} and {sb} do not match")
+    batch = broadcast_shape(a2[:-2], b2[:-2], what="MatMul batch")
+    out = batch + (a2[-2], b2[-1])
+    if len(sa) == 1:
+        out = out[:-2] + out[-1:]
+    if len(sb) == 1:
+        out = out[:-1]
+    return out
+
+
+@register("MatMul")
+def matmul(op, attrs, specs, consts):
+    a, b = specs[0], specs[1]
+    if a.dtype != b.dtype:
+        raise ModelError(f"MatMul dtypes differ ({a.dtype} vs {b.dtype})")
+    shape = matmul_shape(a.shape, b.shape)
+    K = a.shape[-1]
+    Bc = consts[1] if len(consts) > 1 else None
+
+    def bind(ins, outs, scr):
+        A, o = ins[0], outs[0]
+        B = np.ascontiguousarray(Bc) if Bc is not None else ins[1]
+        return lambda: np.matmul(A, B, out=o)
+    return Kernel(op, [Spec(tuple(shape), a.dtype)], bind, flops=2 * numel(shape) * K)
+
+
+# ---------------------------------------------------------------- pooling
+
+@register("MaxPool", "AveragePool", "LpPool")
+def pool(op, attrs, specs, consts):
+    x = specs[0]
+    if op == "LpPool":
+        raise UnsupportedOpError("LpPool")
+    N, C, *S = x.shape
+    K = list(attrs["kernel_shape"])
+    ceil_mode = bool(attrs.get("ceil_mode", 0))
+    out_sp, pb, pe, need_end, strides, dil = window_geometry(op, attrs, S, K, ceil_mode)
+    if op == "MaxPool" and int(attrs.get("storage_order", 0)) != 0:
+        raise UnsupportedOpError("MaxPool storage_order=1")
+    padded = any(pb) or any(need_end)
+    pad_shape = tuple(s + b + e for s, b, e in zip(S, pb, need_end))
+    is_max = op == "MaxPool"
+    fill = (-np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min) if is_max else 0
+    KK = numel(K)
+    recip = None
+    if not is_max:
+        # divisor per output position: count the cells that are real input (or inside the declared pads)
+        include_pad = int(attrs.get("count_include_pad", 0)) == 1
+        mask = np.zeros(pad_shape, np.float64)
+        if include_pad:
+            mask[tuple(slice(0, b + s + e) for b, s, e in zip(pb, S, pe))] = 1
+        else:
+            mask[tuple(slice(b, b + s) for b, s in zip(pb, S))] = 1
+        cnt = windows(mask, K, out_sp, strides, dil, ()).sum(axis=tuple(range(len(K))))
+        recip = (1.0 / cnt).astype(x.dtype)
+    out_spec = Spec((N, C) + tuple(out_sp), x.dtype)
+    scratch = [Spec((C,) + pad_shape, x.dtype)] if padded else []
+
+    def bind(ins, outs, scr):
+        xa, o = ins[0], outs[0]
+        pad = PaddedCopy(scr[0], pb, S, fill) if padded else None
+        per_n = []
+        for n in range(N):
+            base = scr[0] if padded else xa[n]
+            win = windows(base, K, out_sp, strides, dil, (C,))
+            taps = [win[(slice(None),) + np.unravel_index(k, K)] for k in range(KK)]
+            per_n.append((n, taps, o[n]))
+        red = np.maximum if is_max else np.add
+
+        def run():
+            for n, taps, on in per_n:
+                if pad is not None:
+                    pad(xa[n])
+                np.copyto(on, taps[0])
+                for t in taps[1:]:
+                    red(on, t, out=on)
+            if recip is not None:
+                np.multiply(o, recip, out=o)
+        return run
+    outs = [out_spec]
+    return Kernel(op, outs, bind, scratch, flops=numel(out_spec.shape) * KK)
+
+
+@register("GlobalAveragePool", "GlobalMaxPool")
+def global_pool(op, attrs, specs, consts):
+    x = specs[0]
+    axes = tuple(range(2, len(x.shape)))
+    out = Spec(x.shape[:2] + (1,) * len(axes), x.dtype)
+    fn = np.mean if op == "GlobalAveragePool" else np.max
+
+    def bind(ins, outs, scr):
+        a, o = ins[0], outs[0]
+        return lambda: fn(a, axis=axes, keepdims=True, out=o)
+    return Kernel(op, [out], bind, flops=numel(x.shape))
+
+
+# ---------------------------------------------------------------- normalisation
+
+@register("BatchNormalization")
+def batchnorm(op, attrs, specs, consts):
+    x = specs[0]
+    if int(attrs.get("training_mode", 0)) or int(attrs.get("_n_outputs", 1)) > 1:
+        raise UnsupportedOpError("BatchNormalization in training mode (only inference is supported)")
+    eps = float(attrs.get("epsilon", 1e-5))
+    nd = len(x.shape) - 2
+    vals = [consts[i] if i < len(consts) else None for i in range(1, 5)]
+    shape_c = (x.shape[1],) + (1,) * nd
+    if all(v is not None for v in vals):
+        a, b = bn_affine(*vals, eps)
+        a, b = a.astype(x.dtype).reshape(shape_c), b.astype(x.dtype).reshape(shape_c)
+    else:
+        a = b = None
+
+    def bind(ins, outs, scr):
+        xa, o = ins[0], outs[0]
+        if a is not None:
+            def run():
+                np.multiply(xa, a, out=o)
+                np.add(o, b, out=o)
+        else:
+            def run():
+                sa, sb = bn_affine(ins[1], ins[2], ins[3], ins[4], eps)
+                np.multiply(xa, sa.reshape(shape_c).astype(o.dtype), out=o)
+                np.add(o, sb.reshape(shape_c).astype(o.dtype), out=o)
+        return run
+    return Kernel(op, [x], bind, flops=2 * numel(x.shape), elementwise=True)
+
+
+def bn_affine(scale, bias, mean, var, eps):
+    """BatchNorm as y = x * a + b (computed in float64 for folding accuracy)."""
+    a = scale.astype(np.float64) / np.sqrt(var.astype(np.float64) + eps)
+    return a, bias.astype(np.float64) - mean.astype(np.float64) * a
+
+
+@register("InstanceNormalization")
+def instance_norm(op, attrs, specs, consts):
+    x = specs[0]
+    eps = float(attrs.get("epsilon", 1e-5))
+    axes = tuple(range(2, len(x.shape)))
+    shape_c = (x.shape[1],) + (1,) * len(axes)
+
+    def bind(ins, outs, scr):
+        xa, sc, bi, o = ins[0], ins[1], ins[2], outs[0]
+
+        def run():
+            mean = xa.mean(axis=axes, keepdims=True)
+            var = xa.var(axis=axes, keepdims=True)
+            np.subtract(xa, mean, out=o)
+            np.divide(o, np.sqrt(var + eps), out=o)
+            np.multiply(o, sc.reshape(shape_c), out=o)
+            np.add(o, bi.reshape(shape_c), out=o)
+        return run
+    return Kernel(op, [x], bind, flops=6 * numel(x.shape))
+
+
+@register("LayerNormalization")
+def layer_norm(op, attrs, specs, consts):
+    x = specs[0]
+    axis = norm_axis(int(attrs.get("axis", -1)), len(x.shape), "LayerNormalization")
+    eps = float(attrs.get("epsilon", 1e-5))
+    axes = tuple(range(axis, len(x.shape)))
+    red_shape = x.shape[:axis] + (1,) * len(axes)
+    n_out = int(attrs.get("_n_outputs", 1))
+    stat_dt = x.dtype
+    outs_specs = [x] + [Spec(red_shape, np.dtype(np.float32) if x.dtype == np.float16 else stat_dt)] * (n_out - 1)
+    has_bias = opt(specs, 2) is not None
+
+    def bind(ins, outs, scr):
+        xa, sc, o = ins[0], ins[1], outs[0]
+        bi = ins[2] if has_bias else None
+
+        def run():
+            mean = xa.mean(axis=axes, keepdims=True)
+            np.subtract(xa, mean, out=o)
+            inv = 1.0 / np.sqrt((o * o).mean(axis=axes, keepdims=True) + eps)
+            np.multiply(o, inv, out=o)
+            np.multiply(o, sc, out=o)
+            if bi is not None:
+                np.add(o, bi, out=o)
+            if len(outs) > 1:
+                np.copyto(outs[1], mean, casting="unsafe")
+            if len(outs) > 2:
+                np.copyto(outs[2], inv, casting="unsafe")
+        return run
+    return Kernel(op, outs_specs, bind, flops=8 * numel(x.shape))
+
+
+@register("LRN")
+def lrn(op, attrs, specs, consts):
+    x = specs[0]
+    size = int(attrs["size"])
+    alpha, beta, bias = float(attrs.get("alpha", 1e-4)), float(attrs.get("beta", 0.75)), float(attrs.get("bias", 1.0))
+    C = x.shape[1]
+    lo, hi = (size - 1) // 2, math.ceil((size - 1) / 2)
+    scratch = [Spec((x.shape[0], C + size) + x.shape[2:], x.dtype), Spec(x.shape, x.dtype)]
+
+    def bind(ins, outs, scr):
+        xa, o = ins[0], outs[0]
+        csum, acc = scr
+        sq_interior = csum[:, 1 + lo:1 + lo + C]
+
+        def run():
+            # windowed channel sum via a cumulative sum along a zero-padded channel axis
+            csum.fill(0)
+            np.square(xa, out=sq_interior)
+            np.cumsum(csum, axis=1, out=csum)
+            np.subtract(csum[:, size:size + C], csum[:, 0:C], out=acc)
+            np.multiply(acc, alpha / size, out=acc)
+            np.add(acc, bias, out=acc)
+            np.power(acc, beta, out=acc)
+            np.divide(xa, acc, out=o)
+        return run
+    return Kernel(op, [x], bind, scratch, flops=6 * numel(x.shape))
+
+
+@register("Softmax", "LogSoftmax", "Hardmax")
+def softmax(op, attrs, specs, consts):
+    x = specs[0]
+    opset = int(attrs.get("_opset", 13))
+    rank = len(x.shape)
+    axis = norm_axis(int(attrs.get("axis", -1 if opset >= 13 else 1)), rank, op)
+    if opset < 13:  # legacy semantics: flatten to 2-D at axis
+        view_shape = (numel(x.shape[:axis]), numel(x.shape[axis:]))
+        red_axis = 1
+    else:
+        view_shape = x.shape
+        red_axis = axis
+    red_shape = tuple(1 if i == red_axis else s for i, s in enumerate(view_shape))
+    scratch = [Spec(red_shape, x.dtype)]
+
+    def bind(ins, outs, scr):
+        xa, o = ins[0].reshape(view_shape), outs[0].reshape(view_shape)
+        m = scr[0]
+
+        def run():
+            if op == "Hardmax":
+                idx = np.argmax(xa, axis=red_axis)
+                o.fill(0)
+                np.put_along_axis(o, np.expand_dims(idx, red_axis), 1, axis=red_axis)
+                return
+            np.max(xa, axis=red_axis, keepdims=True, out=m)
+            np.subtract(xa, m, out=o)
+            if op == "LogSoftmax":
+                e = np.exp(o)  # rare op: one temporary per call
+                np.sum(e, axis=red_axis, keepdims=True, out=m)
+                np.log(m, out=m)
+                np.subtract(o, m, out=o)
+            else:
+                np.exp(o, out=o)
+                np.sum(o, axis=red_axis, keepdims=True, out=m)
+                np.divide(o, m, out=o)
+        return run
+    return Kernel(op, [x], bind, scratch, flops=4 * numel(x.shape))

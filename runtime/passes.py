@@ -1,0 +1,126 @@
+"""Graph optimisation passes: constant folding with shape inference, BatchNorm folded into Conv, dead-code
+elimination, and the elementwise chains the lowering fuses in place.
+
+Invariants: passes never change what the graph computes (folding evaluates with the same kernels that run
+later); held (mutable) values are never folded; every pass returns value specs for all live values."""
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import ModelError
+from .graph import Graph, Node, Spec, spec_of
+from .kernels import build_kernel
+from .kernels.nn import bn_affine
+
+
+def _where(node: Node) -> str:
+    return node.describe()
+
+
+def evaluate(kernel, ins: list) -> list[np.ndarray]:
+    """Run one kernel eagerly on concrete arrays (used for folding and by eager Tensor ops)."""
+    outs = [np.empty(s.shape, s.dtype) for s in kernel.out_specs]
+    scratch = [np.empty(s.shape, s.dtype) for s in kernel.scratch_specs]
+    kernel.bind(ins, outs, scratch)()
+    return outs
+
+
+def fold_constants(graph: Graph) -> tuple[Graph, dict[str, Spec], dict[str, object]]:
+    """Infer every value's spec; evaluate nodes whose inputs are all constant.
+
+    Returns (graph with folded nodes removed, specs, kernels of the remaining nodes by output name)."""
+    specs: dict[str, Spec] = {n: s for n, s in graph.inputs.items()}
+    for n, a in graph.consts.items():
+        specs[n] = spec_of(a)
+    for n, a in graph.held.items():
+        specs[n] = spec_of(a)
+    consts = dict(graph.consts)
+    kept, kernels = [], {}
+    for node in graph.nodes:
+        in_specs, in_consts = [], []
+        for name in node.inputs:
+            if name == "":
+                in_specs.append(None)
+                in_consts.append(None)
+                continue
+            if name not in specs:
+                raise ModelError(f"{_where(node)}: input {name!r} is not produced by any earlier node")
+            in_specs.append(specs[name])
+            in_consts.append(consts.get(name))
+        k = build_kernel(node.op, node.attrs, in_specs, in_consts, _where(node))
+        if len(k.out_specs) < len(node.outputs):
+            raise ModelError(f"{_where(node)}: declares {len(node.outputs)} outputs, op yields {len(k.out_specs)}")
+        for name, s in zip(node.outputs, k.out_specs):
+            if name:
+                specs[name] = s
+        foldable = k.const_value is not None or all(
+            name == "" or (name in consts and name not in graph.held) for name in node.inputs)
+        if foldable:
+            vals = [k.const_value] if k.const_value is not None else \
+                evaluate(k, [consts.get(n) if n else None for n in node.inputs])
+            for name, v in zip(node.outputs, vals):
+                if name:
+                    consts[name] = v
+        else:
+            kept.append(node)
+            kernels[id(node)] = k
+    out = Graph(graph.inputs, graph.outputs, kept, consts, graph.metadata, graph.opset, graph.held)
+    return out, specs, kernels
+
+
+def fold_batchnorm(graph: Graph) -> Graph:
+    """Conv -> BatchNormalization (constant params, conv output used only by the BN) becomes one Conv."""
+    producers = {o: n for n in graph.nodes for o in n.outputs}
+    uses: dict[str, int] = {}
+    for n in graph.nodes:
+        for i in n.inputs:
+            uses[i] = uses.get(i, 0) + 1
+    for o in graph.outputs:
+        uses[o] = uses.get(o, 0) + 1
+    consts = dict(graph.consts)
+    drop = set()
+    nodes = []
+    for n in graph.nodes:
+        conv = producers.get(n.inputs[0]) if n.op == "BatchNormalization" and n.inputs else None
+        ok = (conv is not None and conv.op == "Conv" and uses.get(n.inputs[0]) == 1 and len(n.outputs) == 1
+              and all(i in consts for i in n.inputs[1:5]) and len(n.inputs) == 5
+              and conv.inputs[1] in consts and (len(conv.inputs) < 3 or conv.inputs[2] in consts)
+              and not int(n.attrs.get("training_mode", 0)))
+        if not ok:
+            nodes.append(n)
+            continue
+        W = consts[conv.inputs[1]]
+        a, b = bn_affine(*(consts[i] for i in n.inputs[1:5]), float(n.attrs.get("epsilon", 1e-5)))
+        bias = consts[conv.inputs[2]].astype(np.float64) if len(conv.inputs) > 2 else np.zeros(W.shape[0])
+        wname, bname = f"{n.outputs[0]}::bnfold_w", f"{n.outputs[0]}::bnfold_b"
+        consts[wname] = (W.astype(np.float64) * a.reshape((-1,) + (1,) * (W.ndim - 1))).astype(W.dtype)
+        consts[bname] = (bias * a + b).astype(W.dtype)
+        fused = Node("Conv", [conv.inputs[0], wname, bname], [n.outputs[0]], dict(conv.attrs), conv.name)
+        drop.add(id(conv))
+        nodes.append(fused)
+    # the fused conv sits where the BN was: all its inputs precede the conv, all consumers follow the BN
+    nodes = [n for n in nodes if id(n) not in drop]
+    return Graph(graph.inputs, graph.outputs, nodes, consts, graph.metadata, graph.opset, graph.held)
+
+
+def eliminate_dead(graph: Graph) -> Graph:
+    live = set(graph.outputs)
+    kept = []
+    for n in reversed(graph.nodes):
+        if any(o in live for o in n.outputs) or any(o in graph.held for o in n.outputs):
+            kept.append(n)
+            live.update(i for i in n.inputs if i)
+    kept.reverse()
+    consts = {k: v for k, v in graph.consts.items() if k in live}
+    return Graph(graph.inputs, graph.outputs, kept, consts, graph.metadata, graph.opset, graph.held)
+
+
+def optimize(graph: Graph, config: dict) -> tuple[Graph, dict[str, Spec], dict]:
+    """The pass pipeline; `config` switches passes (it is part of the program key)."""
+    graph, specs, kernels = fold_constants(graph)
+    graph = eliminate_dead(graph)
+    if config.get("fold_batchnorm", True):
+        graph = fold_batchnorm(graph)
+        graph, specs, kernels = fold_constants(graph)
+        graph = eliminate_dead(graph)
+    return graph, specs, kernels

@@ -1,0 +1,237 @@
+"""Lowering (graph -> scheduled steps with aliases and a memory plan) and linking (plan -> callables).
+
+Invariants:
+- A step is one kernel, or an in-place elementwise chain fused behind the kernel that produced its input
+  (the chain writes into that kernel's output buffer; legal only when nothing else reads the old value).
+- View ops (Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout) never copy: their output aliases the
+  input's storage, and the storage lives as long as any alias is used.
+- A linked program allocates everything once: one arena per device holds planned intermediates followed by
+  one scratch region shared by all steps (steps run one after another). `run()` allocates nothing apart
+  from the few rare ops that say so.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .graph import Graph, Node, Spec
+from .kernels import Kernel, build_kernel
+from .memory_plan import ALIGN, Plan, align, plan_memory
+from .passes import optimize
+from .schedule import StepDeps, schedule
+
+CODEGEN_DEFAULTS = {"fold_batchnorm": True, "fuse_elementwise": True}
+COMMUTATIVE = {"Add", "Mul", "Sum", "Max", "Min"}
+
+
+@dataclass
+class Program:
+    inputs: dict[str, Spec]
+    outputs: list[str]
+    specs: dict[str, Spec]
+    consts: dict[str, np.ndarray]
+    steps: list[list[Node]]
+    storage: dict[str, str]          # value -> root value whose buffer holds it
+    plan: Plan
+    scratch_bytes: int
+    config: dict
+    device: str = "CPU"
+    metadata: dict = field(default_factory=dict)
+    held: dict = field(default_factory=dict)
+    kernels: list[list[Kernel]] = field(default_factory=list)
+
+    @property
+    def arena_bytes(self) -> int:
+        return self.plan.arena_bytes.get(self.device, 0) + self.scratch_bytes
+
+    @property
+    def output_specs(self) -> dict[str, Spec]:
+        return {o: self.specs[o] for o in self.outputs}
+
+    def flops(self) -> int:
+        return sum(k.flops for ks in self.kernels for k in ks)
+
+    def op_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for nodes in self.steps:
+            for n in nodes:
+                counts[n.op] = counts.get(n.op, 0) + 1
+        return counts
+
+    def build_kernels(self):
+        """(Re)build kernels from the declarative steps; deterministic given specs and consts."""
+        self.kernels = []
+        for nodes in self.steps:
+            ks = []
+            for n in nodes:
+                in_specs = [self.specs[i] if i else None for i in n.inputs]
+                in_consts = [self.consts.get(i) if i else None for i in n.inputs]
+                ks.append(build_kernel(n.op, n.attrs, in_specs, in_consts, n.describe()))
+            self.kernels.append(ks)
+
+
+def _kernel_for(node: Node, specs, consts) -> Kernel:
+    return build_kernel(node.op, node.attrs, [specs[i] if i else None for i in node.inputs],
+                        [consts.get(i) if i else None for i in node.inputs], node.describe())
+
+
+def lower(graph: Graph, config: dict | None = None, device: str = "CPU") -> Program:
+    config = {**CODEGEN_DEFAULTS, **(config or {})}
+    graph, specs, kernels = optimize(graph, config)
+    consts, held = graph.consts, graph.held
+    external = set(graph.inputs) | set(consts) | set(held)
+    storage: dict[str, str] = {n: n for n in external}
+    view_root: dict[str, str] = {n: n for n in external}
+    # readers per view group: a value and all its view aliases share old content
+    readers: dict[str, int] = {}
+    steps: list[list[Node]] = []
+    step_kernels: list[list[Kernel]] = []
+    producer_step: dict[str, int] = {}
+
+    def group(v: str) -> str:
+        return view_root.get(v, v)
+    # first pass: view aliases (known statically) so reader counts can be taken per group
+    for n in graph.nodes:
+        if kernels[id(n)].view:
+            view_root[n.outputs[0]] = group(n.inputs[0])
+    for n in graph.nodes:
+        if kernels[id(n)].view:
+            continue
+        for i in set(n.inputs):
+            if i:
+                readers[group(i)] = readers.get(group(i), 0) + 1
+    for o in graph.outputs:
+        readers[group(o)] = readers.get(group(o), 0) + 1
+
+    def inplace_ok(node: Node, k: Kernel, idx: int) -> bool:
+        x = node.inputs[idx]
+        root = storage.get(x)
+        return (root is not None and root not in external and readers.get(group(x), 0) == 1
+                and specs[x].dtype == k.out_specs[0].dtype and specs[x].nbytes == k.out_specs[0].nbytes)
+
+    for n in graph.nodes:
+        k = kernels[id(n)]
+        if k.view:
+            storage[n.outputs[0]] = storage[n.inputs[0]]
+            continue
+        fused = False
+        if config["fuse_elementwise"] and len(n.outputs) == 1 and n.inputs:
+            if not (k.elementwise and inplace_ok(n, k, 0)) and n.op in COMMUTATIVE and len(n.inputs) == 2:
+                swapped = Node(n.op, [n.inputs[1], n.inputs[0]], n.outputs, n.attrs, n.name)
+                ks = _kernel_for(swapped, specs, consts)
+                if ks.elementwise and inplace_ok(swapped, ks, 0):
+                    n, k = swapped, ks
+            if k.elementwise and inplace_ok(n, k, 0):
+                storage[n.outputs[0]] = storage[n.inputs[0]]
+                prev = producer_step.get(n.inputs[0])
+                if prev is not None and prev == len(steps) - 1:
+                    steps[-1].append(n)
+                    step_kernels[-1].append(k)
+                    producer_step[n.outputs[0]] = prev
+                    fused = True
+        if not fused:
+            for o in n.outputs:
+                storage.setdefault(o, o)
+            steps.append([n])
+            step_kernels.append([k])
+            for o in n.outputs:
+                producer_step[o] = len(steps) - 1
+    # schedule on storage buffers with versions (RAW + WAR + WAW)
+    version: dict[str, int] = {}
+    deps = []
+    for nodes in steps:
+        d = StepDeps(label=nodes[0].describe())
+        written = set()
+        for n in nodes:
+            for i in n.inputs:
+                if i and storage[i] not in written:
+                    d.reads.append((storage[i], version.get(storage[i], 0)))
+            for o in n.outputs:
+                if o and storage[o] not in written:
+                    written.add(storage[o])
+        for b in written:
+            version[b] = version.get(b, 0) + 1
+            d.writes.append((b, version[b]))
+        deps.append(d)
+    order = schedule(deps)
+    steps = [steps[i] for i in order]
+    step_kernels = [step_kernels[i] for i in order]
+    # memory plan over storage roots
+    step_buffers = [sorted({storage[v] for n in nodes for v in list(n.inputs) + list(n.outputs) if v})
+                    for nodes in steps]
+    sizes = {b: specs[b].nbytes for bufs in step_buffers for b in bufs}
+    plan = plan_memory(step_buffers, sizes, {b: device for b in sizes}, external,  # arena keyed by the target
+                       {storage[o] for o in graph.outputs})
+    scratch = max([max([sum(align(s.nbytes) for s in k.scratch_specs) for k in ks] + [0]) for ks in step_kernels]
+                  + [0])
+    return Program(dict(graph.inputs), list(graph.outputs), specs, consts, steps, storage, plan, scratch,
+                   config, device, dict(graph.metadata), dict(held), step_kernels)
+
+
+def aligned_bytes(nbytes: int, alloc=None) -> np.ndarray:
+    """A uint8 array of nbytes whose data pointer is ALIGN-aligned."""
+    raw = alloc(nbytes + ALIGN) if alloc else np.empty(nbytes + ALIGN, np.uint8)
+    shift = (-raw.ctypes.data) % ALIGN
+    return raw[shift:shift + nbytes]
+
+
+def view_as(mem: np.ndarray, spec: Spec) -> np.ndarray:
+    return mem[:spec.nbytes].view(spec.dtype).reshape(spec.shape)
+
+
+@dataclass
+class Linked:
+    inputs: dict[str, np.ndarray]    # staging buffers the caller copies inputs into
+    outputs: dict[str, np.ndarray]   # views the caller copies results out of
+    calls: list
+    arena: np.ndarray
+
+    def run(self):
+        for c in self.calls:
+            c()
+
+
+def link(program: Program, alloc=None) -> Linked:
+    """Allocate the arena and input buffers (via `alloc(nbytes) -> uint8 array`, e.g. device memory)."""
+    if not program.kernels:
+        program.build_kernels()
+    dev = program.device
+    planned = program.plan.arena_bytes.get(dev, 0)
+    arena = aligned_bytes(planned + program.scratch_bytes, alloc)
+    scratch_mem = arena[planned:]
+    arrays: dict[str, np.ndarray] = {}
+    inputs = {}
+    for name, spec in program.inputs.items():
+        inputs[name] = view_as(aligned_bytes(spec.nbytes, alloc), spec)
+        arrays[name] = inputs[name]
+    for name, a in program.consts.items():
+        arrays[name] = np.ascontiguousarray(a)
+    for name, a in program.held.items():
+        arrays[name] = a
+    roots: dict[str, np.ndarray] = {}
+    for b, (_, off) in program.plan.offsets.items():
+        roots[b] = arena[off:off + program.specs[b].nbytes]
+
+    def value(v: str) -> np.ndarray:
+        if v not in arrays:
+            root = program.storage[v]
+            spec = program.specs[v]
+            if root in roots:
+                arrays[v] = view_as(roots[root], spec)
+            else:  # alias of an input, const or held buffer
+                arrays[v] = value(root).reshape(spec.shape)
+        return arrays[v]
+    calls = []
+    for nodes, ks in zip(program.steps, program.kernels):
+        for n, k in zip(nodes, ks):
+            ins = [value(i) if i else None for i in n.inputs]
+            outs = [value(o) if o else np.empty(s.shape, s.dtype) for o, s in zip(n.outputs, k.out_specs)]
+            outs += [np.empty(s.shape, s.dtype) for s in k.out_specs[len(outs):]]
+            scratch, off = [], 0
+            for s in k.scratch_specs:
+                scratch.append(view_as(scratch_mem[off:off + s.nbytes], s))
+                off += align(s.nbytes)
+            calls.append(k.bind(ins, outs, scratch))
+    outputs = {o: value(o) for o in program.outputs}
+    return Linked(inputs, outputs, calls, arena)
