@@ -1,0 +1,5 @@
+import sys
+
+from daemons.dmonitoringmodeld.daemon import main
+
+sys.exit(main())
