@@ -1,0 +1,445 @@
+"""manager: runs the whole stack (camerad, car, the model daemons, the safety consumers, the logger) in a
+private bus namespace, keeps it running, shows it, and cleans up after it.
+
+Invariants:
+- The process list (PROCESSES) is declarative: name, module, arguments, enabled, should_run, start-after
+  dependencies. A module that does not exist is reported as "missing" and skipped; the manager carries on.
+- Start order: a process starts once every process it is `after` is ready (all the services it owns have
+  published since it started), has given up (missing/crashed) or READY_TIMEOUT_S has passed.
+- Every run gets its own namespace (msgq.namespace.Namespace): OPENPILOT_PREFIX if set (so outside tools can
+  join), a fresh one otherwise. On exit — normal, Ctrl-C, SIGTERM or an exception — every child group gets
+  SIGINT, then SIGKILL after 5 s, and the namespace's shared memory and sockets are removed. Children also die
+  with the manager if it is SIGKILLed (PR_SET_PDEATHSIG, see process.py).
+- A crashed process is restarted with backoff; crashes we did not cause make a --duration run exit non-zero,
+  as does any service of a running process that missed its rate over the measured part of the run.
+- managerState is published at 1 Hz.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+
+from selfdrive_stub.process import ManagedProcess, ProcessConfig
+
+READY_TIMEOUT_S = 30.0
+LOOP_DT = 0.1
+WARMUP_AFTER_READY_S = 2.0
+ROUTE_CAMERAS = {"narrowRoad": "narrow", "wideRoad": "wide", "cabin": "cabin"}
+
+
+def _camerad_args(o) -> list[str]:
+  args = ["--camera", o.camera, "--seed", str(o.seed)]
+  if o.route:
+    from process_replay.route import Route
+    route = Route(o.route)
+    args += ["--frames", *[os.path.join(o.route, route.header["cameras"][c]["file"]) for c in route.cameras]]
+  return args
+
+
+def _car_args(o) -> list[str]:
+  args = ["--camera", o.camera, "--seed", str(o.seed)]
+  return args + (["--chestnut"] if o.usb_gpu else [])
+
+
+def _logger_args(o) -> list[str]:
+  return ["--out", o.record, "--camera", o.camera, "--seed", str(o.seed)]
+
+
+PROCESSES = [
+  ProcessConfig("camerad", "selfdrive_stub.camerad", args=_camerad_args),
+  ProcessConfig("car", "selfdrive_stub.car", args=_car_args),
+  ProcessConfig("logger", "selfdrive_stub.logger", args=_logger_args, should_run=lambda o: bool(o.record),
+                after=("camerad", "car")),
+  ProcessConfig("modeld", "daemons.modeld", after=("camerad",)),
+  ProcessConfig("dmonitoringmodeld", "daemons.dmonitoringmodeld", after=("camerad",)),
+  ProcessConfig("dmonitoringd", "selfdrive_stub.dmonitoringd"),
+  ProcessConfig("selfdrived", "selfdrive_stub.selfdrived"),
+]
+
+
+@dataclass(frozen=True)
+class Injection:
+  at: float
+  kind: str          # "amd", "restart" or "kill"
+  target: str        # fault kind for amd, a process name otherwise
+
+  def describe(self) -> str:
+    return {"amd": f"USB+AMD fault {self.target}", "restart": f"restart {self.target}",
+            "kill": f"SIGKILL {self.target}"}[self.kind] + f" at {self.at:g} s"
+
+
+def parse_injection(spec: str, names: list[str]) -> Injection:
+  """amd-hang@10, camerad-restart@5, kill:dmonitoringmodeld@8 -> Injection; anything else is a ValueError."""
+  what, sep, when = spec.rpartition("@")
+  try:
+    at = float(when)
+  except ValueError:
+    at = -1.0
+  if not sep or at < 0:
+    raise ValueError(f"bad --inject {spec!r}: expected FAULT@SECONDS, e.g. amd-hang@10")
+  if what.startswith("amd-"):
+    from runtime.faults import FAULT_KINDS
+    kind = what[4:]
+    if kind not in FAULT_KINDS:
+      raise ValueError(f"bad --inject {spec!r}: unknown USB+AMD fault {kind!r}; known: {', '.join(FAULT_KINDS)}")
+    return Injection(at, "amd", kind)
+  if what.startswith("kill:") or what.endswith("-restart"):
+    kind, name = ("kill", what[5:]) if what.startswith("kill:") else ("restart", what[:-len("-restart")])
+    if name not in names:
+      raise ValueError(f"bad --inject {spec!r}: unknown process {name!r}; known: {', '.join(names)}")
+    return Injection(at, kind, name)
+  raise ValueError(f"bad --inject {spec!r}: expected amd-<fault>@S, <process>-restart@S or kill:<process>@S")
+
+
+def owned_services() -> dict[str, list[str]]:
+  """process -> the periodic services it publishes (services.py owners)."""
+  from cereal.services import SERVICE_LIST
+  out: dict[str, list[str]] = {}
+  for name, s in SERVICE_LIST.items():
+    if s.frequency > 0:
+      out.setdefault(s.owner, []).append(name)
+  return out
+
+
+class Manager:
+  def __init__(self, opts, processes=None, out=sys.stdout):
+    self.opts = opts
+    self.out = out
+    configs = PROCESSES if processes is None else processes
+    self.procs = [ManagedProcess(cfg) for cfg in configs if cfg.enabled and cfg.name not in opts.block]
+    self.by_name = {p.name: p for p in self.procs}
+    self.injections = sorted((parse_injection(s, list(self.by_name)) for s in opts.inject), key=lambda i: i.at)
+    self.owned = owned_services()
+    self.events: list[str] = []
+    self.monitor = None
+    self.rate_failures: list[str] = []
+    self.report: dict = {}
+
+  # -- bookkeeping -------------------------------------------------------------------------------------
+  def note(self, text: str, elapsed: float) -> None:
+    line = f"[{elapsed:6.1f}s] {text}"
+    self.events.append(line)
+    if not self.tty:
+      print(line, file=self.out, flush=True)
+
+  def _settled(self, p: ManagedProcess, now: float) -> bool:
+    """A dependency is settled once it is ready, cannot run, or had READY_TIMEOUT_S to get ready."""
+    return p.ready or p.state in ("missing", "crashed", "disabled") or \
+      (p.state == "running" and now - p.started_at > READY_TIMEOUT_S)
+
+  def _update_ready(self, now: float, elapsed: float) -> None:
+    for p in self.procs:
+      if p.running and not p.ready:
+        services = self.owned.get(p.name, [])
+        if all(self.monitor.seen_since(s, p.started_at) for s in services):
+          p.ready = True
+          self.note(f"{p.name} ready (pid {p.pid}, {now - p.started_at:.1f} s)", elapsed)
+
+  def _ensure_running(self, now: float, elapsed: float, env: dict) -> None:
+    for p in self.procs:
+      should = p.cfg.should_run(self.opts)
+      if not should:
+        if p.running:
+          p.stop(block=False)
+        p.state = "disabled" if not p.running else p.state
+        continue
+      if p.state in ("missing", "crashed") or p.running:
+        continue
+      if p.state == "backoff" and not p.due_for_restart(now):
+        continue
+      deps = [self.by_name[d] for d in p.cfg.after if d in self.by_name]
+      if not all(self._settled(d, now) for d in deps):
+        continue
+      was = p.state
+      if p.start(env, self.opts):
+        if was == "backoff":
+          p.restarts += 1
+          self.note(f"{p.name} restarted (pid {p.pid}, restart #{p.restarts})", elapsed)
+        else:
+          self.note(f"{p.name} started (pid {p.pid})", elapsed)
+      else:
+        self.note(p.log[-1], elapsed)
+
+  def _poll_exits(self, now: float, elapsed: float) -> None:
+    for p in self.procs:
+      kind = p.poll(now)
+      if kind is not None:
+        self.note(f"{p.name} {'exited' if kind == 'expected' else 'CRASHED'} (code {p.exit_code}); "
+                  f"{'restart in %.1f s' % (p.next_start - now) if p.state == 'backoff' else 'not restarting'}",
+                  elapsed)
+
+  def _inject(self, inj: Injection, elapsed: float) -> None:
+    self.note(f"inject: {inj.describe()}", elapsed)
+    if inj.kind == "amd":
+      from runtime import faults
+      faults.inject(inj.target)
+      return
+    p = self.by_name[inj.target]
+    if not p.running:
+      self.note(f"inject: {p.name} is not running; nothing to do", elapsed)
+      return
+    if inj.kind == "kill":
+      p.kill(expected=True)
+    else:   # a restart we ask for: stop (SIGINT, then SIGKILL after 5 s) and start again at once
+      p.stop(block=True)
+      p.state, p.next_start = "backoff", 0.0
+
+  def _publish_state(self, pm) -> None:
+    from cereal.messaging import new_message
+    msg = new_message("managerState", valid=True)
+    procs = msg.managerState.init("processes", len(self.procs))
+    for entry, p in zip(procs, self.procs):
+      entry.name = p.name
+      entry.pid = p.pid or 0
+      entry.running = p.running
+      entry.shouldBeRunning = p.state not in ("disabled", "missing")
+      entry.exitCode = p.exit_code or 0
+      entry.restarts = p.restarts
+    pm.send("managerState", msg)
+
+  def _check_rates(self, measured: float) -> list[str]:
+    """Services of running processes that missed their rate over the measured window."""
+    failures = []
+    tol = self.opts.rate_tolerance
+    for p in self.procs:
+      if p.state in ("missing", "disabled"):
+        continue
+      for s in self.owned.get(p.name, []):
+        expected = self.monitor.stats[s].expected_hz
+        count, want = self.monitor.stats[s].window_count, expected * measured
+        # one message of slack at each end of the window, so slow services are not judged on rounding
+        if not (1 - tol) * want - 1 <= count <= (1 + tol) * want + 1:
+          failures.append(f"{s} ({p.name}): {count / measured:.1f} Hz, expected {expected:g} Hz +-{100 * tol:.0f}%")
+    return failures
+
+  def summary(self, elapsed: float, measured: float) -> tuple[str, int]:
+    crashed = [p for p in self.procs if p.crashes]
+    missing = [p.name for p in self.procs if p.state == "missing"]
+    never_ready = [p.name for p in self.procs if p.running and not p.ready]
+    lines = [f"summary: ran {elapsed:.1f} s, rates measured over the last {measured:.1f} s"]
+    for p in self.procs:
+      lines.append(f"  {p.name:<18} {p.state:<9} restarts {p.restarts}  crashes {p.crashes}  "
+                   f"injected exits {p.expected_exits}")
+    for name, st in self.monitor.stats.items():
+      if st.expected_hz > 0 and st.total:
+        share = self.monitor.valid_share(name, window=True)
+        lines.append(f"  {name:<24} {self.monitor.window_rate(name):6.1f} Hz (expect {st.expected_hz:g})  "
+                     f"valid {'-' if share is None else f'{100 * share:.0f}%'}")
+    if missing:
+      lines.append(f"  not started (module missing): {', '.join(missing)}")
+    if never_ready:
+      lines.append(f"  never ready (some owned service never published): {', '.join(never_ready)}")
+    failures = [f"{p.name} crashed {p.crashes}x" for p in crashed] + self.rate_failures
+    lines += [f"  FAIL {f}" for f in failures] if failures else ["  OK: no crashes, every service at rate"]
+    self.report = {
+      "elapsed_s": elapsed, "measured_s": measured, "failures": failures, "missing": missing,
+      "processes": {p.name: {"state": p.state, "ready": p.ready, "restarts": p.restarts, "crashes": p.crashes,
+                             "injected_exits": p.expected_exits} for p in self.procs},
+      "services": {name: {"hz": self.monitor.window_rate(name), "expected_hz": st.expected_hz, "count": st.total,
+                          "valid_share": self.monitor.valid_share(name, window=True)}
+                   for name, st in self.monitor.stats.items()},
+      "events": self.events,
+    }
+    return "\n".join(lines), (1 if failures else 0)
+
+  # -- main loop ---------------------------------------------------------------------------------------
+  def run(self) -> int:
+    from msgq.namespace import Namespace, PREFIX_ENV
+    self.tty = self.out.isatty() and not self.opts.no_view
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+      with Namespace(os.environ.get(PREFIX_ENV) or None) as ns:
+        try:
+          return self._run(ns)
+        finally:
+          for sig in saved:
+            signal.signal(sig, signal.SIG_IGN)   # a second Ctrl-C must not cut the cleanup short
+          self.shutdown()
+    finally:
+      for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+  def shutdown(self) -> None:
+    for p in self.procs:
+      p.stop(block=False)
+    for p in self.procs:
+      p.stop(block=True)
+    if self.monitor is not None:
+      self.monitor.close()
+    if self.opts.usb_gpu:
+      from runtime import usb_amd
+      usb_amd.unplug()
+
+  def _run(self, ns) -> int:
+    from cereal import messaging
+    from cereal.services import SERVICE_LIST
+    from selfdrive_stub.liveview import CLEAR, CpuMeter, ServiceMonitor, render_line, render_screen
+
+    def on_term(signum, frame):
+      raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, on_term)
+
+    if self.opts.usb_gpu:
+      from runtime import usb_amd
+      usb_amd.plug()
+    env = dict(os.environ)
+    self.monitor = ServiceMonitor({n: s.frequency for n, s in SERVICE_LIST.items() if n != "managerState"})
+    pm = messaging.PubMaster(["managerState"], process="manager")
+    cpu = CpuMeter()
+    viewer = None
+    if self.opts.png:
+      from selfdrive_stub.viewer import Viewer
+      viewer = Viewer()
+
+    start = time.monotonic()
+    next_state = next_view = next_png = start
+    pending = list(self.injections)
+    all_ready_at = None
+    self.note(f"namespace {ns.prefix}; camera {self.opts.camera}; processes: "
+              f"{', '.join(p.name for p in self.procs)}", 0.0)
+    try:
+      while True:
+        now = time.monotonic()
+        elapsed = now - start
+        if self.opts.duration is not None and elapsed >= self.opts.duration:
+          break
+        self._poll_exits(now, elapsed)
+        self._ensure_running(now, elapsed, env)
+        self.monitor.update()
+        self._update_ready(now, elapsed)
+        if all_ready_at is None and all(self._settled(p, now) or p.state == "disabled" for p in self.procs):
+          all_ready_at = now
+          self.note("all processes up", elapsed)
+        if all_ready_at is not None and self.monitor.window_start is None and now >= all_ready_at + WARMUP_AFTER_READY_S:
+          self.monitor.start_window()
+        while pending and elapsed >= pending[0].at:
+          self._inject(pending.pop(0), elapsed)
+        if now >= next_state:
+          self._publish_state(pm)
+          next_state += 1.0
+        if now >= next_view:
+          if self.tty:
+            header = f"pymodeld manager  namespace {ns.prefix}  camera {self.opts.camera}  t={elapsed:.1f}s"
+            self.out.write(CLEAR + render_screen(self.procs, self.monitor, cpu, header) + "\n\n" +
+                           "\n".join(self.events[-6:]) + "\n")
+            self.out.flush()
+            next_view += 0.5
+          else:
+            print(render_line(self.procs, self.monitor, elapsed), file=self.out, flush=True)
+            next_view += self.opts.status_every
+        if viewer is not None and now >= next_png:
+          viewer.update_and_save(self.monitor, self.opts.png)
+          next_png += 2.0
+        time.sleep(max(0.0, LOOP_DT - (time.monotonic() - now)))
+    except KeyboardInterrupt:
+      self.note("interrupted; stopping", time.monotonic() - start)
+      return 130 if self.opts.duration is None else 1
+    finally:
+      if viewer is not None:
+        try:
+          viewer.update_and_save(self.monitor, self.opts.png)
+        except Exception as e:   # a picture must never break the shutdown
+          print(f"viewer: {e}", file=sys.stderr)
+        viewer.close()
+
+    self.monitor.update()
+    elapsed = time.monotonic() - start
+    measured = time.monotonic() - self.monitor.window_start if self.monitor.window_start else 0.0
+    if self.monitor.window_start is None:
+      self.rate_failures = ["the stack never came up (not every process ready before the end)"]
+    else:
+      self.rate_failures = self._check_rates(measured)
+    text, code = self.summary(elapsed, measured)
+    print(text, file=self.out, flush=True)
+    if self.opts.summary_json:
+      import json
+      with open(self.opts.summary_json, "w") as f:
+        json.dump({**self.report, "exit_code": code}, f, indent=1)
+    return code
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+  names = [c.name for c in PROCESSES]
+  p = argparse.ArgumentParser(
+    prog="pymodeld-manager", formatter_class=argparse.RawDescriptionHelpFormatter,
+    description="Run the whole pymodeld stack on synthetic (or recorded) cameras in a private bus namespace, "
+                "with a live view.",
+    epilog=f"""processes (start order follows readiness): {', '.join(names)}
+  logger runs only with --record. A process whose module does not exist is reported and skipped.
+
+live view: on a terminal the screen is redrawn about twice a second (processes with state, pid, CPU and
+  restarts; services with measured vs expected rate and share of valid; model latency p50 per daemon and
+  which road model runs; driver state; selfdrive state and events). Otherwise one status line is printed
+  every --status-every seconds.
+
+namespace: OPENPILOT_PREFIX if set (outside tools can join the run), a fresh one otherwise; its shared
+  memory and sockets are removed at exit, and every child is stopped (SIGINT, SIGKILL after 5 s).
+
+fault injection (--inject, repeatable):
+  amd-hang@10             arm a USB+AMD fault at 10 s (also amd-disconnect, amd-nan, amd-transfer_error,
+                          amd-slow); needs --usb-gpu to matter; modeld falls back to the small model
+  camerad-restart@5       stop and restart camerad at 5 s (any process name works)
+  kill:dmonitoringmodeld@8  SIGKILL a process at 8 s; the manager restarts it
+
+examples:
+  pymodeld-manager --duration 30                  headless run, summary, exit 0 if all is well
+  pymodeld-manager --camera mici --usb-gpu --inject amd-hang@10
+  pymodeld-manager --duration 20 --record /tmp/route1
+  pymodeld-manager --route /tmp/route1 --png view.png""")
+  p.add_argument("--duration", type=float, default=None,
+                 help="run S seconds, print a summary, exit non-zero if a process crashed or a service missed "
+                      "its rate")
+  p.add_argument("--camera", choices=["tici", "mici"], default=None, help="camera config (default tici, or the route's)")
+  p.add_argument("--seed", type=int, default=0, help="seed of the synthetic scenes and drive")
+  p.add_argument("--route", metavar="DIR", help="camerad plays the frames of this recorded route")
+  p.add_argument("--usb-gpu", action="store_true", help="plug the simulated USB+AMD device: modeld runs the big model")
+  p.add_argument("--inject", action="append", default=[], metavar="FAULT@SECONDS", help="inject a fault (see below)")
+  p.add_argument("--record", metavar="DIR", help="run the logger: record a route (messages and frames) into DIR")
+  p.add_argument("--png", metavar="PATH", help="render the cabin and road views with predictions to PATH every 2 s")
+  p.add_argument("--block", default="", help="comma-separated process names not to run (e.g. modeld)")
+  p.add_argument("--rate-tolerance", type=float, default=0.3,
+                 help="a service passes if its measured rate is within this fraction of expected (default 0.3)")
+  p.add_argument("--status-every", type=float, default=2.0, help="seconds between status lines when not on a TTY")
+  p.add_argument("--no-view", action="store_true", help="status lines instead of the full-screen view on a TTY")
+  p.add_argument("--summary-json", metavar="PATH", help="with --duration: also write the summary as JSON to PATH")
+  opts = p.parse_args(argv)
+  opts.block = [b for b in opts.block.split(",") if b]
+  unknown = [b for b in opts.block if b not in names]
+  if unknown:
+    p.error(f"--block: unknown process {', '.join(unknown)}; known: {', '.join(names)}")
+  if opts.route:
+    from process_replay.route import Route, RouteError
+    try:
+      route_camera = Route(opts.route).camera
+    except RouteError as e:
+      p.error(str(e))
+    if opts.camera and opts.camera != route_camera:
+      p.error(f"--camera {opts.camera} does not match the route's camera {route_camera}")
+    opts.camera = route_camera
+  opts.camera = opts.camera or "tici"
+  if opts.duration is not None and opts.duration <= 0:
+    p.error(f"--duration must be > 0, got {opts.duration}")
+  try:
+    for spec in opts.inject:
+      parse_injection(spec, names)
+  except ValueError as e:
+    p.error(str(e))
+  return opts
+
+
+def main(argv=None) -> int:
+  opts = parse_args(argv)
+  try:
+    from setproctitle import setproctitle
+    setproctitle("manager")
+  except ImportError:
+    pass
+  return Manager(opts).run()
+
+
+if __name__ == "__main__":
+  sys.exit(main())

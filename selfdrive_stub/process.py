@@ -1,0 +1,207 @@
+"""One managed child process: declaration, launch, crash bookkeeping and stop.
+
+Invariants:
+- Every child runs `python -m selfdrive_stub.process <name> <module> [args...]`: the entry point below sets the
+  process title to <name>, asks the kernel to SIGKILL it when the manager dies (PR_SET_PDEATHSIG), and runs the
+  module as __main__. So a title and an orphan guard exist even for modules that forget them.
+- Each child is the leader of its own session/process group; stop and kill signal the whole group, so helper
+  processes a daemon forks die with it.
+- stop(): SIGINT once, wait up to `stop_timeout` (5 s, as the reference), then SIGKILL; it always reaps.
+- A module that cannot be found is state "missing": reported, never started, never a manager crash.
+- A child that exits on its own is a crash. With restart_if_crash it is restarted after an exponential backoff
+  (0.5 s doubling to 10 s; the count resets once a run lasted `stable_after` seconds).
+"""
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+STOP_TIMEOUT_S = 5.0
+BACKOFF_FIRST_S = 0.5
+BACKOFF_MAX_S = 10.0
+STABLE_AFTER_S = 30.0
+MANAGER_PID_ENV = "PYMODELD_MANAGER_PID"
+
+
+def always_run(ctx) -> bool:
+  return True
+
+
+def module_exists(module: str) -> bool:
+  """True if `python -m module` would find something to run (a module, or a package with __main__)."""
+  try:
+    spec = importlib.util.find_spec(module)
+    if spec is None:
+      return False
+    if spec.submodule_search_locations is not None:
+      return importlib.util.find_spec(module + ".__main__") is not None
+    return True
+  except (ImportError, ValueError):
+    return False
+
+
+@dataclass
+class ProcessConfig:
+  """Declaration of one process, as in openpilot's process_config.py."""
+  name: str
+  module: str
+  args: Callable[[object], list[str]] = lambda ctx: []
+  enabled: bool = True
+  should_run: Callable[[object], bool] = always_run
+  after: tuple[str, ...] = ()           # start only once these are ready (or given up on)
+  restart_if_crash: bool = True
+
+
+@dataclass
+class ManagedProcess:
+  cfg: ProcessConfig
+  stop_timeout: float = STOP_TIMEOUT_S
+  stable_after: float = STABLE_AFTER_S
+  proc: subprocess.Popen | None = None
+  state: str = "stopped"               # stopped | missing | running | backoff | crashed | disabled
+  ready: bool = False
+  exit_code: int | None = None
+  restarts: int = 0
+  crashes: int = 0                     # unexpected exits
+  expected_exits: int = 0              # exits we caused on purpose (fault injection)
+  started_at: float = 0.0
+  next_start: float = 0.0
+  _consecutive: int = 0
+  _expect_exit: bool = False
+  log: list[str] = field(default_factory=list)
+
+  @property
+  def name(self) -> str:
+    return self.cfg.name
+
+  @property
+  def pid(self) -> int | None:
+    return self.proc.pid if self.proc is not None else None
+
+  @property
+  def running(self) -> bool:
+    return self.proc is not None and self.proc.poll() is None
+
+  def start(self, env: dict[str, str], ctx=None) -> bool:
+    """Launch the child; False (state "missing") if its module does not exist."""
+    if self.running:
+      return True
+    if not module_exists(self.cfg.module):
+      if self.state != "missing":
+        self.log.append(f"{self.name}: module {self.cfg.module!r} not found; not started")
+      self.state = "missing"
+      return False
+    child_env = dict(env)
+    child_env["PYMODELD_PROCESS"] = self.name
+    child_env[MANAGER_PID_ENV] = str(os.getpid())
+    argv = [sys.executable, "-m", "selfdrive_stub.process", self.name, self.cfg.module, *self.cfg.args(ctx)]
+    self.proc = subprocess.Popen(argv, env=child_env, start_new_session=True, stdin=subprocess.DEVNULL)
+    self.state, self.ready, self.exit_code = "running", False, None
+    self.started_at = time.monotonic()
+    return True
+
+  def poll(self, now: float) -> str | None:
+    """Notice an exit; returns "crash" or "expected" once per exit, else None."""
+    if self.proc is None or self.proc.poll() is None:
+      return None
+    self.exit_code = self.proc.returncode
+    self._signal_group(signal.SIGKILL)   # leftover helpers of the dead child
+    self.proc = None
+    self.ready = False
+    if self._expect_exit:
+      self._expect_exit = False
+      self.expected_exits += 1
+      kind = "expected"
+    else:
+      self.crashes += 1
+      kind = "crash"
+    self.log.append(f"{self.name}: exited with code {self.exit_code} ({kind})")
+    if now - self.started_at >= self.stable_after:
+      self._consecutive = 0
+    if self.cfg.restart_if_crash:
+      delay = min(BACKOFF_FIRST_S * 2 ** self._consecutive, BACKOFF_MAX_S)
+      self._consecutive += 1
+      self.state, self.next_start = "backoff", now + delay
+    else:
+      self.state = "crashed"
+    return kind
+
+  def due_for_restart(self, now: float) -> bool:
+    return self.state == "backoff" and now >= self.next_start
+
+  def kill(self, expected: bool = True) -> None:
+    """SIGKILL the group now (fault injection); the exit is noticed by poll()."""
+    if self.running:
+      self._expect_exit = expected
+      self._signal_group(signal.SIGKILL)
+
+  def stop(self, block: bool = True) -> None:
+    """SIGINT the group; if block, wait up to stop_timeout, then SIGKILL and reap."""
+    if self.proc is None:
+      return
+    if self.proc.poll() is None:
+      self._signal_group(signal.SIGINT)
+    if not block:
+      return
+    try:
+      self.proc.wait(self.stop_timeout)
+    except subprocess.TimeoutExpired:
+      self.log.append(f"{self.name}: no exit {self.stop_timeout:.0f} s after SIGINT; SIGKILL")
+    self._signal_group(signal.SIGKILL)
+    self.exit_code = self.proc.wait()
+    self.proc = None
+    self.ready = False
+    self.state = "stopped"
+
+  def _signal_group(self, sig: int) -> None:
+    if self.proc is None:
+      return
+    try:
+      os.killpg(self.proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+      pass
+
+
+def _die_with_parent() -> None:
+  """Ask the kernel to SIGKILL us when the manager dies, so a killed manager leaves no orphans."""
+  manager_pid = os.environ.get(MANAGER_PID_ENV)
+  if not manager_pid:
+    return
+  PR_SET_PDEATHSIG = 1
+  try:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+  except (OSError, AttributeError):
+    return
+  if os.getppid() != int(manager_pid):   # the manager died before prctl took effect
+    os._exit(1)
+
+
+def run_child(argv: list[str]) -> None:
+  """Entry point of a managed child: title, orphan guard, then the module as __main__."""
+  if len(argv) < 2:
+    raise SystemExit("usage: python -m selfdrive_stub.process NAME MODULE [ARGS...]")
+  name, module, args = argv[0], argv[1], argv[2:]
+  _die_with_parent()
+  try:
+    from setproctitle import setproctitle
+    setproctitle(name)
+  except ImportError:
+    pass
+  import runpy
+  sys.argv = [module, *args]
+  try:
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+  except KeyboardInterrupt:
+    pass
+
+
+if __name__ == "__main__":
+  run_child(sys.argv[1:])
