@@ -3,7 +3,7 @@ fake/gated wrapper (env CEREAL_FAKE=1). The backend is chosen from the env when 
 import os
 import time
 
-from msgq import futex
+from msgq import futex, ring
 from msgq.errors import IpcError
 from msgq.fake import FakeSubscriber, fake_enabled
 from msgq.ring import ShmPublisher, ShmSubscriber
@@ -113,6 +113,7 @@ class Poller:
 
   def poll(self, timeout_ms: int) -> list[SubSocket]:
     """Sockets with a message ready, waiting at most timeout_ms (-1 = until one is ready)."""
+    timeout_ms = -1 if timeout_ms is None else timeout_ms
     if self._fake:  # as in the reference: every socket, at once; the gate sits in receive()
       return list(self._sockets)
     ready = [s for s in self._sockets if s._base.ready()]
@@ -122,6 +123,13 @@ class Poller:
     if isinstance(self._sockets[0]._base, ZmqSubscriber):
       return self._poll_zmq(deadline)
     bases = [s._base for s in self._sockets]
+    spin_until = time.monotonic() + ring.SPIN_S  # as in ShmSubscriber.receive: cheaper than a futex sleep
+    if deadline is not None:
+      spin_until = min(spin_until, deadline)
+    while time.monotonic() < spin_until:
+      ready = [s for s, b in zip(self._sockets, bases) if b.ready()]
+      if ready:
+        return ready
     try:
       while True:
         for b in bases:

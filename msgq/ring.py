@@ -1,4 +1,5 @@
 """The per-message path of the shared-memory ring: one writer, many readers (protocol in msgq/README.md)."""
+import os
 import time
 
 from msgq import futex
@@ -7,6 +8,9 @@ from msgq.errors import IpcError, MessageTooLargeError, MultiplePublishersError
 from msgq.segment import (H_COUNT, H_E, H_FUTEX, H_L, H_PUB_UID, H_W, NUM_READERS, S_DROPPED, SLEEP_FLAGS, S_POS, WRAP, Segment)
 
 _U32 = 0xFFFFFFFF
+# A blocking receive first spins this long on W: a futex sleep/wake costs ~10 us of scheduler latency,
+# more than a whole message exchange. 0 disables spinning (env MSGQ_SPIN_US).
+SPIN_S = float(os.environ.get("MSGQ_SPIN_US", "100")) / 1e6
 _NO_SLEEPERS = bytes(NUM_READERS)
 
 
@@ -102,7 +106,13 @@ class ShmSubscriber:
       return msg
     seg = self.seg
     hdr, mm, flag = seg.hdr, seg.mm, SLEEP_FLAGS + self._slot
-    deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
+    now = time.monotonic()
+    deadline = None if self.timeout_s is None else now + self.timeout_s
+    spin_until, r, clock = now + SPIN_S, self._r, time.monotonic
+    if deadline is not None and deadline < spin_until:
+      spin_until = deadline
+    while hdr[H_W] == r and clock() < spin_until:
+      pass
     try:
       while True:
         mm[flag] = 1
