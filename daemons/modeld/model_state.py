@@ -28,7 +28,11 @@ MODEL_PATHS = {"small": os.path.join(MODELS_DIR, "driving_small.onnx"),
                "big": os.path.join(MODELS_DIR, "driving_big.onnx")}
 
 
-class NonFiniteOutput(RuntimeError):
+class ModelOutputError(RuntimeError):
+  """The model's output cannot be used (wrong size, non-finite values)."""
+
+
+class NonFiniteOutput(ModelOutputError):
   """The model produced NaN or Inf (the reference's "model output not finite")."""
 
 
@@ -61,7 +65,7 @@ class ModelState:
     raw, timings = self.runner(inputs)
     raw = np.asarray(raw, dtype=np.float32).reshape(-1)
     if raw.size != self.metadata.output_size:
-      raise NonFiniteOutput(f"{self.name} model returned {raw.size} values, expected {self.metadata.output_size}")
+      raise ModelOutputError(f"{self.name} model returned {raw.size} values, expected {self.metadata.output_size}")
     if not all_finite(raw):
       raise NonFiniteOutput(f"{self.name} model output not finite ({int(np.count_nonzero(~np.isfinite(raw)))} values)")
     t0 = time.perf_counter()

@@ -1,0 +1,5 @@
+import sys
+
+from daemons.modeld.daemon import main
+
+sys.exit(main())

@@ -1,0 +1,170 @@
+"""modeld process: VisionIPC road frames + bus inputs -> Modeld.step -> modelV2, drivingModelData, cameraOdometry.
+
+    python -m daemons.modeld [--wait-timeout-ms 3000] [--big-load-limit-s 60] [--no-big]
+
+Startup (spec §1.2, reshaped so that no frame waits on the big model):
+1. discover camerad's streams; main = narrow if served, else wide; extra = wide when both are served;
+2. load the small model on the CPU (always: it is the standby);
+3. if the USB+AMD device opens and the big model file exists, set the device's wait timeout (3000 ms) and load
+   the big model on it in a worker thread with a time limit (60 s); meanwhile frames run on the small model and
+   are published valid=False with "big model loading"; a load error or timeout leaves the small model active
+   with the reason in `fallbackReason`;
+4. loop: pair main/extra frames by timestamp_sof (main waits until extra is within 25 ms), read the bus
+   without blocking, step, publish. SIGINT/SIGTERM finish the current frame and exit 0.
+"""
+import argparse
+import os
+import signal
+import threading
+import time
+
+import setproctitle
+
+from cereal import messaging
+from daemons.common.cameras import config_for_frame
+from daemons.modeld.core import CarInputs, Frame, Modeld
+from daemons.modeld.model_state import MODEL_PATHS, ModelState
+from daemons.modeld.runner import runtime_runner, warmup
+from visionipc import VisionIpcClient, VisionStreamType, available_streams
+
+NARROW, WIDE = VisionStreamType.VISION_STREAM_NARROW_ROAD, VisionStreamType.VISION_STREAM_WIDE_ROAD
+PAIR_WINDOW_NS = 25_000_000
+BIG_DEVICE = "USB+AMD"
+SUBSCRIPTIONS = ["deviceState", "carState", "narrowRoadCameraState", "extrinsicsCalibration",
+                 "driverMonitoringState", "carControl", "lateralDelay"]
+
+
+class BigModelLoader:
+  """Loads the big model in a daemon thread; `poll()` says loaded / failed / still loading."""
+
+  def __init__(self, limit_s: float):
+    self.limit_s, self.started = limit_s, time.monotonic()
+    self.result: ModelState | None = None
+    self.error: str = ""
+    self.thread = threading.Thread(target=self._load, name="big-model-load", daemon=True)
+    self.thread.start()
+
+  def _load(self) -> None:
+    try:
+      big = ModelState.load("big", lambda path: runtime_runner(path, BIG_DEVICE))
+      warmup(big.runner, big.metadata.input_shapes)
+      self.result = big
+    except Exception as e:
+      self.error = f"{type(e).__name__}: {e}"
+
+  def poll(self) -> tuple[str, ModelState | str | None]:
+    if self.thread.is_alive():
+      if time.monotonic() - self.started > self.limit_s:
+        return "failed", f"did not load within {self.limit_s:.0f} s"
+      return "loading", None
+    return ("loaded", self.result) if self.result is not None else ("failed", self.error or "unknown error")
+
+
+def big_model_available(wait_timeout_ms: int) -> tuple[bool, str]:
+  """Whether to try the big model: its file exists and the USB+AMD device opens. Sets the wait timeout."""
+  from runtime.device import Device, DeviceError
+  if not os.path.isfile(MODEL_PATHS["big"]):
+    return False, "big model file missing"
+  try:
+    dev = Device[BIG_DEVICE]
+  except DeviceError as e:
+    return False, f"{BIG_DEVICE} unavailable: {e}"
+  dev.wait_timeout_ms = wait_timeout_ms
+  return True, ""
+
+
+def car_inputs(sm) -> CarInputs:
+  calib = sm["extrinsicsCalibration"]
+  invalid = ""
+  if sm.seen["extrinsicsCalibration"]:
+    if str(calib.calStatus) == "invalid":
+      invalid = "calStatus invalid"
+    elif not sm.valid["extrinsicsCalibration"]:
+      invalid = f"message invalid ({sm.invalid_reason('extrinsicsCalibration') or 'no reason'})"
+  return CarInputs(
+    v_ego=max(sm["carState"].vEgo, 0.0),
+    lat_delay=sm["lateralDelay"].lateralDelay if sm.seen["lateralDelay"] else CarInputs.lat_delay,
+    is_rhd=sm["driverMonitoringState"].isRHD,
+    camera_state_frame_id=sm["narrowRoadCameraState"].frameId,
+    calibration=list(calib.rpyCalib) if sm.seen["extrinsicsCalibration"] else None,
+    calibration_stale=sm.seen["extrinsicsCalibration"] and not sm.alive["extrinsicsCalibration"],
+    calibration_invalid=invalid,
+  )
+
+
+def _frame(buf) -> Frame:
+  return Frame(buf.data, buf.frame_id, buf.timestamp_sof, buf.timestamp_eof, buf.still_valid)
+
+
+def _geometry(client: VisionIpcClient) -> tuple[int, int, int, int]:
+  return client.width, client.height, client.stride, client.uv_offset
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(prog="python -m daemons.modeld", description="road driving model daemon")
+  parser.add_argument("--wait-timeout-ms", type=int, default=int(os.environ.get("MODELD_WAIT_TIMEOUT_MS", 3000)),
+                      help="USB+AMD wait timeout before the big model is declared failed (default 3000)")
+  parser.add_argument("--big-load-limit-s", type=float, default=60.0, help="time limit for loading the big model")
+  parser.add_argument("--no-big", action="store_true", help="never try the big model")
+  args = parser.parse_args(argv)
+  setproctitle.setproctitle("modeld")
+  stop = threading.Event()
+  for sig in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(sig, lambda *_: stop.set())
+
+  streams: set[int] = set()
+  while not streams and not stop.is_set():
+    streams = available_streams("camerad", block=False)
+    if not streams:
+      stop.wait(0.1)
+  if stop.is_set():
+    return 0
+  main_is_wide = NARROW not in streams
+  use_extra = NARROW in streams and WIDE in streams
+  vipc_main = VisionIpcClient("camerad", WIDE if main_is_wide else NARROW, True)
+  vipc_extra = VisionIpcClient("camerad", WIDE, False) if use_extra else None
+  for client in filter(None, (vipc_main, vipc_extra)):
+    while not client.connect(False):
+      if stop.wait(0.1):
+        return 0
+
+  small = ModelState.load("small", lambda path: runtime_runner(path, "CPU"))
+  cameras = config_for_frame(vipc_main.width, vipc_main.height)
+  modeld = Modeld(small, cameras, _geometry(vipc_main), _geometry(vipc_extra) if vipc_extra else None, main_is_wide)
+  loader = None
+  if not args.no_big:
+    ok, why = big_model_available(args.wait_timeout_ms)
+    if ok:
+      modeld.start_big_loading()
+      loader = BigModelLoader(args.big_load_limit_s)
+    print(f"modeld: big model {'loading on ' + BIG_DEVICE if ok else 'not used: ' + why}", flush=True)
+
+  pm = messaging.PubMaster(["modelV2", "drivingModelData", "cameraOdometry"], process="modeld")
+  sm = messaging.SubMaster(SUBSCRIPTIONS)
+  buf_extra = None
+  while not stop.is_set():
+    buf_main = vipc_main.recv(100)
+    if buf_main is None:
+      continue
+    if vipc_extra is not None:
+      while buf_extra is None or buf_extra.timestamp_sof + PAIR_WINDOW_NS <= buf_main.timestamp_sof:
+        buf_extra = vipc_extra.recv(100)
+        if buf_extra is None or stop.is_set():
+          break
+      if buf_extra is None:
+        continue
+    sm.update(0)
+    if loader is not None:
+      state, value = loader.poll()
+      if state == "loaded":
+        modeld.big_loaded(value)
+        loader = None
+      elif state == "failed":
+        modeld.big_load_failed(value)
+        loader = None
+      if loader is None:
+        print(f"modeld: big model {state}{': ' + value if state == 'failed' else ''}", flush=True)
+    result = modeld.step(_frame(buf_main), _frame(buf_extra) if vipc_extra is not None else None, car_inputs(sm))
+    for service, msg in result.events:
+      pm.send(service, msg)
+  return 0

@@ -1,0 +1,147 @@
+"""Modeld.step, the pure per-frame work: each `valid` rule, messages, SEND_RAW_PRED, small-model failure."""
+import numpy as np
+import pytest
+
+from daemons.common.cameras import MICI, TICI
+from daemons.modeld.core import CarInputs, Frame, Modeld, send_raw_pred_enabled
+from daemons.modeld.model_state import MODEL_PATHS, ModelOutputError, ModelState
+from daemons.modeld.runner import runtime_runner
+from visionipc import get_nv12_info
+
+CALIB = [0.0, 0.02, -0.01]
+
+
+@pytest.fixture(scope="module")
+def small_runner():
+  return runtime_runner(MODEL_PATHS["small"], "CPU")
+
+
+def geometry(cam):
+  stride, y_height, _, size = get_nv12_info(cam.width, cam.height)
+  return (cam.width, cam.height, stride, stride * y_height), size
+
+
+def make(small_runner, device=TICI, single=False, **kw):
+  geom, size = geometry(device.road)
+  small = ModelState.load("small", lambda path: small_runner)
+  md = Modeld(small, device, geom, None if single else geom, main_is_wide=single, **kw)
+  frame = np.random.default_rng(0).integers(0, 256, size, dtype=np.uint8)
+  return md, frame
+
+
+def step(md, frame, i, car=None, sof_offset=0, still_valid=lambda: True, extra=True):
+  t = 1_000_000_000 + i * 50_000_000
+  main = Frame(frame, i, t, t + 20_000_000, still_valid)
+  ext = Frame(frame, i, t + sof_offset, t + sof_offset + 20_000_000) if extra else None
+  return md.step(main, ext, car or CarInputs(v_ego=15.0, calibration=CALIB))
+
+
+def test_valid_after_history_fills_and_messages_are_complete(small_runner):
+  md, frame = make(small_runner)
+  results = [step(md, frame, i) for i in range(6)]
+  assert [r.valid for r in results] == [False] * 4 + [True] * 2
+  assert "small model history filling (1/5 frames)" in results[0].reasons
+  names = [s for s, _ in results[-1].events]
+  assert names == ["modelV2", "drivingModelData", "cameraOdometry"]
+  mv2, dmd, odo = (m for _, m in results[-1].events)
+  m = mv2.modelV2
+  assert mv2.valid and mv2.invalidReason == "" and m.modelName == "small" and m.fallbackReason == ""
+  assert (m.frameId, m.frameIdExtra, m.timestampSof) == (5, 5, 1_250_000_000)
+  assert m.stageTimings.modelMs > 0 and m.stageTimings.warpMs > 0 and m.modelExecutionTime > 0
+  assert len(m.position.x) == 33 and len(m.laneLines) == 4 and len(m.leadsV3) == 3 and len(m.rawPredictions) == 0
+  assert 5 < m.velocity.x[0] < 30 and np.isfinite(m.action.desiredAcceleration)
+  assert dmd.valid and dmd.drivingModelData.frameId == 5 and len(dmd.drivingModelData.path.xCoefficients) == 5
+  assert odo.valid and len(odo.cameraOdometry.trans) == 3 and odo.cameraOdometry.timestampEof == m.timestampEof
+  assert not results[0].events[0][1].valid and results[0].events[2][1].invalidReason == results[0].events[0][1].invalidReason
+
+
+def warm(md, frame, n=5):
+  for i in range(n):
+    step(md, frame, i)
+  return n
+
+
+@pytest.mark.parametrize("car, reason", [
+  (CarInputs(calibration=None), "no calibration received"),
+  (CarInputs(calibration=[0.0, 0.1]), "calibration unusable: rpyCalib must hold 3 values"),
+  (CarInputs(calibration=CALIB, calibration_stale=True), "calibration stale"),
+  (CarInputs(calibration=CALIB, calibration_invalid="calStatus invalid"), "calibration invalid: calStatus invalid"),
+])
+def test_calibration_rules(small_runner, car, reason):
+  md, frame = make(small_runner)
+  i = warm(md, frame)
+  r = step(md, frame, i, car)
+  assert not r.valid and any(x.startswith(reason) for x in r.reasons), r.reasons
+  assert step(md, frame, i + 1).valid
+
+
+def test_calibration_change_recomputes_the_warp(small_runner):
+  md, frame = make(small_runner)
+  step(md, frame, 0)
+  before = md.warp_main.index.copy()
+  step(md, frame, 1, CarInputs(calibration=[0.0, 0.05, 0.0]))
+  assert not np.array_equal(before, md.warp_main.index)
+
+
+def test_dropped_overwritten_and_unsynced_frames_are_invalid(small_runner):
+  md, frame = make(small_runner)
+  i = warm(md, frame, 12)
+  r = step(md, frame, i + 3)          # frames i, i+1, i+2 never arrived
+  assert not r.valid and "3 frames dropped before frame 15" in r.reasons
+  assert r.events[0][1].modelV2.frameDropPerc > 0
+  assert step(md, frame, i + 4).valid
+  r = step(md, frame, i + 5, still_valid=lambda: False)
+  assert r.reasons == ["frame overwritten while it was warped"]
+  r = step(md, frame, i + 6, sof_offset=12_000_000)
+  assert r.reasons == ["frames out of sync by -12.0 ms"]
+
+
+def test_single_camera_device_uses_main_for_both_inputs(small_runner):
+  md, frame = make(small_runner, device=MICI, single=True)
+  r = [step(md, frame, i, extra=False) for i in range(6)][-1]
+  assert r.valid and r.events[0][1].modelV2.frameIdExtra == 5
+
+
+def test_big_model_loading_marks_frames_invalid(small_runner):
+  md, frame = make(small_runner)
+  md.start_big_loading()
+  i = warm(md, frame)
+  assert step(md, frame, i).reasons == ["big model loading"]
+  md.big_load_failed("DeviceUnavailable: unplugged")
+  r = step(md, frame, i + 1)
+  assert r.valid and r.events[0][1].modelV2.fallbackReason == "big model load failed: DeviceUnavailable: unplugged"
+
+
+def test_small_model_failure_publishes_invalid_and_keeps_running(small_runner):
+  state = {"fail": False}
+
+  def flaky(inputs):
+    out, t = small_runner(inputs)
+    return (np.full_like(out, np.nan), t) if state["fail"] else (out, t)
+
+  md, frame = make(flaky)
+  i = warm(md, frame)
+  state["fail"] = True
+  r = step(md, frame, i)
+  assert not r.valid and r.reasons[0].startswith("small model failed: NonFiniteOutput")
+  m = r.events[0][1].modelV2
+  assert m.frameId == i and m.modelName == "small" and len(m.position.x) == 0
+  state["fail"] = False
+  assert step(md, frame, i + 1).valid
+
+
+def test_send_raw_pred(small_runner, monkeypatch):
+  assert [send_raw_pred_enabled(v) for v in ("1", "true", "YES", " yes ")] == [True] * 4
+  assert [send_raw_pred_enabled(v) for v in ("0", "", "false", "no", "2")] == [False] * 5
+  monkeypatch.setenv("SEND_RAW_PRED", "1")
+  md, frame = make(small_runner)
+  raw = np.frombuffer(step(md, frame, 0).events[0][1].modelV2.rawPredictions, np.float32)
+  assert raw.shape == (2576,) and np.isfinite(raw).all()
+
+
+def test_wrong_output_size_is_refused(small_runner):
+  md, frame = make(lambda inputs: (np.zeros(100, np.float32), {}))
+  r = step(md, frame, 0)
+  assert r.reasons[-1] == "small model failed: ModelOutputError: small model returned 100 values, expected 2576"
+  with pytest.raises(ModelOutputError, match="expected 2576"):
+    md.small.run(md._img, md._big_img, np.zeros(8), np.zeros(2), np.ones(2))
