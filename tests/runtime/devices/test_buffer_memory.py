@@ -105,10 +105,12 @@ def test_copy_between_two_devices_goes_through_host_staging(usb):
 
 
 def test_host_write_waits_for_a_queued_device_read(usb):
-    usb.link.latency_s = 0.2
     host, dev = Buffer("CPU", 8), Buffer(usb, 8)
     host.copyin(np.full(8, 1, np.uint8))
+    gate = threading.Event()
+    usb.submit(gate.wait)
     dev.copy_from(host)                       # queued upload reads host memory later
+    threading.Timer(0.1, gate.set).start()
     host.copyin(np.full(8, 2, np.uint8))      # must not overwrite it before the upload ran
     assert dev.numpy().tolist() == [1] * 8 and host.numpy().tolist() == [2] * 8
 
@@ -141,13 +143,15 @@ def test_external_memory_from_a_raw_pointer():
 
 
 def test_releasing_external_memory_while_the_device_may_read_it_is_refused(usb):
-    usb.link.latency_s = 0.3
     owner = np.full(64, 3, np.uint8)
     lease = Lease("VisionIPC buffer 2")
     frame, on_dev = Buffer.from_external(owner, 64, lease), Buffer(usb, 64)
+    gate = threading.Event()
+    usb.submit(gate.wait)                     # the upload below stays queued until the gate opens
     on_dev.copy_from(frame)
     with pytest.raises(LeaseBusy, match="VisionIPC buffer 2: device USB\\+AMD may still read"):
         lease.release()
+    threading.Timer(0.1, gate.set).start()
     lease.release(wait=True)
     assert lease.released and on_dev.numpy().tolist() == [3] * 64
     with pytest.raises(ExternalMemoryReleased, match="VisionIPC buffer 2 was released"):
@@ -252,13 +256,15 @@ def test_size_classes_bound_the_waste():
 
 
 def test_host_memory_freed_during_a_queued_upload_is_not_recycled_under_it(usb):
-    usb.link.latency_s = 0.2
     host, dev = Buffer("CPU", 4096), Buffer(usb, 4096)
     host.copyin(np.full(4096, 7, np.uint8))
+    gate = threading.Event()
+    usb.submit(gate.wait)
     dev.copy_from(host)
     del host
     for _ in range(4):                        # same size class: would reuse the freed block if recycled
         Buffer("CPU", 4096).copyin(np.full(4096, 9, np.uint8))
+    gate.set()
     assert dev.numpy().tolist() == [7] * 4096
 
 
