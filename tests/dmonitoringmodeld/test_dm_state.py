@@ -1,0 +1,237 @@
+"""Per-frame step and output decoding: clipping, slice validation, safe metadata, and every `valid` reason."""
+import base64
+import json
+import os
+import pickle
+
+import numpy as np
+import onnx
+import pytest
+
+from cereal.messaging import log_from_bytes, new_message
+from daemons.common.cameras import UnknownCameraError
+from daemons.common.metadata import ModelMetadataError
+from daemons.dmonitoringmodeld.model_state import MODEL_PATH, Calibration, ModelState, load_dm_metadata, \
+  send_raw_pred_enabled
+from daemons.dmonitoringmodeld.parse import REQUIRED_HEADS, non_finite_heads, parse_outputs
+from daemons.dmonitoringmodeld.runner import make_runner
+from selfdrive_stub.scenes import SceneRenderer
+
+META = load_dm_metadata(MODEL_PATH)
+TICI = (1928, 1208, 2048)
+
+
+def slices_json():
+  model = onnx.load(MODEL_PATH, load_external_data=False)
+  return json.loads({p.key: p.value for p in model.metadata_props}["output_slices_json"])
+
+
+def model_with_props(tmp_path, props: dict) -> str:
+  model = onnx.load(MODEL_PATH)
+  del model.metadata_props[:]
+  onnx.helper.set_model_props(model, props)
+  path = str(tmp_path / "m.onnx")
+  onnx.save(model, path)
+  return path
+
+
+def calib_msg(rpy=(0.0, 0.02, -0.01), status="calibrated", valid=True):
+  msg = new_message("extrinsicsCalibration", valid=valid)
+  msg.extrinsicsCalibration.rpyCalib = list(rpy)
+  msg.extrinsicsCalibration.calStatus = status
+  return msg.extrinsicsCalibration
+
+
+def good_calib(now=100.0):
+  c = Calibration()
+  c.update(calib_msg(), now)
+  return c
+
+
+class FixedOutput:
+  """A runner that returns a given raw output: drives the parse/validity paths with exact numbers."""
+  def __init__(self, out):
+    self.out = np.asarray(out, np.float32)
+
+  def __call__(self, inputs):
+    assert inputs["input_img"].shape == (1, 1382400) and inputs["calib"].shape == (1, 3)
+    return self.out.copy(), {"model": 0.001}
+
+
+def decoded(msg):
+  return log_from_bytes(msg.to_bytes())
+
+
+@pytest.fixture(scope="module")
+def tici_frame():
+  return np.frombuffer(SceneRenderer("tici", 0).frame("cabin", 20), np.uint8)
+
+
+# ---- decoding numerics
+
+def test_sigmoid_floor_and_std_cap():
+  out = np.zeros(553, np.float32)
+  s = slices_json()
+  out[s["face_prob_lhd"][0]] = -1e6
+  out[s["face_prob_rhd"][0]] = 1e6
+  out[s["face_descs_lhd"][0] + 6:s["face_descs_lhd"][1]] = 1e6
+  p = parse_outputs(out, META)
+  assert p["lhd"]["faceProb"] == pytest.approx(1 / (1 + np.exp(11)), rel=1e-6)   # ≈ 1.67e-5, never 0
+  assert p["rhd"]["faceProb"] == 1.0
+  assert p["lhd"]["faceOrientationStd"] == pytest.approx([np.exp(11)] * 3, rel=1e-6)
+  assert len(p["lhd"]["facePosition"]) == 2 and len(p["lhd"]["faceOrientation"]) == 3
+
+
+def test_face_descs_layout():
+  out = np.zeros(553, np.float32)
+  a = slices_json()["face_descs_rhd"][0]
+  out[a:a + 12] = np.arange(12) * 0.1
+  d = parse_outputs(out, META)["rhd"]
+  assert d["faceOrientation"] == pytest.approx([0.0, 0.1, 0.2])
+  assert d["facePosition"] == pytest.approx([0.3, 0.4])
+  assert d["faceOrientationStd"] == pytest.approx(np.exp([0.6, 0.7, 0.8]))
+  assert d["facePositionStd"] == pytest.approx(np.exp([0.9, 1.0]))
+
+
+def test_nan_is_found_by_head_name():
+  out = np.zeros(553, np.float32)
+  out[slices_json()["sleep_prob_rhd"][0]] = np.nan
+  assert non_finite_heads(out, META) == ["sleep_prob_rhd"]
+
+
+# ---- metadata validated at load
+
+def test_missing_head_is_startup_error(tmp_path):
+  s = slices_json()
+  del s["sleep_prob_rhd"]
+  with pytest.raises(ModelMetadataError, match="sleep_prob_rhd"):
+    load_dm_metadata(model_with_props(tmp_path, {"output_slices_json": json.dumps(s)}))
+
+
+def test_slice_past_the_end_is_startup_error(tmp_path):
+  s = slices_json()
+  s["features"] = [41, 600]
+  with pytest.raises(ModelMetadataError, match="features.*553"):
+    load_dm_metadata(model_with_props(tmp_path, {"output_slices_json": json.dumps(s)}))
+
+
+def test_wrong_head_size_is_startup_error(tmp_path):
+  s = slices_json()
+  s["face_descs_lhd"] = [0, 9]
+  with pytest.raises(ModelMetadataError, match="face_descs_lhd.*9 values, expected 12"):
+    load_dm_metadata(model_with_props(tmp_path, {"output_slices_json": json.dumps(s)}))
+
+
+def test_reference_pickled_slices_are_read(tmp_path):
+  s = {k: slice(*v) for k, v in slices_json().items()}
+  meta = load_dm_metadata(model_with_props(tmp_path, {"output_slices": base64.b64encode(pickle.dumps(s)).decode()}))
+  assert meta.output_slices == s
+
+
+class Exploit:
+  def __reduce__(self):
+    return (os.system, ("touch /tmp/pwned-by-model",))
+
+
+def test_malicious_pickled_metadata_is_refused(tmp_path):
+  blob = base64.b64encode(pickle.dumps({"face_prob_lhd": Exploit()})).decode()
+  with pytest.raises(ModelMetadataError, match="refusing to unpickle"):
+    load_dm_metadata(model_with_props(tmp_path, {"output_slices": blob}))
+
+
+@pytest.mark.parametrize("value,on", [("1", True), ("true", True), ("YES", True), ("0", False), ("", False),
+                                      (None, False), ("no", False)])
+def test_send_raw_pred_values(value, on):
+  assert send_raw_pred_enabled(value) is on
+
+
+# ---- one frame through the real model, and each valid reason
+
+@pytest.fixture(scope="module")
+def runner():
+  return make_runner(MODEL_PATH, backend="runtime", device="CPU")
+
+
+def test_good_frame_is_valid_and_complete(runner, tici_frame):
+  state = ModelState(runner, META, send_raw_pred=True)
+  msg = decoded(state.step(tici_frame, *TICI, frame_id=20, calib=good_calib(), now=100.5,
+                           timestamp_sof=111, timestamp_eof=222))
+  assert msg.valid and msg.invalidReason == ""
+  ds = msg.driverStateV2
+  assert ds.frameId == 20 and ds.timestampSof == 111 and ds.timestampEof == 222 and ds.framesDropped == 0
+  assert ds.leftDriverData.faceProb > 0.8 and ds.rightDriverData.faceProb > 0.8
+  assert 0 < ds.wheelOnRightProb < 0.5
+  raw = np.frombuffer(ds.rawPredictions, "<f4")
+  assert raw.size == 553 and parse_outputs(raw, META)["lhd"]["faceProb"] == pytest.approx(ds.leftDriverData.faceProb)
+  t = ds.stageTimings
+  assert t.warpMs > 0 and t.modelMs > 0 and t.parseMs > 0
+
+
+def test_raw_predictions_off_by_default(runner, tici_frame):
+  msg = decoded(ModelState(runner, META).step(tici_frame, *TICI, 1, good_calib(), 100.0))
+  assert msg.driverStateV2.rawPredictions == b""
+
+
+def test_dropped_frames_counted(runner, tici_frame):
+  state = ModelState(runner, META)
+  for fid in (5, 6, 9, 10, 14):
+    msg = decoded(state.step(tici_frame, *TICI, fid, good_calib(), 100.0))
+  assert msg.driverStateV2.framesDropped == 5
+
+
+@pytest.mark.parametrize("make_calib,reason", [
+  (lambda: Calibration(), "calibration missing"),
+  (lambda: _calib(calib_msg(status="invalid")), r"calibration invalid \(calStatus=invalid"),
+  (lambda: _calib(calib_msg(), valid=False), r"calibration invalid .*valid=False"),
+  (lambda: _calib(calib_msg(rpy=(0.0, 0.1))), "rpyCalib has 2 values, expected 3"),
+  (lambda: _calib(calib_msg(rpy=(0.0, float("nan"), 0.0))), "rpyCalib is not finite"),
+  (lambda: _calib(calib_msg(), at=90.0), r"calibration stale \(10.0 s old\)"),
+])
+def test_calibration_problems_invalidate(runner, tici_frame, make_calib, reason):
+  msg = decoded(ModelState(runner, META).step(tici_frame, *TICI, 1, make_calib(), now=100.0))
+  assert not msg.valid
+  assert __import__("re").search(reason, msg.invalidReason), msg.invalidReason
+
+
+def _calib(reader, valid=True, at=100.0):
+  c = Calibration()
+  c.update(reader, at, valid)
+  return c
+
+
+def test_bad_calibration_keeps_last_good_value():
+  c = good_calib()
+  c.update(calib_msg(rpy=(1.0, 2.0)), 101.0)
+  assert c.rpy.tolist() == pytest.approx([0.0, 0.02, -0.01])
+
+
+def test_overwritten_frame_invalidates(runner, tici_frame):
+  msg = decoded(ModelState(runner, META).step(tici_frame, *TICI, 7, good_calib(), 100.0, still_valid=lambda: False))
+  assert not msg.valid and "frame 7 was overwritten during processing" in msg.invalidReason
+
+
+def test_non_finite_output_invalidates_with_head_names(tici_frame):
+  out = np.zeros(553, np.float32)
+  out[slices_json()["face_descs_lhd"][0]] = np.inf
+  msg = decoded(ModelState(FixedOutput(out), META).step(tici_frame, *TICI, 1, good_calib(), 100.0))
+  assert not msg.valid and "non-finite model output in ['face_descs_lhd']" in msg.invalidReason
+
+
+def test_reasons_accumulate(tici_frame):
+  out = np.full(553, np.nan, np.float32)
+  msg = decoded(ModelState(FixedOutput(out), META).step(tici_frame, *TICI, 1, Calibration(), 100.0,
+                                                        still_valid=lambda: False))
+  assert msg.invalidReason.count("; ") == 2
+
+
+def test_wrong_output_size_raises(tici_frame):
+  with pytest.raises(ModelMetadataError, match="returned 551 values"):
+    ModelState(FixedOutput(np.zeros(551)), META).step(tici_frame, *TICI, 1, good_calib(), 100.0)
+
+
+def test_geometry_change_rebuilds_warp_and_unknown_is_refused(runner):
+  state = ModelState(runner, META)
+  assert state.ensure_plan(*TICI).kind == "crop"
+  assert state.ensure_plan(1344, 760, 1408).kind == "separable"
+  with pytest.raises(UnknownCameraError, match="640x480"):
+    state.ensure_plan(640, 480, 640)
