@@ -28,6 +28,14 @@ def test_good_message_decodes():
   assert r.modelV2.laneLines[3].y[0] == 3. and not r.valid and r.invalidReason == "calibration missing"
 
 
+@pytest.mark.parametrize("raw", [None, b"", b"\x05" * 3])
+def test_data_fields_null_empty_or_set(raw):
+  msg = new_message("driverStateV2")
+  if raw is not None:
+    msg.driverStateV2.rawPredictions = raw
+  assert log_from_bytes(msg.to_bytes()).driverStateV2.rawPredictions == (raw or b"")
+
+
 def test_accepts_any_buffer_type():
   dat = model_bytes()
   assert log_from_bytes(bytearray(dat)).modelV2.frameId == 42
@@ -91,6 +99,21 @@ def test_unknown_union_member_from_a_newer_schema():
   dat[i] = 0xfe
   with pytest.raises(MessageDecodeError, match="unknown union member"):
     log_from_bytes(bytes(dat))
+
+
+def test_unknown_enum_value_is_rejected():
+  # consumers compare enums by name (str(sensor), state == "enabled"); a nameless value would raise there
+  def frame(sensor):
+    m = new_message("narrowRoadCameraState", logMonoTime=1)
+    m.narrowRoadCameraState.sensor = sensor
+    return m.to_bytes()
+  a, b = frame("unknown"), frame("os04c10")
+  (i,) = [i for i in range(len(a)) if a[i] != b[i]]
+  bad = bytearray(b)
+  bad[i] = 0x7f
+  with pytest.raises(MessageDecodeError, match="enum field 'sensor'"):
+    log_from_bytes(bytes(bad))
+  assert log_from_bytes(b).narrowRoadCameraState.sensor == "os04c10"
 
 
 def _zero_size_list_bomb() -> bytes:
