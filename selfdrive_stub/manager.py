@@ -33,10 +33,8 @@ ROUTE_CAMERAS = {"narrowRoad": "narrow", "wideRoad": "wide", "cabin": "cabin"}
 
 def _camerad_args(o) -> list[str]:
   args = ["--camera", o.camera, "--seed", str(o.seed)]
-  if o.route:
-    from process_replay.route import Route
-    route = Route(o.route)
-    args += ["--frames", *[os.path.join(o.route, route.header["cameras"][c]["file"]) for c in route.cameras]]
+  if o.route:   # a route directory holds camerad's frame files under their standard names
+    args += ["--frames", o.route, "--loop"]
   return args
 
 
@@ -50,10 +48,11 @@ def _logger_args(o) -> list[str]:
 
 
 PROCESSES = [
-  ProcessConfig("camerad", "selfdrive_stub.camerad", args=_camerad_args),
-  ProcessConfig("car", "selfdrive_stub.car", args=_car_args),
+  # the logger goes first so the route starts with the first messages; its camera clients connect when they can
   ProcessConfig("logger", "selfdrive_stub.logger", args=_logger_args, should_run=lambda o: bool(o.record),
-                after=("camerad", "car")),
+                ready_check=lambda o: os.path.exists(os.path.join(o.record, "header.json"))),
+  ProcessConfig("camerad", "selfdrive_stub.camerad", args=_camerad_args, after=("logger",)),
+  ProcessConfig("car", "selfdrive_stub.car", args=_car_args, after=("logger",)),
   ProcessConfig("modeld", "daemons.modeld", after=("camerad",)),
   ProcessConfig("dmonitoringmodeld", "daemons.dmonitoringmodeld", after=("camerad",)),
   ProcessConfig("dmonitoringd", "selfdrive_stub.dmonitoringd"),
@@ -135,7 +134,8 @@ class Manager:
     for p in self.procs:
       if p.running and not p.ready:
         services = self.owned.get(p.name, [])
-        if all(self.monitor.seen_since(s, p.started_at) for s in services):
+        probe = p.cfg.ready_check
+        if all(self.monitor.seen_since(s, p.started_at) for s in services) and (probe is None or probe(self.opts)):
           p.ready = True
           self.note(f"{p.name} ready (pid {p.pid}, {now - p.started_at:.1f} s)", elapsed)
 

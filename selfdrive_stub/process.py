@@ -56,6 +56,7 @@ class ProcessConfig:
   enabled: bool = True
   should_run: Callable[[object], bool] = always_run
   after: tuple[str, ...] = ()           # start only once these are ready (or given up on)
+  ready_check: Callable[[object], bool] | None = None   # extra readiness probe beside "owned services publish"
   restart_if_crash: bool = True
 
 

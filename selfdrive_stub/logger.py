@@ -1,0 +1,136 @@
+"""Logger (process "logger"): records every should_log service and the camera frames into a route.
+
+  python -m selfdrive_stub.logger --out DIR [--camera tici|mici] [--cameras road,wide,cabin] [--duration S]
+
+Invariants:
+- Each service is read through its own non-conflating subscriber, so every message that reaches the logger
+  is recorded, byte for byte, in arrival order (process_replay.route sorts by logMonoTime when reading).
+- Frames come from VisionIPC clients (one thread per camera, in-order, not conflated). A frame is copied out
+  of shared memory and written only if the buffer's generation check still holds after the copy; an
+  overwritten frame is counted (`overwritten`) and skipped, never written torn.
+- SIGINT/SIGTERM end the recording cleanly: threads joined, frame files and log closed, header completed.
+"""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+import time
+
+from process_replay.route import CAMERAS, RouteWriter
+
+DRAIN_DT = 0.01
+STREAMS = {"road": "VISION_STREAM_NARROW_ROAD", "wide": "VISION_STREAM_WIDE_ROAD", "cabin": "VISION_STREAM_CABIN"}
+
+
+class FrameRecorder(threading.Thread):
+  """Copies one camera's frames from VisionIPC into the route."""
+
+  def __init__(self, writer: RouteWriter, camera: str, stop: threading.Event, server: str = "camerad"):
+    super().__init__(name=f"record-{camera}", daemon=True)
+    self.writer, self.camera, self.stop_event, self.server = writer, camera, stop, server
+    self.frames = self.overwritten = 0
+    self.error: str | None = None
+
+  def run(self) -> None:
+    import visionipc
+    stream = getattr(visionipc.VisionStreamType, STREAMS[self.camera])
+    client = visionipc.VisionIpcClient(self.server, stream, conflate=False)
+    try:
+      while not self.stop_event.is_set():
+        buf = client.recv(timeout_ms=100)
+        if buf is None:
+          continue
+        data = bytes(buf.data)
+        if not buf.still_valid():
+          self.overwritten += 1
+          continue
+        self.writer.add_frame(self.camera, data, buf.frame_id, buf.timestamp_sof, buf.timestamp_eof,
+                              buf.width, buf.height, buf.stride, buf.uv_offset)
+        self.frames += 1
+    except Exception as e:   # a camera that goes wrong must not take the message log down with it
+      self.error = f"{type(e).__name__}: {e}"
+    finally:
+      client.close()
+
+
+class Logger:
+  def __init__(self, out: str, camera: str, cameras: list[str], seed: int | None = None):
+    from cereal import messaging
+    from cereal.services import SERVICE_LIST
+    self.messaging = messaging
+    # subscribe before the header appears: the manager takes header.json as "logger ready" and only then
+    # starts the publishers, so the route begins with their first messages
+    self.socks = {name: messaging.sub_sock(name, conflate=False) for name, s in SERVICE_LIST.items() if s.should_log}
+    self.writer = RouteWriter(out, camera=camera, generator="selfdrive_stub.logger", seed=seed)
+    self.stop_event = threading.Event()
+    self.recorders = [FrameRecorder(self.writer, cam, self.stop_event) for cam in cameras]
+
+  def drain(self) -> int:
+    n = 0
+    for name, sock in self.socks.items():
+      for raw in self.messaging.drain_sock_raw(sock):
+        try:
+          evt = self.messaging.log_from_bytes(raw, service=name)
+        except self.messaging.MessageDecodeError as e:
+          print(f"logger: skipping malformed message: {e}", file=sys.stderr)
+          continue
+        self.writer.add_event(raw, log_mono_time=evt.logMonoTime, service=name)
+        n += 1
+    return n
+
+  def run(self, should_stop, duration: float | None = None) -> None:
+    for r in self.recorders:
+      r.start()
+    start = time.monotonic()
+    try:
+      while not should_stop() and (duration is None or time.monotonic() - start < duration):
+        self.drain()
+        time.sleep(DRAIN_DT)
+      self.drain()
+    finally:
+      self.close()
+
+  def close(self) -> None:
+    self.stop_event.set()
+    for r in self.recorders:
+      r.join(timeout=10)
+    self.writer.close()
+    frames = ", ".join(f"{r.camera} {r.frames} frames ({r.overwritten} overwritten)" for r in self.recorders)
+    print(f"logger: wrote {self.writer.header['events']} events{'; ' + frames if frames else ''} "
+          f"to {self.writer.path}", flush=True)
+    for r in self.recorders:
+      if r.error:
+        print(f"logger: camera {r.camera} stopped: {r.error}", file=sys.stderr, flush=True)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+  p = argparse.ArgumentParser(prog="python -m selfdrive_stub.logger", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--out", required=True, metavar="DIR", help="route directory to create (must not hold a route)")
+  p.add_argument("--camera", choices=["tici", "mici"], default="tici", help="camera config recorded in the header")
+  p.add_argument("--seed", type=int, default=None, help="seed of the generating run, recorded in the header")
+  p.add_argument("--cameras", default=",".join(CAMERAS),
+                 help=f"comma-separated cameras whose frames to record (default {','.join(CAMERAS)}; '' for none)")
+  p.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
+  args = p.parse_args(argv)
+  args.cameras = [c for c in args.cameras.split(",") if c]
+  bad = [c for c in args.cameras if c not in CAMERAS]
+  if bad:
+    p.error(f"--cameras: unknown camera {', '.join(bad)}; known: {', '.join(CAMERAS)}")
+  return args
+
+
+def main(argv=None) -> None:
+  args = parse_args(argv)
+  from setproctitle import setproctitle
+  setproctitle("logger")
+  stop = threading.Event()
+  for sig in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(sig, lambda *_: stop.set())
+  Logger(args.out, args.camera, args.cameras, args.seed).run(stop.is_set, args.duration)
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,41 @@
+"""The logger, run by the manager with --record, writes a route that holds what was on the bus and the frames."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+from process_replay.route import Route
+from selfdrive_stub.scenes import render_frame
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_manager_records_a_route(namespace, tmp_path):
+  out = tmp_path / "route"
+  proc = subprocess.run([sys.executable, "-m", "selfdrive_stub.manager", "--duration", "6", "--camera", "mici",
+                         "--seed", "3", "--record", str(out), "--block", "modeld,dmonitoringmodeld,dmonitoringd,selfdrived"],
+                        cwd=REPO_ROOT, capture_output=True, text=True, timeout=180)
+  assert proc.returncode == 0, proc.stdout + proc.stderr
+  with Route(str(out)) as route:
+    assert route.header["complete"] and route.camera == "mici" and route.header["seed"] == 3
+    assert route.header["generator"] == "selfdrive_stub.logger"
+    events = route.events()
+    times = [e.logMonoTime for e in events]
+    assert times == sorted(times)
+    kinds = {e.which() for e in events}
+    assert {"carState", "extrinsicsCalibration", "deviceState", "narrowRoadCameraState", "cabinCameraState",
+            "managerState"} <= kinds
+    assert sum(e.which() == "carState" for e in events) > 200
+    assert route.cameras == ["cabin", "road", "wide"]
+    for cam, service in (("road", "narrowRoadCameraState"), ("cabin", "cabinCameraState")):
+      states = {getattr(e, service).frameId: getattr(e, service) for e in events if e.which() == service}
+      frames = route.frames(cam)
+      assert len(frames) >= 0.9 * len(states) > 20
+      for i in (0, len(frames) // 2, len(frames) - 1):
+        f = frames.get(i)
+        st = states[f.frame_id]                                  # each frame has its camera state message
+        assert (f.timestamp_sof, f.timestamp_eof) == (st.timestampSof, st.timestampEof)
+        want = np.frombuffer(render_frame("mici", cam, 3, f.frame_id), np.uint8)
+        assert np.array_equal(np.frombuffer(f.data, np.uint8), want)   # the pixels camerad served
+  assert not os.path.exists(namespace.shm_dir)
