@@ -112,7 +112,8 @@ class FaultFileWatcher:
 
 def main(argv: list[str]) -> int:
     from runtime import usb_amd
-    if not argv or argv[0] not in ("inject", "clear", "plug", "unplug", "status") or (argv[0] == "inject") != (len(argv) == 2):
+    commands = ("inject", "clear", "plug", "unplug", "status")
+    if not argv or argv[0] not in commands or len(argv) != (2 if argv[0] == "inject" else 1):
         print("usage: python -m runtime.faults inject SPEC | clear | plug | unplug | status", file=sys.stderr)
         return 2
     cmd = argv[0]

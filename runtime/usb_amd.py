@@ -261,7 +261,8 @@ class USBAMDDevice(Compiled):
         for lo in range(0, max(n, 1), w):
             if self._transfer_error:
                 self._transfer_error = False
-                raise TransferError(f"{self.name}: USB {direction} transfer at byte {lo} of {n} failed (injected fault)")
+                raise TransferError(f"{self.name}: USB {direction} transfer at byte {lo} of {n} failed "
+                                    f"(injected fault)")
             dst[lo:lo + w] = src[lo:lo + w]
             self.link.transfers += 1
             self.link.bytes_moved += min(w, n - lo)

@@ -8,7 +8,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from runtime import OnnxRunner, artifact
 from runtime.buffer import StaleBuffer
-from runtime.device import Device, DeviceDisconnected, DeviceTimeout
+from runtime.device import DeviceDisconnected, DeviceTimeout
 from runtime.errors import ArtifactError
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))

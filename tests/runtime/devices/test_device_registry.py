@@ -58,18 +58,16 @@ def test_wait_timeout_is_class_and_instance_settable(usb, monkeypatch):
     assert usb.wait_timeout_ms == 3000 and usb_amd.USBAMDDevice.wait_timeout_ms == 1234
 
 
-def test_faults_cli_plugs_and_reports_status():
+def test_faults_cli_plugs_and_reports_status(capsys):
     run = lambda *a: subprocess.run([sys.executable, "-m", "runtime.faults", *a], capture_output=True, text=True,
                                     timeout=60)
-    assert run("plug").returncode == 0
+    assert run("plug").returncode == 0                 # another process plugs it into this namespace
     assert usb_amd.presence()[0]
-    status = run("status")
-    assert status.returncode == 0 and "USB+AMD present" in status.stdout
-    assert run("unplug").returncode == 0
-    assert not usb_amd.presence()[0]
+    assert faults.main(["status"]) == 0 and "USB+AMD present" in capsys.readouterr().out
+    assert faults.main(["unplug"]) == 0 and not usb_amd.presence()[0]
     bad = run("inject", "explode")
     assert bad.returncode != 0 and "unknown fault kind 'explode'" in bad.stderr
-    assert run("frobnicate").returncode == 2
+    assert faults.main(["frobnicate"]) == 2 and faults.main(["inject"]) == 2
 
 
 def test_fault_spec_grammar():
