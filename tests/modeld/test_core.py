@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 
+from cereal import messaging
 from daemons.common.cameras import MICI, TICI
 from daemons.modeld.core import CarInputs, Frame, Modeld, send_raw_pred_enabled
 from daemons.modeld.model_state import MODEL_PATHS, ModelOutputError, ModelState
@@ -53,6 +54,8 @@ def test_valid_after_history_fills_and_messages_are_complete(small_runner):
   assert dmd.valid and dmd.drivingModelData.frameId == 5 and len(dmd.drivingModelData.path.xCoefficients) == 5
   assert odo.valid and len(odo.cameraOdometry.trans) == 3 and odo.cameraOdometry.timestampEof == m.timestampEof
   assert not results[0].events[0][1].valid and results[0].events[2][1].invalidReason == results[0].events[0][1].invalidReason
+  for service, msg in results[0].events + results[-1].events:   # what subscribers decode, strictly
+    assert messaging.log_from_bytes(msg.to_bytes(), service=service).valid == msg.valid
 
 
 def warm(md, frame, n=5):
@@ -126,6 +129,8 @@ def test_small_model_failure_publishes_invalid_and_keeps_running(small_runner):
   assert not r.valid and r.reasons[0].startswith("small model failed: NonFiniteOutput")
   m = r.events[0][1].modelV2
   assert m.frameId == i and m.modelName == "small" and len(m.position.x) == 0
+  for service, msg in r.events:
+    assert not messaging.log_from_bytes(msg.to_bytes(), service=service).valid
   state["fail"] = False
   assert step(md, frame, i + 1).valid
 
