@@ -12,12 +12,16 @@ Invariants:
 import fcntl
 import mmap
 import os
+import sys
 
 import numpy as np
 
 from visionipc import protocol
 from visionipc.errors import ProtocolError
 from visionipc.nv12 import check_geometry
+
+if sys.byteorder != "little":
+  raise ImportError("visionipc buffers use little-endian trailer words; big-endian hosts are not supported")
 
 _SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
 _TRAILER_ALIGN = 64
@@ -33,6 +37,7 @@ class BufferMapping:
   def __init__(self, fd: int, idx: int, width: int, height: int, stride: int, uv_offset: int, length: int,
                mmap_len: int, trailer_offset: int, writable: bool):
     self.fd, self.idx = fd, idx
+    self.stream: int | None = None  # set by the owning server
     self.width, self.height, self.stride, self.uv_offset = width, height, stride, uv_offset
     self.len, self.mmap_len, self.trailer_offset = length, mmap_len, trailer_offset
     access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
@@ -40,9 +45,10 @@ class BufferMapping:
     self.data = memoryview(self.mm)[:length]
     self.y = np.ndarray((height, width), np.uint8, self.mm, 0, (stride, 1))
     self.uv = np.ndarray((height // 2, width), np.uint8, self.mm, uv_offset, (stride, 1))
-    self.trailer = np.ndarray(3, "<u8", self.mm, trailer_offset)
+    # native uint64 words: each item store/load is one aligned 8-byte access (the host is little-endian)
+    self.trailer = memoryview(self.mm)[trailer_offset:trailer_offset + protocol.TRAILER.size].cast("Q")
     if not writable:
-      for view in (self.y, self.uv, self.trailer):
+      for view in (self.y, self.uv):
         view.flags.writeable = False
 
   @classmethod
@@ -125,12 +131,12 @@ class VisionBuf:
   @property
   def stamped_frame_id(self) -> int:
     """The frame_id the server stamped into the buffer's trailer (the reference's tail check)."""
-    return int(self._m.trailer[2])
+    return self._m.trailer[2]
 
   def still_valid(self) -> bool:
     """True iff the buffer still holds exactly the frame this handle was given (no fill started since)."""
     trailer = self._m.trailer
-    return int(trailer[0]) == self.generation and int(trailer[1]) == self.generation
+    return trailer[0] == self.generation and trailer[1] == self.generation
 
   def __repr__(self) -> str:
     return (f"VisionBuf(idx={self.idx}, {self.width}x{self.height}, stride={self.stride}, "

@@ -160,8 +160,7 @@ class VisionIpcClient:
       frame = self._frame_from(msg)
       if frame is not None:
         return frame
-      if time.monotonic() >= deadline:
-        return None
+      # a skipped announcement: keep going (non-blocking once the deadline passed) until the queue is empty
 
   def _frame_from(self, msg: bytes) -> VisionBuf | None:
     try:
@@ -183,7 +182,7 @@ class VisionIpcClient:
       return None
     mapping = self._buffers[idx]
     trailer = mapping.trailer
-    if int(trailer[0]) != generation or int(trailer[1]) != generation:
+    if trailer[0] != generation or trailer[1] != generation:
       self.skipped_overwritten += 1
       return None
     self.frame_id, self.timestamp_sof, self.timestamp_eof, self.valid = frame_id, sof, eof, valid

@@ -120,11 +120,11 @@ class VisionIpcServer:
                   valid: bool = True) -> None:
     """Publish a buffer filled after get_buffer(); zero-copy."""
     mapping = buf._m
-    if buf.server_id != self.server_id or int(mapping.trailer[0]) != buf.generation:
+    if buf.server_id != self.server_id or mapping.trailer[0] != buf.generation:
       raise VisionIpcError(f"buffer {buf.idx} (generation {buf.generation}) is not the one being filled on "
                            f"server {self.name!r}; call get_buffer() again")
-    stream = self._streams.get(getattr(mapping, "stream", None))
-    if stream is None or stream.mappings[mapping.idx] is not mapping:
+    stream = self._streams.get(mapping.stream)
+    if stream is None or stream.mappings[mapping.idx] is not mapping:  # e.g. a client's frame
       raise VisionIpcError(f"buffer {mapping.idx} does not belong to server {self.name!r}")
     mapping.trailer[2] = frame_id
     mapping.trailer[1] = buf.generation
