@@ -234,7 +234,8 @@ class USBAMDDevice(Compiled):
                 return
             if stop.is_set():                   # reopened meanwhile: this command belongs to the old device
                 return
-            self._signal(cmd.value)
+            value, cmd = cmd.value, None        # drop its references (host memory it read) before signalling
+            self._signal(value)
 
     def _run_slow(self, cmd: Command, t0: float) -> None:
         fn = cmd.fn

@@ -272,3 +272,24 @@ def test_wait_for_a_value_never_submitted_is_an_error_not_a_hang(usb):
     with pytest.raises(ValueError, match="wait for timeline value 5, but only 0 were submitted"):
         usb.wait(5)
     assert usb.error_state is None
+
+
+def test_a_read_only_shared_memory_frame_uploads_without_a_host_copy(usb):
+    import mmap
+    import os
+    fd = os.memfd_create("frame")
+    try:
+        pixels = bytes(range(256)) * 64
+        os.write(fd, pixels)
+        with mmap.mmap(fd, len(pixels), prot=mmap.PROT_READ) as shared:
+            lease = Lease("VisionIPC road buffer 0")
+            frame = Buffer.from_external(memoryview(shared), len(pixels), lease)
+            assert frame.bind_array().ctypes.data == np.frombuffer(shared, np.uint8).ctypes.data   # zero-copy
+            on_dev = Buffer(usb, len(pixels))
+            rec = on_dev.copy_from(frame)
+            assert rec.kind == "upload"
+            lease.release(wait=True)
+            assert on_dev.numpy().tobytes() == pixels
+            del frame
+    finally:
+        os.close(fd)
