@@ -117,3 +117,24 @@ def test_bad_recorded_input_is_a_clear_error(tmp_path):
   out = subprocess.run([sys.executable, "-m", "selfdrive_stub.camerad", "--camera", "tici", "--frames",
                         str(tmp_path)], capture_output=True, text=True, timeout=60)
   assert out.returncode != 0 and "frames are 1344x760" in out.stderr and "tici road camera" in out.stderr
+
+
+def test_one_step_serves_frame_n_of_the_seed_on_every_tici_stream():
+  from daemons.common.cameras import device_config
+  from selfdrive_stub.camerad import CAMERAS, Camerad
+
+  stub = Camerad(device_config("tici"), seed=11, num_buffers=2)
+  try:
+    clients = {name: connect(stream) for name, stream, _ in CAMERAS}
+    frame_data = messaging.sub_sock("narrowRoadCameraState")
+    stub.step(57, 1_000, 1_000 + READOUT_NS)
+    renderer = SceneRenderer("tici", seed=11)
+    for name, client in clients.items():
+      buf = client.recv(10_000)
+      assert (buf.width, buf.height, buf.stride, buf.uv_offset) == (1928, 1208, 2048, 2490368)
+      assert (buf.frame_id, buf.timestamp_sof, buf.timestamp_eof) == (57, 1_000, 1_000 + READOUT_NS)
+      assert bytes(buf.data) == renderer.frame(name, 57)
+    state = messaging.recv_one(frame_data).narrowRoadCameraState
+    assert (state.frameId, state.timestampSof, str(state.sensor)) == (57, 1_000, "ar0231")
+  finally:
+    stub.close()
