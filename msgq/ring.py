@@ -27,6 +27,7 @@ class ShmPublisher:
     self.max_size = max_message_size(self.seg.size)
     hdr = self.seg.hdr
     self._w, self._count = hdr[H_W], hdr[H_COUNT]  # taking over continues where the last publisher stopped
+    self._pid = os.getpid()
 
   def send(self, data) -> None:
     seg = self.seg
@@ -35,8 +36,9 @@ class ShmPublisher:
     if n > self.max_size:
       raise MessageTooLargeError(f"endpoint {self.endpoint!r}: message of {n} bytes exceeds the limit of "
                                  f"{self.max_size} bytes for a {size}-byte segment")
-    if hdr[H_PUB_UID] != self.uid:
-      raise MultiplePublishersError(f"endpoint {self.endpoint!r}: another publisher took this segment over")
+    if hdr[H_PUB_UID] != self.uid or os.getpid() != self._pid:  # a forked copy must not become a 2nd writer
+      raise MultiplePublishersError(f"endpoint {self.endpoint!r}: this publisher no longer owns the segment "
+                                    f"(taken over, or used from a forked child)")
     total = (n + 23) & ~7
     w = self._w
     off = w % size
@@ -53,9 +55,9 @@ class ShmPublisher:
     words[i] = n
     if n:
       seg.data[off + 16:off + 16 + n] = data
-    hdr[H_L] = w
     hdr[H_COUNT] = seq + 1
     hdr[H_W] = self._w = w + total
+    hdr[H_L] = w  # after W: a reader that sees this L also sees a W past its record
     self._count = seq + 1
     hdr[H_FUTEX] = (seq + 1) & _U32
     full_fence()  # W and FUTEX visible before we look for sleepers (pairs with the reader's fence)
@@ -94,7 +96,7 @@ class ShmSubscriber:
     self._max_len = max_message_size(self.seg.size)
 
   def ready(self) -> bool:
-    return self.seg.hdr[H_W] != self._r
+    return self.seg.hdr[H_W] > self._r
 
   def set_sleeping(self, sleeping: bool) -> None:
     """Ask the writer to wake us (the Poller sets this on every socket before it waits)."""
@@ -134,10 +136,10 @@ class ShmSubscriber:
     seg = self.seg
     hdr = seg.hdr
     r = self._r
-    if hdr[H_W] == r:
+    if hdr[H_W] <= r:
       return None
     if self.conflate:
-      r = hdr[H_L]
+      r = max(r, hdr[H_L])  # L may still name a record we already read
     words, size = seg.data_words, seg.size
     while True:
       off = r % size
@@ -169,7 +171,7 @@ class ShmSubscriber:
 
   def _overrun(self) -> int:
     """We were lapped: continue at the newest message; _read counts what was skipped from its seq."""
-    return self.seg.hdr[H_L]
+    return max(self._r, self.seg.hdr[H_L])
 
   def close(self) -> None:
     if self.seg.fd >= 0:

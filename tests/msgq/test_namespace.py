@@ -66,3 +66,16 @@ def test_children_inherit_the_namespace(namespace, spawn_python):
   out, err = child.communicate(timeout=60)
   assert child.returncode == 0, err
   assert out.split() == [namespace.prefix, namespace.shm_dir]
+
+
+def test_bus_files_go_away_with_the_namespace():
+  import msgq
+  with Namespace() as ns:
+    pub, sub = msgq.pub_sock("x"), msgq.sub_sock("x")
+    handle = msgq.fake_event_handle("x")
+    pub.send(b"1")
+    assert sub.receive() == b"1"
+    assert os.listdir(ns.shm_dir) == ["x"]
+    assert all(_mode(os.path.join(ns.runtime_dir, f)) == 0o600 for f in os.listdir(ns.runtime_dir))
+    pub.close(), sub.close(), handle.close()
+  assert not os.path.exists(ns.shm_dir) and not os.path.exists(ns.runtime_dir)
