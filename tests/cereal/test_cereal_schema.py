@@ -3,7 +3,6 @@ import pytest
 
 from cereal import log
 from cereal.services import SERVICE_LIST
-from tests.cereal.cereal_fill import fill
 
 SERVICES = sorted(SERVICE_LIST)
 
@@ -13,7 +12,7 @@ def test_event_union_is_exactly_the_services_table():
 
 
 @pytest.mark.parametrize("service", SERVICES)
-def test_every_field_of_every_service_round_trips(service):
+def test_every_field_of_every_service_round_trips(service, fill):
   msg = log.Event.new_message(logMonoTime=123456789, valid=False, invalidReason="calibration missing")
   fill(msg.init(service))
   expected = msg.to_dict()

@@ -1,4 +1,6 @@
-"""Test helper: fill every field of a capnp struct builder with a non-default value, driven by the schema."""
+"""cereal test helpers: `fill` sets every field of a capnp struct builder to a non-default value, from the schema."""
+import pytest
+
 _INTS = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"}
 _FLOATS = {"float32", "float64"}
 
@@ -40,3 +42,8 @@ def fill(builder, list_len: int = 2) -> None:
           items[i] = _scalar(element, enum_schema, name, i)
     elif kind != "void":
       setattr(builder, name, _scalar(kind, field.schema if kind == "enum" else None, name, 0))
+
+
+@pytest.fixture(name="fill")
+def fill_fixture():
+  return fill
