@@ -43,7 +43,7 @@ class _PendingReads:
     """Device timeline values after which queued reads of a piece of memory are done."""
 
     def __init__(self):
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()   # __del__ of a Buffer may run on any thread, even this one
         self._reads: dict[int, tuple[Compiled, int]] = {}   # id(device) -> (device, latest value)
 
     def note(self, device: Compiled, value: int) -> None:
