@@ -12,7 +12,7 @@ from daemons.dmonitoringmodeld.model_state import MODEL_PATH, load_dm_metadata
 from daemons.dmonitoringmodeld.parse import parse_outputs
 from selfdrive_stub.scenes import SceneRenderer, cabin_script
 
-MODEL_SHA256 = "3d121f888ce098834b047c513d9dcf924bd703732248dcdee00e7a9f14260563"
+MODEL_SHA256 = "fa932fc8983af934791d8c12fcde3c8ae21da3916ab76308b204f7d050ff67e3"
 ALLOWED_OPS = {"Conv", "Relu", "LeakyRelu", "Elu", "Sigmoid", "Tanh", "Add", "Sub", "Mul", "Div", "Cast", "Reshape",
                "Flatten", "Transpose", "Concat", "Slice", "Gemm", "MatMul", "AveragePool", "MaxPool",
                "GlobalAveragePool", "Softmax", "Clip", "Identity", "Constant"}

@@ -8,7 +8,7 @@ Contract (openpilot's dmonitoring_model.onnx): inputs `input_img` uint8 (1, 1382
 `calib` float32 (1, 3); output `outputs` float32 (1, 553); `metadata_props["output_slices_json"]` names the heads.
 
 Structure (all standard ONNX ops):
-  luma → Cast → 8×8 AveragePool (120×180) → normalise ─┬─ 2×2 AveragePool (60×90) → hand-designed face branch
+  luma → Cast → 8×8 mean (two AveragePools, 120×180) → normalise ─┬─ 2×2 AveragePool (60×90) → hand-designed face branch
                                                         └─ seeded conv tower (strided, grouped, Relu) → GAP
   [tower, face features, calib] → Gemm/Tanh hidden → Gemm heads (hand weights + small random weights)
 
@@ -186,9 +186,12 @@ def build_model() -> onnx.ModelProto:
   rng = np.random.default_rng(SEED)
   g = GraphBuilder()
   img = g.op("Cast", ["input_img"], to=TensorProto.FLOAT)
-  img = g.op("Reshape", [img, g.const("img_shape", np.array([1, 1, IN_H, IN_W], np.int64))])
-  # downsample first (pooling is linear, so normalising after it is the same and 64× cheaper)
-  p8 = g.op("AveragePool", [img], kernel_shape=[8, 8], strides=[8, 8])
+  # downsample first (pooling is linear, so normalising after it is the same and 64× cheaper); the 8×8 mean is
+  # split into a 1×8 pool over rows of 8 pixels and an 8×1 pool over the result: 16 strided passes, not 64
+  img = g.op("Reshape", [img, g.const("row_groups", np.array([1, 1, IN_H * IN_W // 8, 8], np.int64))])
+  p1x8 = g.op("AveragePool", [img], kernel_shape=[1, 8], strides=[1, 8])
+  p1x8 = g.op("Reshape", [p1x8, g.const("img_shape", np.array([1, 1, IN_H, IN_W // 8], np.int64))])
+  p8 = g.op("AveragePool", [p1x8], kernel_shape=[8, 1], strides=[8, 1])
   p8 = g.op("Div", [g.op("Sub", [p8, g.scalar(16.0)]), g.scalar(219.0)])         # video-range luma → 0..1
   b60 = g.op("AveragePool", [p8], kernel_shape=[2, 2], strides=[2, 2])
   face = face_branch(g, b60)
