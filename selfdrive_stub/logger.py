@@ -88,7 +88,6 @@ class Logger:
       while not should_stop() and (duration is None or time.monotonic() - start < duration):
         self.drain()
         time.sleep(DRAIN_DT)
-      self.drain()
     finally:
       self.close()
 
@@ -96,6 +95,7 @@ class Logger:
     self.stop_event.set()
     for r in self.recorders:
       r.join(timeout=10)
+    self.drain()   # after the frame threads: the last frames' camera states are in the log too
     self.writer.close()
     frames = ", ".join(f"{r.camera} {r.frames} frames ({r.overwritten} overwritten)" for r in self.recorders)
     print(f"logger: wrote {self.writer.header['events']} events{'; ' + frames if frames else ''} "

@@ -8,7 +8,8 @@ Invariants:
   published since it started), has given up (missing/crashed) or READY_TIMEOUT_S has passed.
 - Every run gets its own namespace (msgq.namespace.Namespace): OPENPILOT_PREFIX if set (so outside tools can
   join), a fresh one otherwise. On exit — normal, Ctrl-C, SIGTERM or an exception — every child group gets
-  SIGINT, then SIGKILL after 5 s, and the namespace's shared memory and sockets are removed. Children also die
+  SIGINT, then SIGKILL after 5 s (dependents first, so the logger stops last), and the namespace's shared
+  memory and sockets are removed. Children also die
   with the manager if it is SIGKILLed (PR_SET_PDEATHSIG, see process.py).
 - A crashed process is restarted with backoff; crashes we did not cause make a --duration run exit non-zero,
   as does any service of a running process that missed its rate over the measured part of the run.
@@ -264,10 +265,16 @@ class Manager:
         signal.signal(sig, handler)
 
   def shutdown(self) -> None:
-    for p in self.procs:
-      p.stop(block=False)
-    for p in self.procs:
-      p.stop(block=True)
+    """Stop in waves, dependents before what they depend on (e.g. the logger last, so the route ends whole)."""
+    remaining = list(self.procs)
+    while remaining:
+      needed = {d for p in remaining for d in p.cfg.after}
+      wave = [p for p in remaining if p.name not in needed] or remaining
+      for p in wave:
+        p.stop(block=False)
+      for p in wave:
+        p.stop(block=True)
+      remaining = [p for p in remaining if p not in wave]
     if self.monitor is not None:
       self.monitor.close()
     if self.opts.usb_gpu:

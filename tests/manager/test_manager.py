@@ -75,10 +75,10 @@ def test_killed_process_is_restarted(namespace, tmp_path):
 
 
 def test_unexpected_exit_is_a_crash_restarted_with_backoff_and_fails_the_run(namespace):
-  # a car stub that ends on its own after 1 s: to the manager that is a crash
-  procs = [ProcessConfig("car", "selfdrive_stub.car", args=lambda o: ["--duration", "1"])]
+  # a car stub that ends on its own after 0.2 s: to the manager that is a crash
+  procs = [ProcessConfig("car", "selfdrive_stub.car", args=lambda o: ["--duration", "0.2"])]
   out = io.StringIO()
-  m = mgr.Manager(_opts("6"), processes=procs, out=out)
+  m = mgr.Manager(_opts("8"), processes=procs, out=out)
   code = m.run()
   car = m.by_name["car"]
   assert code == 1
