@@ -118,3 +118,12 @@ def test_synced_pub_sub_steps_a_gated_process(fake_mode, spawn_python):
     assert out.receive(non_blocking=True) == (b"step%d" % i)[::-1]
     assert out.receive(non_blocking=True) is None
   daemon.kill()
+
+
+def test_gate_times_out_when_the_harness_is_gone(fake_mode, monkeypatch):
+  monkeypatch.setenv("CEREAL_FAKE_TIMEOUT", "0.1")
+  handle = msgq.fake_event_handle("gps", enable=True)
+  sub = msgq.sub_sock("gps")
+  with pytest.raises(msgq.EventTimeoutError):
+    sub.receive(non_blocking=True)
+  assert handle.recv_called_event.peek()

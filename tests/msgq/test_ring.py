@@ -199,3 +199,23 @@ def test_blocking_receive_wakes_on_send_from_another_thread():
   timer.start()
   assert sub.receive() == b"wake"
   timer.join()
+
+
+def test_poller_without_futex_waitv_still_honours_timeouts_and_wakes(monkeypatch):
+  from msgq import futex
+  monkeypatch.setattr(futex, "_have_waitv", False)  # as on a kernel older than 5.16
+  poller = msgq.Poller()
+  a, b = msgq.sub_sock("a", poller=poller), msgq.sub_sock("b", poller=poller)
+  start = time.monotonic()
+  assert poller.poll(100) == []
+  assert time.monotonic() - start >= 0.1
+  pub = msgq.pub_sock("b")
+  timer = threading.Timer(0.05, pub.send, args=(b"x",))
+  timer.start()
+  assert poller.poll(30_000) == [b]
+  timer.join()
+
+
+def test_shared_memory_sockets_refuse_a_remote_address():
+  with pytest.raises(msgq.IpcError, match="ZMQ=1"):
+    msgq.sub_sock("a", addr="192.168.1.5")
