@@ -139,19 +139,27 @@ class VisionIpcClient:
       m.close()
     self._buffers = []
 
+  def _try_connect(self) -> bool:
+    """One non-blocking connect attempt from recv(): a server that is missing, lacks this stream or
+    misbehaves leaves the client disconnected (recv() returns None and retries later) instead of raising."""
+    try:
+      return self.connect(blocking=False)
+    except VisionIpcError:
+      return False
+
   # ---- receiving
 
   def recv(self, timeout_ms: int = 100) -> VisionBuf | None:
-    """The next announced frame (the newest one with conflate), or None after `timeout_ms`."""
+    """The next announced frame (the newest one with conflate), or None after `timeout_ms`.
+    Connects (and after a server restart reconnects) by itself; while that fails it just returns None."""
     deadline = time.monotonic() + max(timeout_ms, 0) / 1000
-    while not self._buffers:
-      if self.connect(blocking=False):
-        break
-      remaining = deadline - time.monotonic()
-      if remaining <= 0:
-        return None
-      time.sleep(min(_RETRY_S, remaining))
     while True:
+      if not self._buffers and not self._try_connect():  # never connected, or the server restarted
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+          return None
+        time.sleep(min(_RETRY_S, remaining))
+        continue
       remaining_ms = max(0, int((deadline - time.monotonic()) * 1000 + 0.999))
       self._sub.setTimeout(remaining_ms)
       msg = self._sub.receive()
@@ -172,11 +180,11 @@ class VisionIpcClient:
       if server_id in self._replaced_servers:
         return None  # leftover from a server that has since been replaced
       self._drop_buffers()  # restarted: the old buffers no longer carry this server's frames
-      try:
-        if not self.connect(blocking=False) or server_id != self.server_id:
-          return None
-      except VisionIpcError:
-        return None  # the new server lacks this stream or misbehaves; stay disconnected and retry later
+      if not self._try_connect():
+        return None
+      if server_id != self.server_id:
+        self._replaced_servers.add(server_id)  # a leftover from an instance we never connected to
+        return None
     if idx >= len(self._buffers):
       self.bad_announcements += 1
       return None

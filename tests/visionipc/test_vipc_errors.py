@@ -74,6 +74,7 @@ def test_missing_server_gives_false_or_none_after_the_timeout():
 def test_unknown_stream_names_the_served_streams(server):
   with pytest.raises(UnknownStreamError, match=r"no stream 2; it serves \[0\]"):
     VisionIpcClient("camerad", 2).connect(blocking=True, timeout=5)
+  assert VisionIpcClient("camerad", 2).recv(timeout_ms=100) is None  # recv() stays lenient: None, no raise
 
 
 def test_malformed_announcements_are_dropped_and_counted(server):
