@@ -34,6 +34,8 @@ class SubMaster:
       raise ValueError(f"poll={poll!r} must be one of the subscribed services {self.services}")
     if frequency is not None and poll is not None:
       raise ValueError(f"frequency={frequency!r} is only allowed without poll (poll={poll!r})")
+    if frequency is not None and not frequency > 0:
+      raise ValueError(f"frequency={frequency!r} must be a positive rate in Hz")
     self.ignore_alive = self._subset("ignore_alive", ignore_alive)
     self.ignore_avg_freq = self._subset("ignore_avg_freq", ignore_avg_freq)
     self.ignore_valid = self._subset("ignore_valid", ignore_valid)

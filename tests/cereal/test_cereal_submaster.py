@@ -135,6 +135,8 @@ def test_constructor_errors(make_sm):
     make_sm(["modelV2"], poll=["modelV2"])
   with pytest.raises(ValueError, match="frequency=20"):
     make_sm(["modelV2"], poll="modelV2", frequency=20)
+  with pytest.raises(ValueError, match="frequency=-5"):
+    make_sm(["modelV2"], frequency=-5)
   with pytest.raises(ValueError, match="ignore_alive names 'carState'"):
     make_sm(["modelV2"], ignore_alive=["carState"])
   with pytest.raises(UnknownServiceError, match="'carstate'"):
