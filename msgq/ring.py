@@ -5,7 +5,8 @@ import time
 from msgq import futex
 from msgq.futex import full_fence
 from msgq.errors import IpcError, MessageTooLargeError, MultiplePublishersError
-from msgq.segment import (H_COUNT, H_E, H_FUTEX, H_L, H_PUB_UID, H_W, NUM_READERS, S_DROPPED, SLEEP_FLAGS, S_POS, WRAP, Segment)
+from msgq.segment import (H_COUNT, H_E, H_FUTEX, H_L, H_PUB_UID, H_W, NUM_READERS, S_DROPPED, S_POS,
+                          SLEEP_FLAGS, WRAP, Segment)
 
 _U32 = 0xFFFFFFFF
 # A blocking receive first spins this long on W: a futex sleep/wake costs ~10 us of scheduler latency,

@@ -30,13 +30,15 @@ S_PID, S_START, S_UID, S_POS, S_DROPPED = 0, 1, 2, 3, 4
 
 
 def _start_time(pid: int) -> int | None:
-  """Process start time in clock ticks since boot (field 22 of /proc/<pid>/stat), None if pid is gone."""
+  """Process start time in clock ticks since boot (field 22 of /proc/<pid>/stat); None if pid is gone or a
+  zombie (dead, just not reaped yet). With the pid it names one process, even after pid reuse."""
   try:
     with open(f"/proc/{pid}/stat", "rb") as f:
       stat_line = f.read()
   except (FileNotFoundError, ProcessLookupError):
     return None
-  return int(stat_line[stat_line.rindex(b")") + 2:].split()[19])
+  fields = stat_line[stat_line.rindex(b")") + 2:].split()  # fields 3.. (the name may contain spaces)
+  return None if fields[0] in (b"Z", b"X") else int(fields[19])
 
 
 _own = (0, 0)
