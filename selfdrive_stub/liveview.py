@@ -112,7 +112,8 @@ class ServiceMonitor:
     return self.stats[name].last_recv > t
 
   def latest(self, name: str):
-    return self.stats[name].latest
+    st = self.stats.get(name)
+    return st.latest if st is not None else None
 
   def close(self) -> None:
     for sock in self.socks.values():
