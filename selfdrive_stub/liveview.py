@@ -49,6 +49,7 @@ class ServiceMonitor:
     self.latency_ms = {d: deque(maxlen=LATENCY_SAMPLES) for d in MODEL_OUTPUTS}      # frame end -> published
     self.stage_ms = {d: deque(maxlen=LATENCY_SAMPLES) for d in MODEL_OUTPUTS}        # sum of stageTimings
     self.window_start: float | None = None
+    self.road_models: list[tuple[float, str, str]] = []   # (time, modelName, fallbackReason) at each change
 
   def update(self) -> None:
     now = self.clock()
@@ -84,6 +85,10 @@ class ServiceMonitor:
         self.latency_ms[daemon].append((evt.logMonoTime - eof) / 1e6)
       t = body.stageTimings
       self.stage_ms[daemon].append(t.uploadMs + t.warpMs + t.modelMs + t.readbackMs + t.parseMs)
+      if name == "modelV2":
+        current = (body.modelName, body.fallbackReason)
+        if not self.road_models or self.road_models[-1][1:] != current:
+          self.road_models.append((self.clock(), *current))
 
   def start_window(self) -> None:
     self.window_start = self.clock()
@@ -242,7 +247,8 @@ def render_line(procs, mon: ServiceMonitor, elapsed: float) -> str:
   low = [n for n, st in mon.stats.items() if st.expected_hz > 0 and st.total and mon.rate(n) < 0.8 * st.expected_hz]
   model = ""
   if mon.latest("modelV2") is not None:
-    model = f" road={mon.latest('modelV2').modelV2.modelName or '?'}"
+    m = mon.latest("modelV2").modelV2
+    model = f" road={m.modelName or '?'}" + (f" (fallback: {m.fallbackReason})" if m.fallbackReason else "")
   lat = " ".join(f"{d}={_p50(mon.latency_ms[d]).strip()}ms" for d in MODEL_OUTPUTS if mon.latency_ms[d])
   sd = mon.latest("selfdriveState")
   state = f" selfdrive={sd.selfdriveState.state}" if sd is not None else ""

@@ -118,6 +118,7 @@ class Manager:
     self.monitor = None
     self.rate_failures: list[str] = []
     self.report: dict = {}
+    self.started = time.monotonic()
 
   # -- bookkeeping -------------------------------------------------------------------------------------
   def note(self, text: str, elapsed: float) -> None:
@@ -225,11 +226,15 @@ class Manager:
     for p in self.procs:
       lines.append(f"  {p.name:<18} {p.state:<9} restarts {p.restarts}  crashes {p.crashes}  "
                    f"injected exits {p.expected_exits}")
+    windowed = self.monitor.window_start is not None
     for name, st in self.monitor.stats.items():
       if st.expected_hz > 0 and st.total:
-        share = self.monitor.valid_share(name, window=True)
-        lines.append(f"  {name:<24} {self.monitor.window_rate(name):6.1f} Hz (expect {st.expected_hz:g})  "
+        share = self.monitor.valid_share(name, window=windowed)
+        hz = self.monitor.window_rate(name) if windowed else self.monitor.rate(name)
+        lines.append(f"  {name:<24} {hz:6.1f} Hz (expect {st.expected_hz:g})  "
                      f"valid {'-' if share is None else f'{100 * share:.0f}%'}")
+    for t, name, why in self.monitor.road_models:
+      lines.append(f"  road model at {t - self.started:5.1f} s: {name or '?'}" + (f" (fallback: {why})" if why else ""))
     if missing:
       lines.append(f"  not started (module missing): {', '.join(missing)}")
     if never_ready:
@@ -243,6 +248,7 @@ class Manager:
       "services": {name: {"hz": self.monitor.window_rate(name), "expected_hz": st.expected_hz, "count": st.total,
                           "valid_share": self.monitor.valid_share(name, window=True)}
                    for name, st in self.monitor.stats.items()},
+      "road_models": [{"t": t - self.started, "model": name, "fallback_reason": why} for t, name, why in self.monitor.road_models],
       "events": self.events,
     }
     return "\n".join(lines), (1 if failures else 0)
@@ -302,7 +308,7 @@ class Manager:
       from selfdrive_stub.viewer import Viewer
       viewer = Viewer()
 
-    start = time.monotonic()
+    start = self.started = time.monotonic()
     next_state = next_view = next_png = start
     pending = list(self.injections)
     all_ready_at = None

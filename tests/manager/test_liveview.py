@@ -41,6 +41,7 @@ def test_monitor_counts_rates_validity_and_latency():
   assert mon.window_rate("modelV2") == 20.0                     # 40 messages in 2 s of (fake) time
   assert sorted(set(mon.latency_ms["modeld"])) == [12.0] and sorted(set(mon.stage_ms["modeld"])) == [9.0]
   assert mon.latest("modelV2").modelV2.frameId == 39
+  assert [(name, why) for _, name, why in mon.road_models] == [("small", "")]   # one entry per change only
 
   procs = [ManagedProcess(ProcessConfig("modeld", "daemons.modeld"))]
   screen = render_screen(procs, mon, CpuMeter(), "header")
