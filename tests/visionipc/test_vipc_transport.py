@@ -21,9 +21,12 @@ def connected_client(stream, conflate=False, name="camerad"):
   return client
 
 
-def test_get_nv12_info_follows_venus_rules():
+def test_get_nv12_info_follows_venus_rules_and_the_msgq_import_path_works():
   assert get_nv12_info(1928, 1208) == (2048, 1216, 608, 4804608)
   assert get_nv12_info(1344, 760) == (1408, 768, 384, 2428928)
+  from msgq.visionipc import VisionIpcClient as MsgqClient, VisionStreamType
+  assert MsgqClient is VisionIpcClient
+  assert VisionStreamType.VISION_STREAM_ROAD == ROAD and VisionStreamType.VISION_STREAM_DRIVER == CABIN
 
 
 def test_padded_frames_and_metadata_arrive_intact_on_both_send_paths(server_process):
