@@ -8,9 +8,12 @@ Invariants:
   the loop keeps stepping on its own 50 ms clock so the alert escalates even with the model daemon dead.
 - selfdriveState (engaged) and modelV2 (brake-disengage probability, pose strictness) are context: when they are
   missing the policy assumes not engaged / lenient strictness, as the reference does before they arrive.
+- With REPLAY=1 (process replay, lockstep tests) it steps only on driverStateV2, one step per message, as the
+  reference does, so the output is a function of the inputs and not of wall-clock timing.
 - One driverMonitoringState per step; SIGINT/SIGTERM exit 0.
 """
 import argparse
+import os
 import signal
 import sys
 import time
@@ -96,16 +99,18 @@ def main(argv=None) -> int:
   pm = PubMaster(["driverMonitoringState"], process=PROCESS_NAME)
   sm = SubMaster(SERVICES, poll="driverStateV2")
   dm = DriverMonitoring(rhd_saved=args.rhd, always_on=args.always_on)
-  last_step = time.monotonic()
+  own_clock = os.environ.get("REPLAY", "0") != "1"
+  next_due = time.monotonic() + DT_DMON
   try:
     while not stop:
-      sm.update(int(DT_DMON * 1000))
+      sm.update(max(1, int((next_due - time.monotonic()) * 1000)))
       now = time.monotonic()
       fresh = sm.updated["driverStateV2"]
-      # a fresh model output steps at once; without one, step on our own clock so awareness keeps falling
-      if not fresh and now - last_step < DT_DMON * 1.5:
+      if not fresh and (now < next_due or not own_clock):
         continue
-      last_step = now
+      # a fresh model output steps at once; without one the loop steps on its own 50 ms clock, so awareness
+      # keeps falling while the model is late or gone
+      next_due = now + (DT_DMON * 1.5 if fresh else DT_DMON)
       ok, reason = step(dm, sm, fresh)
       pm.send("driverMonitoringState", state_message(dm, ok, reason))
   finally:
