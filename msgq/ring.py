@@ -151,12 +151,12 @@ class ShmSubscriber:
           continue
         r += size - off
         continue
-      seq = words[(off >> 3) + 1]
-      if n > self._max_len:
+      if n > self._max_len or off + 16 + n > size:  # not a record the writer could have made
         if hdr[H_E] - size > r:
           r = self._overrun()
           continue
         raise IpcError(f"endpoint {self.endpoint!r}: corrupt record at position {r} (length {n})")
+      seq = words[(off >> 3) + 1]
       msg = seg.data[off + 16:off + 16 + n].tobytes()
       if hdr[H_E] - size > r:  # the writer reached our bytes while we copied: the copy is garbage
         r = self._overrun()
