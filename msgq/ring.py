@@ -14,6 +14,18 @@ _U32 = 0xFFFFFFFF
 SPIN_S = float(os.environ.get("MSGQ_SPIN_US", "100")) / 1e6
 _NO_SLEEPERS = bytes(NUM_READERS)
 
+# Bumped in every forked child: a publisher made before the fork must not become a second writer there.
+# (Cheaper than os.getpid() per send, which is a syscall.)
+_fork_generation = 0
+
+
+def _after_fork_in_child() -> None:
+  global _fork_generation
+  _fork_generation += 1
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
 
 def max_message_size(size: int) -> int:
   """Largest payload with 3 * align8(16 + n) <= size: the ring always holds at least three records."""
@@ -28,7 +40,7 @@ class ShmPublisher:
     self.max_size = max_message_size(self.seg.size)
     hdr = self.seg.hdr
     self._w, self._count = hdr[H_W], hdr[H_COUNT]  # taking over continues where the last publisher stopped
-    self._pid = os.getpid()
+    self._generation = _fork_generation
 
   def send(self, data) -> None:
     seg = self.seg
@@ -37,7 +49,7 @@ class ShmPublisher:
     if n > self.max_size:
       raise MessageTooLargeError(f"endpoint {self.endpoint!r}: message of {n} bytes exceeds the limit of "
                                  f"{self.max_size} bytes for a {size}-byte segment")
-    if hdr[H_PUB_UID] != self.uid or os.getpid() != self._pid:  # a forked copy must not become a 2nd writer
+    if hdr[H_PUB_UID] != self.uid or _fork_generation != self._generation:
       raise MultiplePublishersError(f"endpoint {self.endpoint!r}: this publisher no longer owns the segment "
                                     f"(taken over, or used from a forked child)")
     total = (n + 23) & ~7
