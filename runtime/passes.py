@@ -120,7 +120,7 @@ def optimize(graph: Graph, config: dict) -> tuple[Graph, dict[str, Spec], dict]:
     graph, specs, kernels = fold_constants(graph)
     graph = eliminate_dead(graph)
     if config.get("fold_batchnorm", True):
-        graph = fold_batchnorm(graph)
-        graph, specs, kernels = fold_constants(graph)
-        graph = eliminate_dead(graph)
+        folded = fold_batchnorm(graph)
+        if len(folded.nodes) != len(graph.nodes):  # re-infer only when something was folded
+            graph, specs, kernels = fold_constants(eliminate_dead(folded))
     return graph, specs, kernels

@@ -197,7 +197,7 @@ def link(program: Program, alloc=None) -> Linked:
     if not program.kernels:
         program.build_kernels()
     dev = program.device
-    planned = program.plan.arena_bytes.get(dev, 0)
+    planned = max(program.plan.arena_bytes.values(), default=0)  # one arena holds every planned offset
     arena = aligned_bytes(planned + program.scratch_bytes, alloc)
     scratch_mem = arena[planned:]
     arrays: dict[str, np.ndarray] = {}
@@ -206,7 +206,7 @@ def link(program: Program, alloc=None) -> Linked:
         inputs[name] = view_as(aligned_bytes(spec.nbytes, alloc), spec)
         arrays[name] = inputs[name]
     for name, a in program.consts.items():
-        arrays[name] = np.ascontiguousarray(a)
+        arrays[name] = a if a.flags.c_contiguous else a.copy()  # keeps 0-d shapes
     for name, a in program.held.items():
         arrays[name] = a
     roots: dict[str, np.ndarray] = {}

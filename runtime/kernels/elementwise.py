@@ -180,7 +180,9 @@ LOGIC = {"And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor}
 @register("Add", "Sub", "Mul", "Div", "Pow", "Mod", "PRelu", *COMPARE, *LOGIC, "BitShift")
 def binary(op, attrs, specs, consts):
     a, b = specs[0], specs[1]
-    shape = broadcast_shape(a.shape, b.shape, what=op)
+    slope_view = None
+    if op != "PRelu":
+        shape = broadcast_shape(a.shape, b.shape, what=op)
     if op in COMPARE:
         out_dt = np.dtype(np.bool_)
         fn = COMPARE[op]
@@ -196,11 +198,13 @@ def binary(op, attrs, specs, consts):
         elif op == "Mod":
             fn = _mod(int(attrs.get("fmod", 0)) == 1 or _is_float(a.dtype))
         elif op == "PRelu":
-            b_shape = b.shape
             def fn(x, slope, out):
                 np.multiply(x, slope, out=out, where=x < 0)
                 np.copyto(out, x, where=x >= 0)
-            shape = broadcast_shape(a.shape, b_shape, what=op)
+            if int(attrs.get("_opset", 17)) < 7 and len(b.shape) == 1 and len(a.shape) > 2 \
+                    and b.shape[0] == a.shape[1] and b.shape[0] != 1:
+                slope_view = (b.shape[0],) + (1,) * (len(a.shape) - 2)  # legacy: one slope per channel
+            shape = broadcast_shape(a.shape, slope_view or b.shape, what=op)
         elif op == "BitShift":
             left = attrs.get("direction", "") == "LEFT"
             fn = (lambda x, y, out: np.left_shift(x, y, out=out)) if left else \
@@ -215,6 +219,8 @@ def binary(op, attrs, specs, consts):
 
     def bind(ins, outs, scr):
         x, y, o = ins[0], ins[1], outs[0]
+        if slope_view is not None:
+            y = y.reshape(slope_view)
         if cb is not None and cb.size == 1 and op in BINARY_ARITH:
             y = cb.reshape(()).item()  # python scalar: no broadcast machinery
             y = o.dtype.type(y)

@@ -273,8 +273,10 @@ def gemm(op, attrs, specs, consts):
         raise ModelError(f"Gemm inner dimensions differ: A {a.shape} (transA={ta}) vs B {b.shape} (transB={tb})")
     Bc = consts[1] if len(consts) > 1 else None
     Bm = None
-    if Bc is not None:  # weight laid out once as contiguous (K, N), alpha folded in
-        Bm = np.ascontiguousarray(Bc.T if tb else Bc) * np.asarray(alpha, a.dtype)
+    if Bc is not None:  # BLAS reads a transposed view directly; alpha folded in once when it is not 1
+        Bm = Bc.T if tb else Bc
+        if alpha != 1.0:
+            Bm = Bm * np.asarray(alpha, a.dtype)
     C = None
     c_spec = opt(specs, 2)
     if c_spec is not None:
@@ -341,15 +343,15 @@ def matmul(op, attrs, specs, consts):
 
 # ---------------------------------------------------------------- pooling
 
-@register("MaxPool", "AveragePool", "LpPool")
+@register("MaxPool", "AveragePool")
 def pool(op, attrs, specs, consts):
     x = specs[0]
-    if op == "LpPool":
-        raise UnsupportedOpError("LpPool")
     N, C, *S = x.shape
     K = list(attrs["kernel_shape"])
     ceil_mode = bool(attrs.get("ceil_mode", 0))
     out_sp, pb, pe, need_end, strides, dil = window_geometry(op, attrs, S, K, ceil_mode)
+    if int(attrs.get("_n_outputs", 1)) > 1:
+        raise UnsupportedOpError(f"{op} with the Indices output")
     if op == "MaxPool" and int(attrs.get("storage_order", 0)) != 0:
         raise UnsupportedOpError("MaxPool storage_order=1")
     padded = any(pb) or any(need_end)
