@@ -169,3 +169,57 @@ def test_looking_away_raises_alerts_at_the_vision_timings(procs):
   assert 100 <= first_one <= 112, level
   assert 160 <= first_two <= 172, level
   assert "driverDistracted2" in list(away[-1].driverMonitoringState.events)
+
+
+def serve_cabin(device, frame):
+  w, h = (1928, 1208) if device == "tici" else (1344, 760)
+  size, stride, uv_offset = padded_nv12_layout(w, h)
+  server = VisionIpcServer("camerad")
+  server.create_buffers_with_sizes(VISION_STREAM_CABIN, 4, w, h, size, stride, uv_offset)
+  server.start_listener()
+  return server
+
+
+def pump(server, frame, states, first_id, want=3, timeout=60.0):
+  """Send frames at ~20 Hz until `want` driverStateV2 with frame ids ≥ first_id arrived."""
+  got, fid = [], first_id
+  deadline = time.monotonic() + timeout
+  while len(got) < want and time.monotonic() < deadline:
+    now = time.monotonic_ns()
+    server.send(VISION_STREAM_CABIN, frame, fid, now - 10_000_000, now)
+    fid += 1
+    time.sleep(0.05)
+    got += [m for m in map(log_from_bytes, receive_all(states)) if m.driverStateV2.frameId >= first_id]
+  return got
+
+
+def test_camera_restart_with_new_resolution_is_followed(procs):
+  frames = {d: SceneRenderer(d, 0).frame("cabin", 20) for d in ("tici", "mici")}
+  states = sub_sock("driverStateV2")
+  model = procs.start("dmonitoringmodeld", "daemons.dmonitoringmodeld")
+  server = serve_cabin("tici", frames["tici"])
+  assert pump(server, frames["tici"], states, first_id=1), "no output from the tici stream"
+  server.close()
+  # camerad comes back as a mici camera, frame ids starting over
+  server = serve_cabin("mici", frames["mici"])
+  got = pump(server, frames["mici"], states, first_id=1000)
+  server.close()
+  assert got and model.poll() is None, "the daemon must follow the restart without crashing"
+  assert got[-1].driverStateV2.leftDriverData.faceProb > 0.5   # the mici face, warped with the mici plan
+
+
+def test_unknown_camera_geometry_is_a_startup_error(procs):
+  w, h = 640, 480
+  size, stride, uv_offset = padded_nv12_layout(w, h)
+  server = VisionIpcServer("camerad")
+  server.create_buffers_with_sizes(VISION_STREAM_CABIN, 2, w, h, size, stride, uv_offset)
+  server.start_listener()
+  model = procs.start("dmonitoringmodeld", "daemons.dmonitoringmodeld")
+  deadline = time.monotonic() + 60
+  while model.poll() is None and time.monotonic() < deadline:
+    server.send(VISION_STREAM_CABIN, np.zeros(size, np.uint8), 1, 0, 0)
+    time.sleep(0.1)
+  server.close()
+  assert model.poll() not in (None, 0)
+  err = model.stderr.read()
+  assert "UnknownCameraError" in err and "640x480" in err and "1928x1208" in err and "1344x760" in err
