@@ -116,6 +116,13 @@ def _state_path(endpoint: str, identifier: str) -> str:
   return os.path.join(namespace.runtime_dir(), f"fake_{fnv1a64(key):016x}")
 
 
+def _inode(path: str) -> int | None:
+  try:
+    return os.stat(path).st_ino
+  except FileNotFoundError:
+    return None
+
+
 class SocketEventHandle:
   """The harness side (override=True: creates and owns the events) or a socket's view (override=False)."""
 
@@ -147,12 +154,12 @@ class SocketEventHandle:
     with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
       f.write(state)
     os.replace(tmp, self.state_path)
-    self._owned.append(self.state_path)
     self._attach()
 
   def _attach(self) -> None:
     fd = os.open(self.state_path, os.O_RDWR)
     try:
+      self._state_inode = os.fstat(fd).st_ino
       self._mm = mmap.mmap(fd, _STATE_SIZE)
     finally:
       os.close(fd)
@@ -172,8 +179,11 @@ class SocketEventHandle:
   def close(self) -> None:
     """Drop the shared state (and, for the owner, the files); events keep their fds until they are freed."""
     if self._mm is not None:
+      still_ours = bool(self._owned) and _inode(self.state_path) == self._state_inode
       self._mm.close()
       self._mm = None
+      if still_ours:  # a newer owner may have replaced the state; leave theirs alone
+        self._owned.append(self.state_path)
     for p in self._owned:
       try:
         os.unlink(p)

@@ -127,3 +127,13 @@ def test_gate_times_out_when_the_harness_is_gone(fake_mode, monkeypatch):
   with pytest.raises(msgq.EventTimeoutError):
     sub.receive(non_blocking=True)
   assert handle.recv_called_event.peek()
+
+
+def test_replaced_owner_does_not_delete_the_new_state():
+  old = msgq.fake_event_handle("gps")
+  new = msgq.fake_event_handle("gps", enable=True)
+  old.close()
+  assert os.path.exists(new.state_path)
+  assert msgq.fake_event_handle("gps", override=False).enabled
+  new.close()
+  assert not os.path.exists(new.state_path)
