@@ -219,3 +219,20 @@ def test_poller_without_futex_waitv_still_honours_timeouts_and_wakes(monkeypatch
 def test_shared_memory_sockets_refuse_a_remote_address():
   with pytest.raises(msgq.IpcError, match="ZMQ=1"):
     msgq.sub_sock("a", addr="192.168.1.5")
+
+
+def test_publisher_dying_mid_write_leaves_nothing_half_written_visible():
+  from msgq.segment import H_E
+  pub, sub = msgq.pub_sock("a", segment_size=4096), msgq.sub_sock("a", segment_size=4096)
+  pub.send(b"complete")
+  seg = pub._impl.seg
+  w = seg.hdr[H_W]
+  seg.hdr[H_E] = w + 512  # as if it died after reserving and scribbling, before publishing W
+  seg.data[w % 4096:w % 4096 + 512] = b"\xff" * 512
+  pub.close()
+  assert sub.receive(non_blocking=True) == b"complete"
+  assert sub.receive(non_blocking=True) is None
+  heir = msgq.pub_sock("a", segment_size=4096)
+  heir.send(b"next")
+  assert sub.receive(non_blocking=True) == b"next"
+  assert sub.dropped == 0
