@@ -1,7 +1,5 @@
 """The manager: brings up whatever processes exist, restarts crashed ones, reports, and leaves nothing behind."""
 import io
-import json
-import re
 import os
 import signal
 import subprocess
@@ -16,62 +14,18 @@ from selfdrive_stub.process import ProcessConfig
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def live_in_groups(pgids):
-  """pids of live (non-zombie) processes in these process groups (each child leads its own group)."""
-  pids = []
-  for entry in os.listdir("/proc"):
-    if not entry.isdigit():
-      continue
-    try:
-      with open(f"/proc/{entry}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-      continue
-    if fields[0] != "Z" and int(fields[2]) in pgids:
-      pids.append(int(entry))
-  return pids
-
-
-def child_pids(text):
-  return {int(m) for m in re.findall(r"\(pid (\d+)", text)}
-
-
-def wait_until_gone(pgids, timeout=10):
-  deadline = time.monotonic() + timeout
-  while live_in_groups(pgids) and time.monotonic() < deadline:
-    time.sleep(0.1)
-  return live_in_groups(pgids)
-
-
-def run_manager(namespace, tmp_path, *args, timeout=180):
-  """Run the manager CLI in the test's namespace; returns (exit code, stdout, summary dict)."""
-  summary = tmp_path / "summary.json"
-  proc = subprocess.run([sys.executable, "-m", "selfdrive_stub.manager", "--summary-json", str(summary), *args],
-                        cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout)
-  report = json.loads(summary.read_text()) if summary.exists() else None
-  return proc.returncode, proc.stdout + proc.stderr, report
-
-
-def assert_nothing_left(namespace, output):
-  assert not os.path.exists(namespace.shm_dir), os.listdir(namespace.shm_dir)
-  assert not os.path.exists(namespace.runtime_dir), os.listdir(namespace.runtime_dir)
-  pgids = child_pids(output)
-  assert pgids
-  assert wait_until_gone(pgids) == []
-
-
 def _opts(*argv):
   return mgr.parse_args(["--duration", *argv])
 
 
-def test_killed_process_is_restarted(namespace, tmp_path):
-  code, out, report = run_manager(namespace, tmp_path, "--duration", "10", "--inject", "kill:car@3",
+def test_killed_process_is_restarted(run_manager, assert_nothing_left):
+  code, out, report = run_manager("--duration", "10", "--inject", "kill:car@3",
                                   "--block", "modeld,dmonitoringmodeld")
   car = report["processes"]["car"]
   assert car["injected_exits"] == 1 and car["restarts"] == 1 and car["crashes"] == 0, out
   assert car["state"] == "running" and car["ready"], out
   assert any("car restarted" in e for e in report["events"])
-  assert_nothing_left(namespace, out)
+  assert_nothing_left(out)
 
 
 def test_unexpected_exit_is_a_crash_restarted_with_backoff_and_fails_the_run(namespace):
@@ -100,7 +54,7 @@ def test_missing_module_is_reported_not_fatal(namespace):
   assert code == 0, text
 
 
-def test_sigint_stops_everything_and_sigkill_takes_children_along(namespace, tmp_path):
+def test_sigint_stops_everything_and_sigkill_takes_children_along(namespace, groups):
   cmd = [sys.executable, "-m", "selfdrive_stub.manager", "--block", "modeld,dmonitoringmodeld"]
   for sig in (signal.SIGINT, signal.SIGKILL):
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -111,8 +65,8 @@ def test_sigint_stops_everything_and_sigkill_takes_children_along(namespace, tmp
         seen += line
         if "all processes up" in line or time.monotonic() > deadline:
           break
-      pgids = child_pids(seen)
-      assert "car" in seen and len(live_in_groups(pgids)) >= 1, seen
+      pgids = groups.child_pids(seen)
+      assert "car" in seen and len(groups.live(pgids)) >= 1, seen
       proc.send_signal(sig)
       proc.wait(timeout=30)
     finally:
@@ -120,7 +74,7 @@ def test_sigint_stops_everything_and_sigkill_takes_children_along(namespace, tmp
         proc.kill()
       proc.wait()
       proc.stdout.close()
-    assert wait_until_gone(pgids) == [], (sig, seen)
+    assert groups.wait_until_gone(pgids) == [], (sig, seen)
     if sig == signal.SIGINT:
       assert proc.returncode == 130
       assert not os.path.exists(namespace.shm_dir)
