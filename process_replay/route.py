@@ -72,8 +72,10 @@ def _frame_file(camera: str) -> str:
 class RouteWriter:
   """Write a route: add_event(bytes) for each Event, add_frame(camera, ...) for each frame, then close()."""
 
-  def __init__(self, path: str, camera: str, generator: str, seed: int | None = None, extra: dict | None = None):
+  def __init__(self, path: str, camera: str, generator: str, seed: int | None = None, extra: dict | None = None,
+               frame_level: int = 1):
     os.makedirs(path, exist_ok=True)
+    self.frame_level = frame_level   # zstd level of the frame files (sample routes in git trade time for size)
     if os.path.exists(os.path.join(path, HEADER)):
       raise RouteError(f"{path} already holds a route; refusing to overwrite it")
     self.path = path
@@ -115,7 +117,7 @@ class RouteWriter:
       from visionipc.framefile import FrameWriter
       fname = _frame_file(camera)
       size = memoryview(data).nbytes
-      writer = FrameWriter(os.path.join(self.path, fname), width, height, stride, uv_offset, size)
+      writer = FrameWriter(os.path.join(self.path, fname), width, height, stride, uv_offset, size, self.frame_level)
       self._frames[camera] = writer
       self.header["cameras"][camera] = {"file": fname, "width": width, "height": height, "frames": 0}
     writer.write(data, frame_id=frame_id, timestamp_sof=timestamp_sof, timestamp_eof=timestamp_eof)

@@ -1,0 +1,112 @@
+"""ProcessConfig: how the harness drives one daemon (what it feeds, what it captures, when it steps).
+
+Invariants:
+- `main_pub` is the one gated endpoint; every other input is published ungated before the gate opens, so the
+  process sees it when it next reads (its SubMaster sockets are conflated: the newest one wins).
+- A step happens when every service in `trigger` has arrived since the previous step; it delivers the queued
+  messages (and, for camera states, their frames over VisionIPC) and yields exactly the outputs published
+  before the process parks at the gate again.
+- `ignore` paths are dotted; the first component is the service (or a top-level Event field such as
+  logMonoTime). An ignored path hides its whole subtree from the comparison.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from visionipc import VisionStreamType
+
+# camera-state service -> (route camera name, VisionIPC stream)
+VISION_STREAMS = {
+  "narrowRoadCameraState": ("road", VisionStreamType.VISION_STREAM_NARROW_ROAD),
+  "wideRoadCameraState": ("wide", VisionStreamType.VISION_STREAM_WIDE_ROAD),
+  "cabinCameraState": ("cabin", VisionStreamType.VISION_STREAM_CABIN),
+}
+VIPC_SERVER = "camerad"
+
+
+def announce_topic(service: str) -> str:
+  """The bus topic that carries a camera stream's frame announcements (the gate of a vision daemon)."""
+  return f"visionipc_{VIPC_SERVER}_{int(VISION_STREAMS[service][1])}"
+
+
+@dataclass(frozen=True)
+class ProcessConfig:
+  name: str                         # process name (also the fake-event identifier)
+  command: tuple[str, ...]          # arguments after the Python interpreter, e.g. ("-m", "daemons.modeld")
+  pubs: tuple[str, ...]             # services the harness feeds from the log
+  subs: tuple[str, ...]             # services it captures, drained in this order after each step
+  trigger: tuple[str, ...]          # step once all of these arrived since the last step
+  main_pub: str                     # the gated endpoint
+  ignore: tuple[str, ...] = ("logMonoTime",)
+  tolerance: float | None = None    # None: floats must be equal
+  processing_time: float = 0.001    # s added to the trigger's logMonoTime to stamp the outputs
+  simulation: bool = False          # SIMULATION=1: SubMaster skips its wall-clock alive/frequency checks
+  env: dict = field(default_factory=dict)
+  timeout: float = 30.0             # s a step may take before the process counts as hung
+  startup_timeout: float = 120.0    # s from launch to the first gated receive (model loading included)
+
+  @property
+  def vision_pubs(self) -> tuple[str, ...]:
+    return tuple(s for s in self.pubs if s in VISION_STREAMS)
+
+
+_TIMING = ("modelExecutionTime", "gpuExecutionTime", "stageTimings")
+
+
+def _timing(service: str, fields=_TIMING) -> tuple[str, ...]:
+  return tuple(f"{service}.{f}" for f in fields)
+
+
+CONFIGS: dict[str, ProcessConfig] = {c.name: c for c in (
+  ProcessConfig(
+    name="dmonitoringmodeld",
+    command=("-m", "daemons.dmonitoringmodeld"),
+    pubs=("extrinsicsCalibration", "cabinCameraState"),
+    subs=("driverStateV2",),
+    trigger=("cabinCameraState",),
+    main_pub=announce_topic("cabinCameraState"),
+    ignore=("logMonoTime", *_timing("driverStateV2")),
+    processing_time=0.020,
+  ),
+  ProcessConfig(
+    name="modeld",
+    # the big model loads on a background thread and takes over whenever it is ready: not reproducible
+    command=("-m", "daemons.modeld", "--no-big"),
+    pubs=("deviceState", "carState", "carControl", "extrinsicsCalibration", "lateralDelay",
+          "driverMonitoringState", "narrowRoadCameraState", "wideRoadCameraState"),
+    subs=("modelV2", "drivingModelData", "cameraOdometry"),
+    trigger=("narrowRoadCameraState", "wideRoadCameraState"),
+    main_pub=announce_topic("narrowRoadCameraState"),
+    ignore=("logMonoTime", *_timing("modelV2", ("modelExecutionTime", "stageTimings")),
+            *_timing("drivingModelData", ("modelExecutionTime", "stageTimings")),
+            *_timing("cameraOdometry", ("stageTimings",))),
+    processing_time=0.020,
+  ),
+  ProcessConfig(
+    name="dmonitoringd",
+    command=("-m", "selfdrive_stub.dmonitoringd"),
+    pubs=("driverStateV2", "extrinsicsCalibration", "carState", "selfdriveState", "modelV2"),
+    subs=("driverMonitoringState",),
+    trigger=("driverStateV2",),
+    main_pub="driverStateV2",
+    simulation=True,
+  ),
+  ProcessConfig(
+    name="selfdrived",
+    command=("-m", "selfdrive_stub.selfdrived"),
+    pubs=("modelV2", "drivingModelData", "driverMonitoringState", "extrinsicsCalibration", "engageRequest",
+          "carState"),
+    subs=("selfdriveState",),
+    trigger=("carState",),
+    main_pub="carState",
+    processing_time=0.004,
+    simulation=True,
+  ),
+)}
+
+
+def get_config(name: str) -> ProcessConfig:
+  try:
+    return CONFIGS[name]
+  except KeyError:
+    raise ValueError(f"unknown process {name!r}; known: {sorted(CONFIGS)}") from None

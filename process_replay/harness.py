@@ -1,0 +1,251 @@
+"""The replay harness: run one real daemon process on a recorded route, one deterministic step at a time.
+
+Invariants:
+- The daemon is a real subprocess in a private bus namespace (msgq.namespace.Namespace) with the fake/gated
+  backend (CEREAL_FAKE=1, fake prefix = the process name); only `cfg.main_pub` is gated.
+- A step starts only while the process is parked in its gated receive: the harness publishes the queued log
+  messages (and the frames of camera states, over VisionIPC, with the logged frameId and timestamps), opens
+  the gate once and waits until the process parks again. Everything it published in between is the step's
+  output, stamped logMonoTime = trigger's logMonoTime + processing_time.
+- A process that exits, or does not park again within `cfg.timeout` s, is a ReplayError naming the process,
+  the step and the tail of its output; the harness never waits without a deadline and always kills the child.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Callable, NamedTuple
+
+from cereal import log
+from cereal.messaging import PubMaster, log_from_bytes, sub_sock
+from msgq import EventTimeoutError, fake_event_handle, wait_for_one_event
+from msgq.namespace import Namespace
+from process_replay.configs import VIPC_SERVER, VISION_STREAMS, ProcessConfig
+from process_replay.route import Route
+
+VIPC_BUFFERS = 4
+_POLL_S = 0.05
+
+
+class ReplayError(Exception):
+  """The replayed process died, hung, or the route lacks what the process needs."""
+
+
+class LogMessage(NamedTuple):
+  log_mono_time: int
+  which: str
+  data: bytes
+
+
+def load_messages(route: Route, seconds: float | None = None) -> list[LogMessage]:
+  """The route's events as (logMonoTime, service, bytes), sorted stably by time; optionally only the first
+  `seconds` of the route."""
+  msgs = []
+  for raw in route.raw_events():
+    evt = log_from_bytes(raw)
+    msgs.append(LogMessage(evt.logMonoTime, evt.which(), raw))
+  msgs.sort(key=lambda m: m.log_mono_time)
+  if seconds is not None and msgs:
+    end = msgs[0].log_mono_time + int(seconds * 1e9)
+    msgs = [m for m in msgs if m.log_mono_time < end]
+  return msgs
+
+
+def restamp(data: bytes, log_mono_time: int) -> bytes:
+  with log.Event.from_bytes(data) as evt:
+    builder = evt.as_builder()
+  builder.logMonoTime = log_mono_time
+  return builder.to_bytes()
+
+
+@dataclass
+class ReplayResult:
+  proc: str
+  outputs: list[bytes]
+  steps: int
+  route_s: float          # span of the replayed log
+  startup_s: float        # launch to first gated receive
+  step_s: float           # time spent stepping
+  stderr_tail: str = ""
+  counts: dict = field(default_factory=dict)
+
+  @property
+  def realtime_factor(self) -> float:
+    """Route seconds replayed per wall second, launch included."""
+    total = self.startup_s + self.step_s
+    return self.route_s / total if total > 0 else float("inf")
+
+  @property
+  def step_realtime_factor(self) -> float:
+    return self.route_s / self.step_s if self.step_s > 0 else float("inf")
+
+
+class ProcessRunner:
+  """One daemon under replay: start(), step(queue) -> outputs, stop(). Use as a context manager."""
+
+  def __init__(self, cfg: ProcessConfig, route: Route, extra_args=(), env: dict | None = None):
+    self.cfg, self.route = cfg, route
+    self.extra_args, self.extra_env = tuple(extra_args), dict(env or {})
+    self.proc: subprocess.Popen | None = None
+    self.steps = 0
+    self._ns = self._handle = self._pm = self._vipc = self._log = None
+    self._subs: dict = {}
+    self._frames: dict = {}
+
+  # ---- lifecycle
+
+  def start(self) -> None:
+    cfg = self.cfg
+    self._ns = Namespace().__enter__()
+    self._handle = fake_event_handle(cfg.main_pub, identifier=cfg.name, override=True, enable=True)
+    self._subs = {s: sub_sock(s) for s in cfg.subs}   # before launch: a late joiner would miss outputs
+    self._pm = PubMaster(list(cfg.pubs), allow_foreign=True)
+    self._start_vipc()
+    self._log = tempfile.TemporaryFile()
+    env = {**os.environ, "CEREAL_FAKE": "1", "CEREAL_FAKE_PREFIX": cfg.name, "REPLAY": "1",
+           # an orphaned child (harness killed) gives up at its gate instead of waiting forever
+           "CEREAL_FAKE_TIMEOUT": str(max(cfg.timeout, cfg.startup_timeout) * 2),
+           **cfg.env, **self.extra_env}
+    if cfg.simulation:
+      env["SIMULATION"] = "1"
+    self.proc = subprocess.Popen([sys.executable, *cfg.command, *self.extra_args], env=env, stdin=subprocess.DEVNULL,
+                                 stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+    self._wait_parked("before its first receive", cfg.startup_timeout)
+
+  def _start_vipc(self) -> None:
+    if not self.cfg.vision_pubs:
+      return
+    from visionipc import VisionIpcServer
+    self._vipc = VisionIpcServer(VIPC_SERVER)
+    for service in self.cfg.vision_pubs:
+      camera, stream = VISION_STREAMS[service]
+      if camera not in self.route.cameras:
+        raise ReplayError(f"route {self.route.path} has no {camera!r} frames, which {self.cfg.name} needs")
+      reader = self.route.frames(camera)
+      g = reader.geometry
+      self._vipc.create_buffers_with_sizes(stream, VIPC_BUFFERS, g.width, g.height, g.size, g.stride, g.uv_offset)
+      self._frames[service] = (stream, reader, {fid: i for i, fid in enumerate(reader.frame_ids())})
+    self._vipc.start_listener()
+
+  def stop(self) -> None:
+    if self.proc is not None and self.proc.poll() is None:
+      os.killpg(self.proc.pid, signal.SIGKILL)
+    if self.proc is not None:
+      self.proc.wait()
+    for closeable in (self._pm, self._vipc, *self._subs.values()):
+      if closeable is not None:
+        closeable.close()
+    if self._handle is not None:
+      self._handle.close()
+    if self._log is not None:
+      self._log.close()
+    if self._ns is not None:
+      self._ns.__exit__(None, None, None)
+    self._ns = self._handle = self._pm = self._vipc = self._log = None
+    self._subs = {}
+
+  def __enter__(self) -> "ProcessRunner":
+    try:
+      self.start()
+    except BaseException:
+      self.stop()
+      raise
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.stop()
+
+  # ---- stepping
+
+  def output_tail(self, limit: int = 2000) -> str:
+    if self._log is None:
+      return ""
+    self._log.seek(0, os.SEEK_END)
+    size = self._log.tell()
+    self._log.seek(max(0, size - limit))
+    return self._log.read().decode(errors="replace")
+
+  def _wait_parked(self, when: str, timeout: float) -> None:
+    """Return once the process sits in its gated receive; ReplayError if it exits or takes too long."""
+    deadline = time.monotonic() + timeout
+    called = self._handle.recv_called_event
+    while True:
+      try:
+        wait_for_one_event([called], _POLL_S)
+        return
+      except EventTimeoutError:
+        pass
+      rc = self.proc.poll()
+      if rc is not None:
+        raise ReplayError(f"{self.cfg.name} exited with code {rc} {when}; its last output:\n{self.output_tail()}")
+      if time.monotonic() >= deadline:
+        raise ReplayError(f"{self.cfg.name} hung: no gated receive on {self.cfg.main_pub!r} within {timeout:g} s "
+                          f"{when}; its last output:\n{self.output_tail()}")
+
+  def _send_frame(self, msg: LogMessage) -> None:
+    stream, reader, index = self._frames[msg.which]
+    state = getattr(log_from_bytes(msg.data), msg.which)
+    i = index.get(state.frameId)
+    if i is None:
+      raise ReplayError(f"{msg.which} frameId {state.frameId} has no frame in the route's "
+                        f"{VISION_STREAMS[msg.which][0]} frame file")
+    frame = reader.get(i)
+    self._vipc.send(stream, frame.data, state.frameId, state.timestampSof, state.timestampEof)
+
+  def step(self, queue: list[LogMessage]) -> list[bytes]:
+    """Deliver `queue` (the last message is the trigger), open the gate once, return the stamped outputs."""
+    for msg in queue:
+      self._pm.send(msg.which, msg.data)
+      if msg.which in self._frames:
+        self._send_frame(msg)
+    called, ready = self._handle.recv_called_event, self._handle.recv_ready_event
+    called.clear()
+    ready.set()
+    trigger = queue[-1]
+    self.steps += 1
+    self._wait_parked(f"at step {self.steps} ({trigger.which} at logMonoTime {trigger.log_mono_time})",
+                      self.cfg.timeout)
+    stamp = trigger.log_mono_time + int(self.cfg.processing_time * 1e9)
+    outputs = []
+    for sock in self._subs.values():
+      while (data := sock.receive(non_blocking=True)) is not None:
+        outputs.append(restamp(data, stamp))
+    return outputs
+
+
+def replay(cfg: ProcessConfig, route: Route, seconds: float | None = None, extra_args=(), env: dict | None = None,
+           messages: list[LogMessage] | None = None,
+           on_step: Callable[[int, ProcessRunner], None] | None = None) -> ReplayResult:
+  """Replay `route` (its first `seconds`, or the given `messages`) through the process of `cfg`.
+
+  `on_step(step, runner)` runs before each step (progress, fault injection in tests)."""
+  msgs = load_messages(route, seconds) if messages is None else messages
+  inputs = [m for m in msgs if m.which in cfg.pubs]
+  route_s = (msgs[-1].log_mono_time - msgs[0].log_mono_time) / 1e9 if msgs else 0.0
+  outputs: list[bytes] = []
+  t0 = time.monotonic()
+  with ProcessRunner(cfg, route, extra_args, env) as runner:
+    t1 = time.monotonic()
+    queue: list[LogMessage] = []
+    pending = set(cfg.trigger)
+    for msg in inputs:
+      queue.append(msg)
+      pending.discard(msg.which)
+      if pending:
+        continue
+      if on_step is not None:
+        on_step(runner.steps, runner)
+      outputs += runner.step(queue)
+      queue, pending = [], set(cfg.trigger)
+    t2 = time.monotonic()
+    tail = runner.output_tail()
+  counts: dict = {}
+  for data in outputs:
+    w = log_from_bytes(data).which()
+    counts[w] = counts.get(w, 0) + 1
+  return ReplayResult(cfg.name, outputs, runner.steps, route_s, t1 - t0, t2 - t1, tail, counts)
