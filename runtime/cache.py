@@ -35,7 +35,7 @@ def program_key(graph: Graph, config: dict, device: str) -> str:
         a = np.ascontiguousarray(graph.consts[name])
         put([name, list(a.shape), a.dtype.str])
         h.update(hashlib.sha256(a.view(np.uint8).reshape(-1) if a.size else b"").digest())
-    put(sorted(graph.held))
+    put({n: [list(s.shape), s.dtype.str] for n, s in sorted(graph.held.items())})
     return h.hexdigest()
 
 

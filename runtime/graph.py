@@ -90,5 +90,5 @@ class Graph:
     consts: dict[str, np.ndarray]
     metadata: dict[str, str] = field(default_factory=dict)
     opset: int = 13
-    # values whose storage lives outside the program (mutable state); never planned, never folded
-    held: dict[str, np.ndarray] = field(default_factory=dict)
+    # values whose storage lives outside the program (mutable state): name -> Spec; never planned or folded
+    held: dict[str, Spec] = field(default_factory=dict)

@@ -32,8 +32,7 @@ def fold_constants(graph: Graph) -> tuple[Graph, dict[str, Spec], dict[str, obje
     specs: dict[str, Spec] = {n: s for n, s in graph.inputs.items()}
     for n, a in graph.consts.items():
         specs[n] = spec_of(a)
-    for n, a in graph.held.items():
-        specs[n] = spec_of(a)
+    specs.update(graph.held)
     consts = dict(graph.consts)
     kept, kernels = [], {}
     for node in graph.nodes:
@@ -107,7 +106,7 @@ def eliminate_dead(graph: Graph) -> Graph:
     live = set(graph.outputs)
     kept = []
     for n in reversed(graph.nodes):
-        if any(o in live for o in n.outputs) or any(o in graph.held for o in n.outputs):
+        if any(o in live for o in n.outputs) or n.op == "_Assign":  # assigns are side effects
             kept.append(n)
             live.update(i for i in n.inputs if i)
     kept.reverse()

@@ -38,7 +38,7 @@ class Program:
     config: dict
     device: str = "CPU"
     metadata: dict = field(default_factory=dict)
-    held: dict = field(default_factory=dict)
+    held: dict = field(default_factory=dict)  # name -> Spec of buffers bound at link time (mutable state)
     kernels: list[list[Kernel]] = field(default_factory=list)
 
     @property
@@ -79,7 +79,7 @@ def _kernel_for(node: Node, specs, consts) -> Kernel:
 def lower(graph: Graph, config: dict | None = None, device: str = "CPU") -> Program:
     config = {**CODEGEN_DEFAULTS, **(config or {})}
     graph, specs, kernels = optimize(graph, config)
-    consts, held = graph.consts, graph.held
+    consts, held = graph.consts, graph.held  # held: name -> Spec of a buffer owned outside the program
     external = set(graph.inputs) | set(consts) | set(held)
     storage: dict[str, str] = {n: n for n in external}
     view_root: dict[str, str] = {n: n for n in external}
@@ -110,10 +110,37 @@ def lower(graph: Graph, config: dict | None = None, device: str = "CPU") -> Prog
         return (root is not None and root not in external and readers.get(group(x), 0) == 1
                 and specs[x].dtype == k.out_specs[0].dtype and specs[x].nbytes == k.out_specs[0].nbytes)
 
+    # every value is (storage root, version): externals are version 0, each write makes version + 1
+    ver: dict[str, int] = {n: 0 for n in external}
+    deps: list[StepDeps] = []
+
+    def new_step(n: Node, k: Kernel):
+        steps.append([n])
+        step_kernels.append([k])
+        deps.append(StepDeps(label=n.describe()))
+
+    def note(step: int, n: Node):
+        d = deps[step]
+        produced = {(storage[o], ver[o]) for nodes in [steps[step]] for m in nodes for o in m.outputs if o}
+        for i in n.inputs:
+            if i and (storage[i], ver[i]) not in produced and (storage[i], ver[i]) not in d.reads:
+                d.reads.append((storage[i], ver[i]))
+        for o in n.outputs:
+            if o:
+                d.writes.append((storage[o], ver[o]))
+
     for n in graph.nodes:
         k = kernels[id(n)]
         if k.view:
             storage[n.outputs[0]] = storage[n.inputs[0]]
+            ver[n.outputs[0]] = ver[n.inputs[0]]
+            continue
+        if n.op == "_Assign":  # write into an existing (held) buffer: a new version of it
+            target = n.attrs["target"]
+            storage[n.outputs[0]] = storage[target]
+            ver[n.outputs[0]] = ver[target] + 1
+            new_step(n, k)
+            note(len(steps) - 1, n)
             continue
         fused = False
         if config["fuse_elementwise"] and len(n.outputs) == 1 and n.inputs:
@@ -124,36 +151,23 @@ def lower(graph: Graph, config: dict | None = None, device: str = "CPU") -> Prog
                     n, k = swapped, ks
             if k.elementwise and inplace_ok(n, k, 0):
                 storage[n.outputs[0]] = storage[n.inputs[0]]
+                ver[n.outputs[0]] = ver[n.inputs[0]] + 1
                 prev = producer_step.get(n.inputs[0])
                 if prev is not None and prev == len(steps) - 1:
                     steps[-1].append(n)
                     step_kernels[-1].append(k)
                     producer_step[n.outputs[0]] = prev
+                    note(prev, n)
                     fused = True
         if not fused:
             for o in n.outputs:
-                storage.setdefault(o, o)
-            steps.append([n])
-            step_kernels.append([k])
+                if o and o not in storage:
+                    storage[o] = o
+                    ver[o] = 1
+            new_step(n, k)
             for o in n.outputs:
                 producer_step[o] = len(steps) - 1
-    # schedule on storage buffers with versions (RAW + WAR + WAW)
-    version: dict[str, int] = {}
-    deps = []
-    for nodes in steps:
-        d = StepDeps(label=nodes[0].describe())
-        written = set()
-        for n in nodes:
-            for i in n.inputs:
-                if i and storage[i] not in written:
-                    d.reads.append((storage[i], version.get(storage[i], 0)))
-            for o in n.outputs:
-                if o and storage[o] not in written:
-                    written.add(storage[o])
-        for b in written:
-            version[b] = version.get(b, 0) + 1
-            d.writes.append((b, version[b]))
-        deps.append(d)
+            note(len(steps) - 1, n)
     order = schedule(deps)
     steps = [steps[i] for i in order]
     step_kernels = [step_kernels[i] for i in order]
@@ -192,8 +206,9 @@ class Linked:
             c()
 
 
-def link(program: Program, alloc=None) -> Linked:
-    """Allocate the arena and input buffers (via `alloc(nbytes) -> uint8 array`, e.g. device memory)."""
+def link(program: Program, alloc=None, held: dict | None = None) -> Linked:
+    """Allocate the arena and input buffers (via `alloc(nbytes) -> uint8 array`, e.g. device memory) and bind
+    every kernel. `held` maps each held name to the caller's array (referenced, never copied)."""
     if not program.kernels:
         program.build_kernels()
     dev = program.device
@@ -207,7 +222,11 @@ def link(program: Program, alloc=None) -> Linked:
         arrays[name] = inputs[name]
     for name, a in program.consts.items():
         arrays[name] = a if a.flags.c_contiguous else a.copy()  # keeps 0-d shapes
-    for name, a in program.held.items():
+    held = held or {}
+    for name, spec in program.held.items():
+        a = held.get(name)
+        if a is None or a.shape != spec.shape or a.dtype != spec.dtype or not a.flags.c_contiguous:
+            raise ValueError(f"held buffer {name!r} must be a C-contiguous {spec.dtype} array of shape {spec.shape}")
         arrays[name] = a
     roots: dict[str, np.ndarray] = {}
     for b, (_, off) in program.plan.offsets.items():
