@@ -130,6 +130,7 @@ class Poller:
       ready = [s for s, b in zip(self._sockets, bases) if b.ready()]
       if ready:
         return ready
+      os.sched_yield()
     try:
       while True:
         for b in bases:

@@ -9,8 +9,9 @@ from msgq.segment import (H_COUNT, H_E, H_FUTEX, H_L, H_PUB_UID, H_W, NUM_READER
                           SLEEP_FLAGS, WRAP, Segment)
 
 _U32 = 0xFFFFFFFF
-# A blocking receive first spins this long on W: a futex sleep/wake costs ~10 us of scheduler latency,
-# more than a whole message exchange. 0 disables spinning (env MSGQ_SPIN_US).
+# A blocking receive first spins this long on W (yielding the CPU each turn): a futex sleep/wake costs
+# ~10 us of scheduler latency, more than a whole message exchange. 0 disables spinning (env MSGQ_SPIN_US).
+# Without the yield, spinning on a loaded 2-core machine made latency 10x worse, not better.
 SPIN_S = float(os.environ.get("MSGQ_SPIN_US", "100")) / 1e6
 _NO_SLEEPERS = bytes(NUM_READERS)
 
@@ -123,11 +124,11 @@ class ShmSubscriber:
     hdr, mm, flag = seg.hdr, seg.mm, SLEEP_FLAGS + self._slot
     now = time.monotonic()
     deadline = None if self.timeout_s is None else now + self.timeout_s
-    spin_until, r, clock = now + SPIN_S, self._r, time.monotonic
+    spin_until, r, clock, yield_cpu = now + SPIN_S, self._r, time.monotonic, os.sched_yield
     if deadline is not None and deadline < spin_until:
       spin_until = deadline
     while hdr[H_W] == r and clock() < spin_until:
-      pass
+      yield_cpu()  # on a busy machine the process we wait for may need this very core
     try:
       while True:
         mm[flag] = 1
