@@ -236,3 +236,15 @@ def test_publisher_dying_mid_write_leaves_nothing_half_written_visible():
   heir.send(b"next")
   assert sub.receive(non_blocking=True) == b"next"
   assert sub.dropped == 0
+
+
+def test_poller_over_many_sockets_reports_exactly_the_ready_ones():
+  poller = msgq.Poller()
+  subs = [msgq.sub_sock(f"s{i}", poller=poller) for i in range(20)]
+  pubs = [msgq.pub_sock(f"s{i}") for i in range(20)]
+  timer = threading.Timer(0.05, pubs[17].send, args=(b"x",))
+  timer.start()
+  assert poller.poll(30_000) == [subs[17]]
+  timer.join()
+  pubs[3].send(b"y")
+  assert poller.poll(0) == [subs[3], subs[17]]
