@@ -67,6 +67,14 @@ def test_sigint_stops_everything_and_sigkill_takes_children_along(namespace, gro
           break
       pgids = groups.child_pids(seen)
       assert "car" in seen and len(groups.live(pgids)) >= 1, seen
+      titles = set()
+      for pid in pgids:
+        try:
+          with open(f"/proc/{pid}/cmdline", "rb") as f:
+            titles.add(f.read().split(b"\0")[0].decode())
+        except OSError:
+          pass
+      assert {"camerad", "car"} <= titles, titles          # setproctitle names
       proc.send_signal(sig)
       proc.wait(timeout=30)
     finally:
