@@ -12,7 +12,7 @@ from daemons.dmonitoringmodeld.model_state import MODEL_PATH, load_dm_metadata
 from daemons.dmonitoringmodeld.parse import parse_outputs
 from selfdrive_stub.scenes import SceneRenderer, cabin_script
 
-MODEL_SHA256 = "fa932fc8983af934791d8c12fcde3c8ae21da3916ab76308b204f7d050ff67e3"
+MODEL_SHA256 = "2f7e41e8922c4b7232cdab5203f7fd516fcfb7bab3e3b7a3adbd67a02bc61e85"
 ALLOWED_OPS = {"Conv", "Relu", "LeakyRelu", "Elu", "Sigmoid", "Tanh", "Add", "Sub", "Mul", "Div", "Cast", "Reshape",
                "Flatten", "Transpose", "Concat", "Slice", "Gemm", "MatMul", "AveragePool", "MaxPool",
                "GlobalAveragePool", "Softmax", "Clip", "Identity", "Constant"}
@@ -46,16 +46,19 @@ def run_scene(sess, renderer, plan, t):
   return parse_outputs(out, load_dm_metadata(MODEL_PATH))["lhd"]
 
 
-def test_model_responds_to_the_synthetic_driver(ort_session):
-  renderer = SceneRenderer("tici", 0)
-  plan = plan_for_camera(1928, 1208, 2048)
+@pytest.mark.parametrize("device,stride", [("tici", 2048), ("mici", 1408)])
+def test_model_responds_to_the_synthetic_driver(ort_session, device, stride):
+  renderer = SceneRenderer(device, 0)
+  cam = renderer.device.cabin
+  plan = plan_for_camera(cam.width, cam.height, stride)
   attentive, away, closed = (run_scene(ort_session, renderer, plan, t) for t in (1.0, 13.0, 24.0))
   assert cabin_script(13.0)["looking_away"] and cabin_script(24.0)["eyes_closed"]
   for d in (attentive, away, closed):
     assert d["faceProb"] > 0.8 and max(d["faceOrientationStd"][:2]) < 0.3
   # the policy's yaw is -orient[1]: turned away it moves by more than the 0.40 rad threshold
   assert abs(attentive["faceOrientation"][1]) < 0.15 and -away["faceOrientation"][1] > 0.55
-  assert attentive["leftBlinkProb"] < 0.2 and closed["leftBlinkProb"] > 0.9 and closed["rightBlinkProb"] > 0.9
+  assert max(attentive["leftBlinkProb"], attentive["rightBlinkProb"]) < 0.2
+  assert min(closed["leftBlinkProb"], closed["rightBlinkProb"]) > 0.9
   # every probability head stays off its clip floor/ceiling
   for v in attentive.values():
     if isinstance(v, float):

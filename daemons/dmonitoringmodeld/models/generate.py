@@ -7,21 +7,23 @@ Regenerating reproduces the file byte for byte (fixed seed, fixed opset/IR versi
 Contract (openpilot's dmonitoring_model.onnx): inputs `input_img` uint8 (1, 1382400) = 1440×960 luma and
 `calib` float32 (1, 3); output `outputs` float32 (1, 553); `metadata_props["output_slices_json"]` names the heads.
 
-Structure (all standard ONNX ops):
-  luma → Cast → 8×8 mean (two AveragePools, 120×180) → normalise ─┬─ 2×2 AveragePool (60×90) → hand-designed face branch
-                                                        └─ seeded conv tower (strided, grouped, Relu) → GAP
-  [tower, face features, calib] → Gemm/Tanh hidden → Gemm heads (hand weights + small random weights)
+Structure (only the op set our runtime implements first):
+  luma → Cast → 8×8 mean (1×8 then 8×1 AveragePool, 120×180) → normalise
+     ├─ 2×2 AveragePool (60×90) → hand-designed face branch (fixed filters, ramps, GlobalAveragePool) → 8 features
+     └─ seeded conv tower (strided, grouped/depthwise, Relu/LeakyRelu) → GlobalAveragePool → 32
+  [tower, face features, calib] → Gemm/Tanh hidden (64) → heads = hand weights · face features + small random
+  weights · hidden; features (512) = seeded Gemm of hidden.
 
 The face branch is why the model responds to a face at all (random weights would not). On the 60×90 map B:
-  S   = Relu(blur(B) - mean(B) - SKIN_MARGIN)      bright skin standing out from the cabin
-  D   = Relu(localmean(B) - B - DARK_MARGIN)         spots darker than their neighbourhood (eyes, pupils)
-  Din = D * boxblur(S)                               ... counted only where surrounded by skin
-and centroids/masses of S and Din through fixed ramp masks and GlobalAveragePool. From them:
-  - face position = skin centroid; face_prob rises with skin mass and with dark features inside it;
-  - yaw/pitch = offset of the dark features (eyes) from the skin centroid (turning the head slides the eyes
-    sideways across the face; looking down slides them down);
-  - blink = fewer dark features per unit of face (closed eyes are skin-coloured); left/right by image half.
-The other heads (sunglasses, phone, roll, features...) come from the seeded tower, scaled to stay unsaturated.
+  skin       = Relu(blur3(B) - mean(B) - SKIN_MARGIN) × a central-band prior (side windows are not skin)
+  silhouette = ramp(skin): the whole head, lit or shaded;  core = ramp(skin - 0.85·skin level): its lit part
+  dark       = Relu(localmean7(B) - B - DARK_MARGIN) inside the face (away from its rim)
+  sclera     = Relu(B - mean luma of the core - SCLERA_MARGIN), split at the head centre
+Features: head centroid (→ face position), head mass (→ face/eye probability, confidence), core-vs-silhouette
+centroid offset (→ yaw: turning the head shades its far side), dark-feature vertical offset (→ pitch), sclera per
+side (→ blink: an open eye shows pixels brighter than the lit skin, a closed lid none).
+Every hand constant is named below with the scene measurements it was tuned on; the other heads (sunglasses,
+phone, roll, wheel side, features) come from the seeded parts and sit in an unsaturated range.
 """
 import argparse
 import json
@@ -47,6 +49,8 @@ DARK_MARGIN = 0.06   # a dark feature is this much darker than its 7×7 neighbou
 SIL_GAIN = 20.0       # skin → 0..1 membership ramps
 CORE_FRACTION = 0.85  # the lit core: skin above this share of the skin level
 PRIOR_INNER, PRIOR_OUTER = 0.38, 0.5   # |x| (of -1..1) where the head prior starts fading, and reaches 0
+SCLERA_MARGIN = 0.06   # sclera: this much (luma 0..1, ≈ 13 of 219) brighter than the lit skin
+SCLERA_CAP = 0.6       # per-side sclera feature cap (open eyes measure 0.4-1.3)
 INSIDE_FRACTION = 0.7  # a pixel is inside the face when its 9×9 skin average exceeds this share of the skin level
 EPS = 1e-3
 DARK_EPS = 1e-5
@@ -139,16 +143,30 @@ def face_branch(g, b60):
   yaw_dx = g.op("Slice", [g.op("Sub", [centroid(core_m, s_xy), s_xy]), s0, s1, ax])
   pitch_dy = g.op("Slice", [g.op("Sub", [centroid(detail_m, s_xy), s_xy]), s1, g.const("s2", np.array([2])), ax])
   d_ratio = g.op("Div", [g.op("Slice", [detail_m, s0, s1, ax]), s_den])
-  # [head cx, head cy, yaw offset, dark-feature vertical offset, head mass, dark/head]
-  return g.op("Concat", [s_xy, yaw_dx, pitch_dy, s_mass, d_ratio], axis=1)
+  # open eyes: the sclera is brighter than any skin. Threshold = the lit core's mean luma + a margin (a very
+  # high threshold when there is no face); counted per side of the head centre (image left / right).
+  core_luma = g.op("Flatten", [g.op("GlobalAveragePool", [g.op("Mul", [core, b60])])])
+  core_mean = g.op("Div", [g.op("Add", [core_luma, g.scalar(DARK_EPS * 2.0)]),
+                           g.op("Add", [g.op("Slice", [core_m, s0, s1, ax]), g.scalar(DARK_EPS)])])
+  bright = g.op("Relu", [g.op("Sub", [b60, g.op("Reshape", [g.op("Add", [core_mean, g.scalar(SCLERA_MARGIN)]), g.const("to4d", np.array([1, 1, 1, 1]))])])])
+  cx4 = g.op("Reshape", [g.op("Slice", [s_xy, s0, s1, ax]), "to4d"])
+  right = g.op("Clip", [g.op("Mul", [g.op("Sub", [g.const("xs", xs[None, None]), cx4]), g.scalar(50.0)]), g.scalar(0.0), g.scalar(1.0)])
+  left = g.op("Sub", [g.scalar(1.0), right])
+  bright_lr = g.op("Concat", [g.op("Mul", [bright, left]), g.op("Mul", [bright, right])], axis=1)
+  # per mille of the head: an open eye is a few cells ~0.1 above the threshold
+  # (capped: one clearly open eye is enough, and the cap keeps the blink heads off the sigmoid floor)
+  sclera = g.op("Mul", [g.op("Div", [g.op("Flatten", [g.op("GlobalAveragePool", [bright_lr])]), s_den]), g.scalar(1000.0)])
+  sclera = g.op("Clip", [sclera, g.scalar(0.0), g.scalar(SCLERA_CAP)])
+  # [head cx, head cy, yaw offset, dark-feature vertical offset, head mass, dark/head, sclera image-left, -right]
+  return g.op("Concat", [s_xy, yaw_dx, pitch_dy, s_mass, d_ratio, sclera], axis=1)
 
 
-# Hand weights: head logit = HAND[:, head] · [cx, cy, yaw_dx, dark_dy, head_mass, dark_ratio] + bias.
-# Tuned on the synthetic cabin (selfdrive_stub/scenes.py): head mass ≈ 0.11 with a face, 0 without; yaw_dx ≈ 0
-# facing the camera, ≈ -0.07 turned 0.75 rad away; dark_dy ≈ -0.067 eyes open, ≈ -0.03 eyes closed (the closed
-# lid is a dark line at the eye centre, below where brows and irises put the dark centroid).
-N_FACE = 6
-DARK_DY_OPEN = -0.05   # between the open (-0.067) and closed (-0.03) eyes
+# Hand weights: head logit = HAND[:, head] · features + bias, features =
+#   [head cx, head cy, yaw_dx, dark_dy, head mass, dark ratio, sclera image-left, sclera image-right].
+# Tuned on the synthetic cabin (selfdrive_stub/scenes.py), both cameras: head mass ≈ 0.08-0.12 with a face, 0
+# without; yaw_dx ≈ 0 facing the camera, ≈ -0.05..-0.07 turned 0.75 rad away; sclera ≈ 0.4-1.3 per open eye,
+# exactly 0 closed (the closed lid is darker than skin, the sclera brighter).
+N_FACE = 8
 
 
 def hand_heads():
@@ -159,7 +177,7 @@ def hand_heads():
   for side in ("lhd", "rhd"):
     o = slices[f"face_descs_{side}"][0]
     W[3, o + 0], b[o + 0] = -1.0, -0.06         # pitch: small, dark features dropping → looking down
-    W[2, o + 1] = 10.0                          # yaw (model sign; the policy uses -orient[1]): ±0.7 rad turned
+    W[2, o + 1] = 12.0                          # yaw (model sign; the policy uses -orient[1]): ~0.6-0.8 turned
     W[0, o + 3], b[o + 3] = 720 / 1928, (244 + 720) / 1928 - 0.5   # position x in the 1928-wide camera frame
     W[1, o + 4], b[o + 4] = 480 / 1208, (248 + 480) / 1208 - 0.5   # position y in the 1208-high camera frame
     for k in range(6):                          # log-stds: confident with a face, unsure without one
@@ -168,9 +186,10 @@ def hand_heads():
     W[4, p["face_prob"]], b[p["face_prob"]] = 60.0, -3.0
     for eye in ("left_eye_prob", "right_eye_prob"):
       W[4, p[eye]], b[p[eye]] = 60.0, -2.0
-    for blink in ("left_blink_prob", "right_blink_prob"):
-      W[3, p[blink]], b[p[blink]] = 200.0, -200.0 * DARK_DY_OPEN
-    W[3, p["sleep_prob"]], b[p["sleep_prob"]] = 80.0, -80.0 * DARK_DY_OPEN - 2.0
+    # facing the camera the driver's left eye is on the image's right
+    W[7, p["left_blink_prob"]], b[p["left_blink_prob"]] = -14.0, 4.0
+    W[6, p["right_blink_prob"]], b[p["right_blink_prob"]] = -14.0, 4.0
+    W[6:8, p["sleep_prob"]], b[p["sleep_prob"]] = -4.0, 0.5
     b[p["sunglasses_prob"]] = -3.0
     b[p["using_phone_prob"]] = -2.5
   b[slices["wheel_on_right"][0]] = -3.0
@@ -208,8 +227,11 @@ def build_model() -> onnx.ModelProto:
   hidden = g.op("Tanh", [g.gemm(joined, he(rng, 64, n_joined, fan_in=n_joined).T * 0.5, np.zeros(64))])
 
   Wh, bh = hand_heads()
-  driver = g.op("Add", [g.gemm(face, Wh, bh),
-                        g.op("MatMul", [hidden, g.const("w_rand_heads", (rng.standard_normal((64, 41)) * 0.02).astype(np.float32))])])
+  w_rand = (rng.standard_normal((64, 41)) * 0.02).astype(np.float32)
+  for side in ("lhd", "rhd"):   # pose and position are purely geometric: no random part to jitter the policy's yaw
+    o = output_slices()[f"face_descs_{side}"][0]
+    w_rand[:, [o, o + 1, o + 3, o + 4]] = 0.0
+  driver = g.op("Add", [g.gemm(face, Wh, bh), g.op("MatMul", [hidden, g.const("w_rand_heads", w_rand)])])
   features = g.gemm(hidden, (rng.standard_normal((64, N_FEATURES)) * 0.3).astype(np.float32), np.zeros(N_FEATURES))
   out = g.op("Concat", [driver, features], axis=1)
   g.nodes.append(helper.make_node("Identity", [out], ["outputs"], name="outputs"))
