@@ -13,7 +13,9 @@ from onnx import numpy_helper
 
 from .errors import ModelError, UnsupportedOpError
 from .graph import Graph, Node, Spec, dtype_from_onnx
-from .kernels import KERNELS
+from .kernels import supported_ops
+
+ONNX_OPS = frozenset(supported_ops())
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 
@@ -92,7 +94,7 @@ def import_onnx(model, input_shapes: dict | None = None) -> Graph:
         else:
             inputs[vi.name] = value_spec(vi)
     unsupported = sorted({f"{n.domain + '.' if n.domain not in DEFAULT_DOMAINS else ''}{n.op_type}"
-                          for n in g.node if n.domain not in DEFAULT_DOMAINS or n.op_type not in KERNELS})
+                          for n in g.node if n.domain not in DEFAULT_DOMAINS or n.op_type not in ONNX_OPS})
     if unsupported:
         raise UnsupportedOpError(f"model uses unsupported ops: {', '.join(unsupported)}")
     nodes = []

@@ -39,7 +39,8 @@ def register(*ops: str):
 
 
 def supported_ops() -> list[str]:
-    return sorted(KERNELS)
+    """ONNX ops this runtime implements (internal frontend ops start with '_' and are left out)."""
+    return sorted(k for k in KERNELS if not k.startswith("_"))
 
 
 def build_kernel(op: str, attrs: dict, specs: list, consts: list, where: str) -> Kernel:
