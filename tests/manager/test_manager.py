@@ -45,7 +45,7 @@ def test_missing_module_is_reported_not_fatal(namespace):
   procs = [ProcessConfig("car", "selfdrive_stub.car"),
            ProcessConfig("ghost", "selfdrive_stub.no_such_daemon", after=("car",))]
   out = io.StringIO()
-  m = mgr.Manager(_opts("4"), processes=procs, out=out)
+  m = mgr.Manager(_opts("6", "--rate-tolerance", "0.6"), processes=procs, out=out)
   code = m.run()
   text = out.getvalue()
   assert "ghost: module 'selfdrive_stub.no_such_daemon' not found" in text
