@@ -389,12 +389,14 @@ live view: on a terminal the screen is redrawn about twice a second (processes w
   which road model runs; driver state; selfdrive state and events). Otherwise one status line is printed
   every --status-every seconds.
 
-namespace: OPENPILOT_PREFIX if set (outside tools can join the run), a fresh one otherwise; its shared
-  memory and sockets are removed at exit, and every child is stopped (SIGINT, SIGKILL after 5 s).
+namespace: OPENPILOT_PREFIX if set (outside tools can join the run), a fresh one otherwise (printed at
+  start); its shared memory and sockets are removed at exit, and every child is stopped (SIGINT, SIGKILL
+  after 5 s). E.g. OPENPILOT_PREFIX=demo pymodeld-manager, then in another terminal
+  OPENPILOT_PREFIX=demo python -m selfdrive_stub.viewer --out view.png
 
 fault injection (--inject, repeatable):
   amd-hang@10             arm a USB+AMD fault at 10 s (also amd-disconnect, amd-nan, amd-transfer_error,
-                          amd-slow); needs --usb-gpu to matter; modeld falls back to the small model
+                          amd-slow); needs --usb-gpu; modeld falls back to the small model
   camerad-restart@5       stop and restart camerad at 5 s (any process name works)
   kill:dmonitoringmodeld@8  SIGKILL a process at 8 s; the manager restarts it
 
@@ -403,20 +405,20 @@ examples:
   pymodeld-manager --camera mici --usb-gpu --inject amd-hang@10
   pymodeld-manager --duration 20 --record /tmp/route1
   pymodeld-manager --route /tmp/route1 --png view.png""")
-  p.add_argument("--duration", type=float, default=None,
+  p.add_argument("--duration", type=float, default=None, metavar="S",
                  help="run S seconds, print a summary, exit non-zero if a process crashed or a service missed "
                       "its rate")
   p.add_argument("--camera", choices=["tici", "mici"], default=None, help="camera config (default tici, or the route's)")
-  p.add_argument("--seed", type=int, default=0, help="seed of the synthetic scenes and drive")
+  p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the synthetic scenes and drive")
   p.add_argument("--route", metavar="DIR", help="camerad plays the frames of this recorded route")
   p.add_argument("--usb-gpu", action="store_true", help="plug the simulated USB+AMD device: modeld runs the big model")
   p.add_argument("--inject", action="append", default=[], metavar="FAULT@SECONDS", help="inject a fault (see below)")
   p.add_argument("--record", metavar="DIR", help="run the logger: record a route (messages and frames) into DIR")
   p.add_argument("--png", metavar="PATH", help="render the cabin and road views with predictions to PATH every 2 s")
-  p.add_argument("--block", default="", help="comma-separated process names not to run (e.g. modeld)")
-  p.add_argument("--rate-tolerance", type=float, default=0.3,
+  p.add_argument("--block", default="", metavar="NAMES", help="comma-separated process names not to run (e.g. modeld)")
+  p.add_argument("--rate-tolerance", type=float, default=0.3, metavar="F",
                  help="a service passes if its measured rate is within this fraction of expected (default 0.3)")
-  p.add_argument("--status-every", type=float, default=2.0, help="seconds between status lines when not on a TTY")
+  p.add_argument("--status-every", type=float, default=2.0, metavar="S", help="seconds between status lines when not on a TTY")
   p.add_argument("--no-view", action="store_true", help="status lines instead of the full-screen view on a TTY")
   p.add_argument("--summary-json", metavar="PATH", help="with --duration: also write the summary as JSON to PATH")
   opts = p.parse_args(argv)
@@ -437,10 +439,11 @@ examples:
   if opts.duration is not None and opts.duration <= 0:
     p.error(f"--duration must be > 0, got {opts.duration}")
   try:
-    for spec in opts.inject:
-      parse_injection(spec, names)
+    injections = [parse_injection(spec, names) for spec in opts.inject]
   except ValueError as e:
     p.error(str(e))
+  if any(i.kind == "amd" for i in injections) and not opts.usb_gpu:
+    p.error("a USB+AMD fault (--inject amd-...) needs --usb-gpu: without the device modeld never uses it")
   return opts
 
 

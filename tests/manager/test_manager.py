@@ -108,7 +108,8 @@ def test_injections_parse():
 
 def test_cli_rejects_bad_options(capsys):
   for argv, error in [(["--block", "nope"], "unknown process nope"), (["--duration", "0"], "must be > 0"),
-                      (["--route", "/nonexistent-route-dir"], "is not a route")]:
+                      (["--route", "/nonexistent-route-dir"], "is not a route"),
+                      (["--inject", "amd-hang@3"], "needs --usb-gpu")]:
     with pytest.raises(SystemExit):
       mgr.parse_args(argv)
     assert error in capsys.readouterr().err
