@@ -11,7 +11,6 @@ import argparse
 import os
 import signal
 import sys
-import time
 
 from setproctitle import setproctitle
 
@@ -22,6 +21,7 @@ from daemons.dmonitoringmodeld.runner import make_runner
 from visionipc import VisionIpcClient, VisionStreamType
 
 PROCESS_NAME = "dmonitoringmodeld"
+CAMERA_DT = 0.05
 
 
 class Stop:
@@ -60,7 +60,8 @@ def main(argv=None) -> int:
       if buf is None:
         continue
       sm.update(0)
-      now = time.monotonic()
+      # calibration age is measured in camera time (frame ids at 20 Hz), not wall time, so a replay is exact
+      now = buf.frame_id * CAMERA_DT
       if sm.updated["extrinsicsCalibration"]:
         calib.update(sm["extrinsicsCalibration"], now, sm.valid["extrinsicsCalibration"])
       try:

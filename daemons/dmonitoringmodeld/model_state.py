@@ -23,7 +23,7 @@ from daemons.dmonitoringmodeld.parse import REQUIRED_HEADS, check_head_sizes, fi
   parse_outputs
 
 MODEL_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models", "dmonitoring_model.onnx")
-CALIB_STALE_S = 2.5        # 10 periods of the 4 Hz extrinsicsCalibration
+CALIB_STALE_S = 2.5        # 10 periods of the 4 Hz extrinsicsCalibration (the daemon's clock: camera time)
 INPUT_SHAPES = {"input_img": (1, DM_INPUT_SIZE[0] * DM_INPUT_SIZE[1]), "calib": (1, 3)}
 
 
@@ -68,6 +68,8 @@ class Calibration:
       return self.bad_value
     if not self.msg_valid or self.status == "invalid":
       return f"calibration invalid (calStatus={self.status}, valid={self.msg_valid})"
+    if now < self.received_at:
+      self.received_at = now       # the camera restarted (frame ids start over): age counts from here
     age = now - self.received_at
     if age > CALIB_STALE_S:
       return f"calibration stale ({age:.1f} s old)"
