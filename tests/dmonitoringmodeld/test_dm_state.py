@@ -235,3 +235,11 @@ def test_geometry_change_rebuilds_warp_and_unknown_is_refused(runner):
   assert state.ensure_plan(1344, 760, 1408).kind == "separable"
   with pytest.raises(UnknownCameraError, match="640x480"):
     state.ensure_plan(640, 480, 640)
+
+
+def test_calibration_age_is_camera_time_and_restarts_reanchor():
+  c = Calibration()
+  c.update(calib_msg(), now=50.0)          # received at frame 1000
+  assert c.problem(52.0) == ""
+  assert c.problem(0.05) == ""             # the camera restarted: frame ids start over
+  assert c.problem(2.0) == "" and "stale" in c.problem(2.7)
