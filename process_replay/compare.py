@@ -147,7 +147,8 @@ class _Walker:
 
 def compare_messages(a: bytes, b: bytes, ignore=(), tolerance: float | None = None, nan_equal: bool = True,
                      index: int = 0) -> list[Diff]:
-  if a == b or normalized_bytes(a, ignore) == normalized_bytes(b, ignore):
+  # equal bytes prove equal values, except that NaN must then differ from itself
+  if nan_equal and (a == b or normalized_bytes(a, ignore) == normalized_bytes(b, ignore)):
     return []
   ra, rb = log_from_bytes(a), log_from_bytes(b)
   out: list[Diff] = []

@@ -1,0 +1,103 @@
+"""Decode rawPredictions of a log into named model heads (model metadata slices) and save them as .npz.
+
+    python -m process_replay.rawpred LOG --proc dmonitoringmodeld|modeld --out X.npz [--model ONNX]
+
+LOG is a route directory, a route's log.zst, or a reference/replay log (.zst or plain concatenated Events).
+Produce one with raw predictions by replaying with SEND_RAW_PRED=1 (`python -m process_replay --send-raw-pred`).
+
+The .npz holds, per message that carries raw predictions: `raw` (n, output_size) float32, exactly the bytes
+the daemon published; `frame_id` and `log_mono_time` (n,); and one (n, width) float32 array per head named in
+the model's metadata, sliced from `raw` (so the heads round-trip the model output exactly).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+from cereal.messaging import log_from_bytes
+from daemons.common.metadata import ModelMetadata, load_metadata
+from process_replay.references import read_log_file
+
+SERVICES = {"dmonitoringmodeld": "driverStateV2", "modeld": "modelV2"}
+
+
+class RawPredError(ValueError):
+  pass
+
+
+def default_model(proc: str, model_name: str = "") -> str:
+  if proc == "dmonitoringmodeld":
+    from daemons.dmonitoringmodeld.model_state import MODEL_PATH
+    return MODEL_PATH
+  from daemons.modeld.model_state import MODEL_PATHS
+  return MODEL_PATHS.get(model_name or "small", MODEL_PATHS["small"])
+
+
+def read_events(path: str) -> list[bytes]:
+  if os.path.isdir(path):
+    from process_replay.route import Route
+    return Route(path).raw_events()
+  return read_log_file(path)
+
+
+def decode(events: list[bytes], proc: str, model: str | None = None) -> tuple[dict[str, np.ndarray], ModelMetadata]:
+  """Arrays for the .npz (see the module docstring) and the metadata used to slice them."""
+  if proc not in SERVICES:
+    raise RawPredError(f"--proc must be one of {sorted(SERVICES)}, got {proc!r}")
+  service = SERVICES[proc]
+  rows, frame_ids, times, model_names = [], [], [], set()
+  for data in events:
+    evt = log_from_bytes(data)
+    if evt.which() != service:
+      continue
+    msg = getattr(evt, service)
+    if len(msg.rawPredictions) == 0:
+      continue
+    raw = bytes(msg.rawPredictions)
+    if len(raw) % 4:
+      raise RawPredError(f"{service} frameId {msg.frameId}: rawPredictions is {len(raw)} bytes, not float32s")
+    rows.append(np.frombuffer(raw, "<f4"))
+    frame_ids.append(msg.frameId)
+    times.append(evt.logMonoTime)
+    if service == "modelV2":
+      model_names.add(str(msg.modelName))
+  if not rows:
+    raise RawPredError(f"no {service} message with rawPredictions in the log (replay with SEND_RAW_PRED=1)")
+  if len(model_names) > 1:
+    raise RawPredError(f"the log mixes road models {sorted(model_names)}; pass --model for the one to decode")
+  meta = load_metadata(model or default_model(proc, next(iter(model_names), "")))
+  sizes = {r.size for r in rows}
+  if sizes != {meta.output_size}:
+    raise RawPredError(f"rawPredictions sizes {sorted(sizes)} do not match the model output size {meta.output_size}")
+  raw = np.stack(rows).astype(np.float32)
+  out = {"raw": raw, "frame_id": np.array(frame_ids, np.uint32), "log_mono_time": np.array(times, np.uint64)}
+  for name, s in meta.output_slices.items():
+    if name in out:
+      raise RawPredError(f"model head {name!r} collides with a reserved array name")
+    out[name] = raw[:, s]
+  return out, meta
+
+
+def main(argv=None) -> int:
+  ap = argparse.ArgumentParser(prog="python -m process_replay.rawpred", description=__doc__.splitlines()[0])
+  ap.add_argument("log", help="route directory or log file")
+  ap.add_argument("--proc", required=True, choices=sorted(SERVICES))
+  ap.add_argument("--out", required=True, help="output .npz")
+  ap.add_argument("--model", default=None, help="ONNX model whose metadata slices the output (default: the daemon's)")
+  args = ap.parse_args(argv)
+  try:
+    arrays, meta = decode(read_events(args.log), args.proc, args.model)
+  except (RawPredError, OSError, ValueError) as e:
+    print(f"rawpred: {e}", file=sys.stderr)
+    return 1
+  np.savez(args.out, **arrays)
+  heads = ", ".join(f"{k}{tuple(v.shape)}" for k, v in arrays.items() if k in meta.output_slices)
+  print(f"rawpred: {len(arrays['raw'])} frames -> {args.out}: {heads}")
+  return 0
+
+
+if __name__ == "__main__":
+  raise SystemExit(main())

@@ -1,0 +1,75 @@
+"""Reference outputs: process_replay/refs/<route>_<proc>.zst plus refs/ref_commit.
+
+Invariants:
+- A reference is the zstd-compressed concatenation of the stamped output Events of one (route, process)
+  replay, in the order the harness captured them; reading splits it with the capnp segment tables alone.
+- refs/ref_commit names the commit the references were last made at (git history keeps the older ones, so
+  the commit is not part of the file name as it is upstream).
+- A missing reference is a RefMissingError that names the file and says how to make it (--update-refs).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+
+import zstandard
+
+from process_replay.route import split_messages
+
+REFS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "refs")
+COMMIT_FILE = "ref_commit"
+
+
+class RefMissingError(FileNotFoundError):
+  pass
+
+
+def ref_path(refs_dir: str, route: str, proc: str) -> str:
+  return os.path.join(refs_dir, f"{route}_{proc}.zst")
+
+
+def save_ref(refs_dir: str, route: str, proc: str, outputs: list[bytes]) -> str:
+  os.makedirs(refs_dir, exist_ok=True)
+  path = ref_path(refs_dir, route, proc)
+  tmp = path + ".tmp"
+  with open(tmp, "wb") as f:
+    f.write(zstandard.ZstdCompressor(level=10, write_checksum=True).compress(b"".join(outputs)))
+  os.replace(tmp, path)
+  return path
+
+
+def load_ref(refs_dir: str, route: str, proc: str) -> list[bytes]:
+  path = ref_path(refs_dir, route, proc)
+  if not os.path.isfile(path):
+    raise RefMissingError(f"no reference {path}; make it with `python -m process_replay --update-refs`")
+  return read_log_file(path)
+
+
+def read_log_file(path: str) -> list[bytes]:
+  """Events from a zstd-compressed (one or more frames) or plain concatenation of capnp messages."""
+  with open(path, "rb") as f:
+    data = f.read()
+  if data[:4] == b"\x28\xb5\x2f\xfd":   # zstd magic
+    with zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True) as reader:
+      data = reader.read()
+  return split_messages(data, path)
+
+
+def current_commit() -> str:
+  try:
+    out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=os.path.dirname(REFS_DIR),
+                         capture_output=True, text=True, timeout=10)
+    return out.stdout.strip() or "unknown"
+  except (OSError, subprocess.SubprocessError):
+    return "unknown"
+
+
+def write_commit(refs_dir: str, commit: str) -> None:
+  with open(os.path.join(refs_dir, COMMIT_FILE), "w") as f:
+    f.write(commit + "\n")
+
+
+def truncate(outputs: list[bytes], end_ns: int) -> list[bytes]:
+  """The outputs stamped before end_ns (a reference cut to a shorter replay of the same route)."""
+  from cereal.messaging import log_from_bytes
+  return [d for d in outputs if log_from_bytes(d).logMonoTime < end_ns]

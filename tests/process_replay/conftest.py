@@ -1,0 +1,23 @@
+"""Fixtures: the committed sample routes (short slices keep the tests fast)."""
+import os
+
+import pytest
+
+from process_replay.route import Route
+
+ROUTES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                      "process_replay", "routes")
+
+
+@pytest.fixture(scope="session")
+def tici_route_path():
+  path = os.path.join(ROUTES, "tici")
+  if not os.path.isfile(os.path.join(path, "header.json")):
+    pytest.fail(f"sample route missing: {path} (python -m process_replay.make_routes)")
+  return path
+
+
+@pytest.fixture(scope="session")
+def tici_route(tici_route_path):
+  with Route(tici_route_path) as route:
+    yield route

@@ -1,0 +1,50 @@
+"""Raw prediction dumps: SEND_RAW_PRED=1 under replay, decoded into named heads that round-trip exactly."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+from cereal.messaging import log_from_bytes
+from daemons.common.metadata import load_metadata
+from daemons.dmonitoringmodeld.model_state import MODEL_PATH
+from process_replay.configs import get_config
+from process_replay.harness import replay
+from process_replay.references import save_ref
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def rawpred(*args):
+  return subprocess.run([sys.executable, "-m", "process_replay.rawpred", *args], capture_output=True, text=True,
+                        timeout=300, env={**os.environ, "PYTHONPATH": REPO})
+
+
+def test_dump_round_trips_the_model_output_exactly(tici_route, tmp_path):
+  result = replay(get_config("dmonitoringmodeld"), tici_route, seconds=1.0, env={"SEND_RAW_PRED": "1"})
+  save_ref(str(tmp_path), "tici", "dm", result.outputs)
+  out = tmp_path / "dm.npz"
+  r = rawpred(str(tmp_path / "tici_dm.zst"), "--proc", "dmonitoringmodeld", "--out", str(out))
+  assert r.returncode == 0, r.stderr
+  dump = np.load(out)
+  msgs = [log_from_bytes(d).driverStateV2 for d in result.outputs]
+  meta = load_metadata(MODEL_PATH)
+  assert dump["raw"].shape == (len(msgs), meta.output_size)
+  for row, msg in zip(dump["raw"], msgs):
+    assert row.tobytes() == bytes(msg.rawPredictions)          # bit-exact, not merely close
+  assert list(dump["frame_id"]) == [m.frameId for m in msgs]
+  for name, s in meta.output_slices.items():
+    assert np.array_equal(dump[name], dump["raw"][:, s])
+  joined = np.zeros_like(dump["raw"])
+  for name, s in meta.output_slices.items():
+    joined[:, s] = dump[name]
+  covered = np.zeros(meta.output_size, bool)
+  for s in meta.output_slices.values():
+    covered[s] = True
+  assert np.array_equal(joined[:, covered], dump["raw"][:, covered])
+
+
+def test_log_without_raw_predictions_is_a_clear_error(tici_route_path, tmp_path):
+  r = rawpred(tici_route_path, "--proc", "dmonitoringmodeld", "--out", str(tmp_path / "x.npz"))
+  assert r.returncode == 1 and "no driverStateV2 message with rawPredictions" in r.stderr
+  assert not (tmp_path / "x.npz").exists()
