@@ -7,7 +7,7 @@ Invariants:
 - Start order: a process starts once every process it is `after` is ready (all the services it owns have
   published since it started), has given up (missing/crashed) or READY_TIMEOUT_S has passed.
 - Every run gets its own namespace (msgq.namespace.Namespace): OPENPILOT_PREFIX if set (so outside tools can
-  join), a fresh one otherwise. On exit — normal, Ctrl-C, SIGTERM or an exception — every child group gets
+  join), a fresh manager<pid>_<hex> otherwise; at start, such namespaces left by a SIGKILLed manager are removed. On exit — normal, Ctrl-C, SIGTERM or an exception — every child group gets
   SIGINT, then SIGKILL after 5 s (dependents first, so the logger stops last), and the namespace's shared
   memory and sockets are removed. Children also die
   with the manager if it is SIGKILLed (PR_SET_PDEATHSIG, see process.py).
@@ -19,6 +19,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
+import secrets
+import shutil
 import signal
 import sys
 import time
@@ -29,7 +32,7 @@ from selfdrive_stub.process import ManagedProcess, ProcessConfig
 READY_TIMEOUT_S = 30.0
 LOOP_DT = 0.1
 WARMUP_AFTER_READY_S = 2.0
-ROUTE_CAMERAS = {"narrowRoad": "narrow", "wideRoad": "wide", "cabin": "cabin"}
+GENERATED_PREFIX = "manager"   # namespaces the manager names itself: manager<pid>_<hex>
 
 
 def _camerad_args(o) -> list[str]:
@@ -93,6 +96,28 @@ def parse_injection(spec: str, names: list[str]) -> Injection:
       raise ValueError(f"bad --inject {spec!r}: unknown process {name!r}; known: {', '.join(names)}")
     return Injection(at, kind, name)
   raise ValueError(f"bad --inject {spec!r}: expected amd-<fault>@S, <process>-restart@S or kill:<process>@S")
+
+
+def sweep_stale_namespaces() -> list[str]:
+  """Remove namespaces this manager generated in earlier runs whose manager is dead (it was SIGKILLed, so
+  its own cleanup never ran). Only names of the form manager<pid>_<hex> are touched."""
+  from msgq.namespace import SHM_ROOT, runtime_dir_path, shm_dir_path
+  removed = []
+  for entry in os.listdir(SHM_ROOT):
+    m = re.fullmatch(rf"msgq_({GENERATED_PREFIX}(\d+)_[0-9a-f]+)", entry)
+    if m is None:
+      continue
+    try:
+      os.kill(int(m.group(2)), 0)
+      continue   # its manager still runs
+    except ProcessLookupError:
+      pass
+    except PermissionError:
+      continue
+    for path in (shm_dir_path(m.group(1)), runtime_dir_path(m.group(1))):
+      shutil.rmtree(path, ignore_errors=True)
+    removed.append(m.group(1))
+  return removed
 
 
 def owned_services() -> dict[str, list[str]]:
@@ -259,7 +284,9 @@ class Manager:
     self.tty = self.out.isatty() and not self.opts.no_view
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-      with Namespace(os.environ.get(PREFIX_ENV) or None) as ns:
+      sweep_stale_namespaces()
+      prefix = os.environ.get(PREFIX_ENV) or f"{GENERATED_PREFIX}{os.getpid()}_{secrets.token_hex(4)}"
+      with Namespace(prefix) as ns:
         try:
           return self._run(ns)
         finally:

@@ -113,3 +113,24 @@ def test_cli_rejects_bad_options(capsys):
     with pytest.raises(SystemExit):
       mgr.parse_args(argv)
     assert error in capsys.readouterr().err
+
+
+def test_stale_namespace_of_a_killed_manager_is_swept(monkeypatch):
+  from msgq.namespace import runtime_dir_path, shm_dir_path
+  dead = subprocess.Popen([sys.executable, "-c", "pass"])
+  dead.wait()
+  stale, live = f"manager{dead.pid}_00ab", f"manager{os.getpid()}_00cd"
+  made = []
+  try:
+    for prefix in (stale, live):
+      for path in (shm_dir_path(prefix), runtime_dir_path(prefix)):
+        os.makedirs(path, mode=0o700)
+        made.append(path)
+        open(os.path.join(path, "seg"), "wb").close()
+    assert stale in mgr.sweep_stale_namespaces()
+    assert not os.path.exists(shm_dir_path(stale)) and not os.path.exists(runtime_dir_path(stale))
+    assert os.path.exists(shm_dir_path(live)) and os.path.exists(runtime_dir_path(live))   # its manager lives
+  finally:
+    import shutil
+    for path in made:
+      shutil.rmtree(path, ignore_errors=True)
