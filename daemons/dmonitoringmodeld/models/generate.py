@@ -53,7 +53,7 @@ SCLERA_MARGIN = 0.06   # sclera: this much (luma 0..1, ≈ 13 of 219) brighter t
 SCLERA_CAP = 0.6       # per-side sclera feature cap (open eyes measure 0.4-1.3)
 INSIDE_FRACTION = 0.7  # a pixel is inside the face when its 9×9 skin average exceeds this share of the skin level
 EPS = 1e-3
-DARK_EPS = 1e-5
+CENTROID_EPS = 1e-5
 
 
 def output_slices() -> dict[str, tuple[int, int]]:
@@ -128,34 +128,41 @@ def face_branch(g, b60):
   # "inside the face": the 9×9 skin average is well above the skin level only away from the face's rim
   inside = g.op("Relu", [g.op("Sub", [g.conv(skin, box(9), pad=4), level_at(INSIDE_FRACTION)])])
   dark_in = g.op("Mul", [dark, inside])
-  moments = lambda m, masks, name: g.op("Flatten", [g.op("GlobalAveragePool", [g.op("Mul", [m, g.const(name, np.stack(masks)[None])])])])
+  def moments(m, masks, name):   # (1, len(masks)): the mean of m weighted by each mask
+    weighted = g.op("Mul", [m, g.const(name, np.stack(masks)[None])])
+    return g.op("Flatten", [g.op("GlobalAveragePool", [weighted])])
+
   sil_m = moments(silhouette, [ones, xs, ys], "sil_masks")
   core_m = moments(core, [ones, xs, ys], "core_masks")
-  detail_m = moments(dark_in, [ones, xs, ys], "dark_masks")
+  dark_m = moments(dark_in, [ones, xs, ys], "dark_masks")
   s0, s1, s3, ax = (g.const(n, np.array([v])) for n, v in (("s0", 0), ("s1", 1), ("s3", 3), ("ax", 1)))
-  centroid = lambda m, fallback: g.op("Div", [g.op("Add", [g.op("Slice", [m, s1, s3, ax]), g.op("Mul", [fallback, g.scalar(DARK_EPS)])]),
-                                               g.op("Add", [g.op("Slice", [m, s0, s1, ax]), g.scalar(DARK_EPS)])])
+  def centroid(m, fallback):     # (x, y) of a [mass, x-moment, y-moment] triple; `fallback` when massless
+    num = g.op("Add", [g.op("Slice", [m, s1, s3, ax]), g.op("Mul", [fallback, g.scalar(CENTROID_EPS)])])
+    return g.op("Div", [num, g.op("Add", [g.op("Slice", [m, s0, s1, ax]), g.scalar(CENTROID_EPS)])])
+
   s_mass = g.op("Slice", [sil_m, s0, s1, ax])
   s_den = g.op("Add", [s_mass, g.scalar(EPS)])
   s_xy = g.op("Div", [g.op("Slice", [sil_m, s1, s3, ax]), s_den])
   # turning the head shades its far side: the lit core's centroid leaves the silhouette's (yaw);
   # the dark features' centroid moves up/down within the head (pitch). Both fall back to 0 without a face.
   yaw_dx = g.op("Slice", [g.op("Sub", [centroid(core_m, s_xy), s_xy]), s0, s1, ax])
-  pitch_dy = g.op("Slice", [g.op("Sub", [centroid(detail_m, s_xy), s_xy]), s1, g.const("s2", np.array([2])), ax])
-  d_ratio = g.op("Div", [g.op("Slice", [detail_m, s0, s1, ax]), s_den])
+  pitch_dy = g.op("Slice", [g.op("Sub", [centroid(dark_m, s_xy), s_xy]), s1, g.const("s2", np.array([2])), ax])
+  d_ratio = g.op("Div", [g.op("Slice", [dark_m, s0, s1, ax]), s_den])
   # open eyes: the sclera is brighter than any skin. Threshold = the lit core's mean luma + a margin (a very
   # high threshold when there is no face); counted per side of the head centre (image left / right).
   core_luma = g.op("Flatten", [g.op("GlobalAveragePool", [g.op("Mul", [core, b60])])])
-  core_mean = g.op("Div", [g.op("Add", [core_luma, g.scalar(DARK_EPS * 2.0)]),
-                           g.op("Add", [g.op("Slice", [core_m, s0, s1, ax]), g.scalar(DARK_EPS)])])
-  bright = g.op("Relu", [g.op("Sub", [b60, g.op("Reshape", [g.op("Add", [core_mean, g.scalar(SCLERA_MARGIN)]), g.const("to4d", np.array([1, 1, 1, 1]))])])])
+  core_mean = g.op("Div", [g.op("Add", [core_luma, g.scalar(CENTROID_EPS * 2.0)]),
+                           g.op("Add", [g.op("Slice", [core_m, s0, s1, ax]), g.scalar(CENTROID_EPS)])])
+  threshold = g.op("Reshape", [g.op("Add", [core_mean, g.scalar(SCLERA_MARGIN)]), g.const("to4d", np.array([1, 1, 1, 1]))])
+  bright = g.op("Relu", [g.op("Sub", [b60, threshold])])
   cx4 = g.op("Reshape", [g.op("Slice", [s_xy, s0, s1, ax]), "to4d"])
-  right = g.op("Clip", [g.op("Mul", [g.op("Sub", [g.const("xs", xs[None, None]), cx4]), g.scalar(50.0)]), g.scalar(0.0), g.scalar(1.0)])
+  right = ramp01(g.op("Sub", [g.const("xs", xs[None, None]), cx4]), 50.0)     # right of the head centre
   left = g.op("Sub", [g.scalar(1.0), right])
   bright_lr = g.op("Concat", [g.op("Mul", [bright, left]), g.op("Mul", [bright, right])], axis=1)
   # per mille of the head: an open eye is a few cells ~0.1 above the threshold
   # (capped: one clearly open eye is enough, and the cap keeps the blink heads off the sigmoid floor)
-  sclera = g.op("Mul", [g.op("Div", [g.op("Flatten", [g.op("GlobalAveragePool", [bright_lr])]), s_den]), g.scalar(1000.0)])
+  sclera = g.op("Flatten", [g.op("GlobalAveragePool", [bright_lr])])
+  sclera = g.op("Mul", [g.op("Div", [sclera, s_den]), g.scalar(1000.0)])
   sclera = g.op("Clip", [sclera, g.scalar(0.0), g.scalar(SCLERA_CAP)])
   # [head cx, head cy, yaw offset, dark-feature vertical offset, head mass, dark/head, sclera image-left, -right]
   return g.op("Concat", [s_xy, yaw_dx, pitch_dy, s_mass, d_ratio, sclera], axis=1)
