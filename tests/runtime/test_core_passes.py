@@ -1,0 +1,82 @@
+"""Optimisation passes: constant folding (incl. shape arithmetic), BatchNorm folded into Conv, in-place
+elementwise chains, view ops that never copy; and the inspect CLI."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+from onnx import helper, numpy_helper
+
+from runtime import OnnxRunner
+from runtime.onnx_import import import_onnx
+from runtime.program import lower
+
+from rt_helpers import ONNX_DATA, node_model, ort_run
+
+rng = np.random.default_rng(3)
+
+
+def test_shape_arithmetic_and_constants_fold_away():
+    x = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Constant", [], ["k"], value=numpy_helper.from_array(np.array([0], np.int64))),
+             helper.make_node("Gather", ["s", "k"], ["n"], axis=0),
+             helper.make_node("Constant", [], ["m1"], value=numpy_helper.from_array(np.array([-1], np.int64))),
+             helper.make_node("Concat", ["n", "m1"], ["shape"], axis=0),
+             helper.make_node("Reshape", ["x", "shape"], ["y0"])]
+    model = node_model(nodes, {"x": x}, {})
+    p = lower(import_onnx(model))
+    assert p.steps == []  # shape arithmetic ran at compile time; the reshape needs no kernel
+    assert p.storage["y0"] == "x"  # and the reshape is a view of the input, not a copy
+    np.testing.assert_array_equal(OnnxRunner(model)(x=x)["y0"], x.reshape(2, 12))
+
+
+def test_batchnorm_folds_into_conv_with_same_result():
+    x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    consts = {"w": rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "s": rng.uniform(0.5, 2, 4).astype(np.float32),
+              "b": rng.standard_normal(4).astype(np.float32), "m": rng.standard_normal(4).astype(np.float32),
+              "v": rng.uniform(0.5, 2, 4).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["n"], epsilon=1e-3),
+             helper.make_node("Relu", ["n"], ["y0"])]
+    model = node_model(nodes, {"x": x}, consts)
+    r = OnnxRunner(model)
+    assert r.program.op_counts() == {"Conv": 1, "Relu": 1}
+    assert len(r.program.steps) == 1  # relu runs in place behind the conv
+    np.testing.assert_allclose(r(x=x)["y0"], ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-5)
+    unfolded = OnnxRunner(model, config={"fold_batchnorm": False})
+    assert unfolded.program.op_counts()["BatchNormalization"] == 1
+    np.testing.assert_allclose(unfolded(x=x)["y0"], r(x=x)["y0"], rtol=1e-4, atol=1e-5)
+
+
+def test_residual_add_relu_chain_runs_in_place():
+    x = rng.standard_normal((1, 4, 5, 5)).astype(np.float32)
+    w = rng.standard_normal((4, 4, 1, 1)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]),
+             helper.make_node("Add", ["x", "c"], ["a"]),  # conv output second: the pass swaps the operands
+             helper.make_node("Relu", ["a"], ["y0"])]
+    model = node_model(nodes, {"x": x}, {"w": w})
+    r = OnnxRunner(model)
+    assert len(r.program.steps) == 1
+    assert r.program.storage["y0"] == r.program.storage["c"]
+    np.testing.assert_allclose(r(x=x)["y0"], ort_run(model, {"x": x})[0], rtol=1e-5, atol=1e-5)
+
+
+def test_value_read_twice_is_not_overwritten_in_place():
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    nodes = [helper.make_node("Exp", ["x"], ["e"]),
+             helper.make_node("Relu", ["e"], ["r"]),      # e is read again below: r needs its own buffer
+             helper.make_node("Sub", ["r", "e"], ["y0"])]
+    model = node_model(nodes, {"x": x}, {})
+    r = OnnxRunner(model)
+    assert r.program.storage["r"] != r.program.storage["e"]
+    np.testing.assert_allclose(r(x=x)["y0"], np.zeros_like(x), atol=1e-6)
+
+
+def test_inspect_cli_prints_the_summary():
+    model = os.path.join(ONNX_DATA, "light", "light_squeezenet.onnx")
+    out = subprocess.run([sys.executable, "-m", "runtime.inspect", model], capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    for needle in ("inputs:", "data_0: [1, 3, 224, 224] float32", "outputs:", "Conv=26", "FLOPs:",
+                   "planned arena:"):
+        assert needle in out
