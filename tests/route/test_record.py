@@ -43,4 +43,13 @@ def test_manager_records_a_route(namespace, tmp_path):
         assert (f.timestamp_sof, f.timestamp_eof) == (st.timestampSof, st.timestampEof)
         want = np.frombuffer(render_frame("mici", cam, 3, f.frame_id), np.uint8)
         assert np.array_equal(np.frombuffer(f.data, np.uint8), want)   # the pixels camerad served
+
+    # the recorded route replays through process_replay, and a second replay gives the same outputs
+    from process_replay.compare import compare_logs
+    from process_replay.configs import get_config
+    from process_replay.harness import replay
+    dm = get_config("dmonitoringmodeld")
+    first, second = (replay(dm, route, seconds=4.0) for _ in range(2))
+    assert len(first.outputs) == len(second.outputs) >= 20
+    assert compare_logs(first.outputs, second.outputs, dm.ignore) == []
   assert not os.path.exists(namespace.shm_dir)
