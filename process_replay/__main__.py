@@ -20,7 +20,7 @@ from process_replay.tasks import Progress, judge, resolve_routes, run_tasks, sum
 
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(prog="python -m process_replay", description=__doc__.splitlines()[0])
-  ap.add_argument("--routes", nargs="+", help=f"sample route names or route directories (default: all in routes/)")
+  ap.add_argument("--routes", nargs="+", help="sample route names or route directories (default: all in routes/)")
   ap.add_argument("--procs", nargs="+", choices=sorted(CONFIGS), help="processes (default: all)")
   ap.add_argument("-j", "--jobs", type=int, default=1, help="parallel worker processes")
   ap.add_argument("--update-refs", action="store_true", help="write the outputs as the new references")

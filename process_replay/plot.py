@@ -85,7 +85,7 @@ def plot_diffs(out_path: str, ref: list[bytes], new: list[bytes], diffs: list[Di
               f"(ref blue, new orange, red = differs)", fill="black")
     draw.text((4, box[1]), f"{v1:.4g}", fill="black")
     draw.text((4, box[3] - 10), f"{v0:.4g}", fill="black")
-    draw.text((box[0], box[3] + 4), f"t = 0 s", fill="black")
+    draw.text((box[0], box[3] + 4), "t = 0 s", fill="black")
     draw.text((box[2] - 60, box[3] + 4), f"{(t1 - t0) / 1e9:.2f} s", fill="black")
     for series, color in ((ref_pts, REF_COLOR), (new_pts, NEW_COLOR)):
       if len(series) > 1:
