@@ -1,0 +1,151 @@
+"""modeld latency: road frame announced -> modelV2 published, small model on the CPU and big model on the
+simulated USB+AMD device, each with camerad, the car stub and dmonitoringmodeld running.
+
+    python bench/modeld_latency.py [--duration 30] [--warmup 5] [--camera tici|mici] [--modes small,big]
+
+For each mode, in a fresh bus namespace, reports:
+- end to end: modelV2.logMonoTime - narrowRoadCameraState.logMonoTime of the same frameId (camerad publishes
+  the camera state right after announcing the frame; modeld stamps modelV2 when it builds it);
+- per stage from modelV2.stageTimings (warp, upload, model, readback, parse) and modelExecutionTime;
+- dropped frames: camera frames with no modelV2, and the share of modelV2 marked invalid.
+The big mode waits until modeld reports modelName "big" before measuring; the device is a simulator
+(USB link latency/bandwidth modelled, kernels run on this CPU), so big/small ratios are the figure to read.
+Target (DESIGN.md): small p50 <= 25 ms on 2 cores with everything running; < 1 % dropped frames.
+"""
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO_ROOT)
+
+from cereal.messaging import log_from_bytes, sub_sock  # noqa: E402
+from msgq.namespace import Namespace  # noqa: E402
+
+STAGES = ("warpMs", "uploadMs", "modelMs", "readbackMs", "parseMs")
+
+
+def start(module, *args):
+  return subprocess.Popen([sys.executable, "-m", module, *args], cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+
+
+def drain(sock):
+  out = []
+  while (dat := sock.receive(non_blocking=True)) is not None:
+    out.append(log_from_bytes(dat))
+  return out
+
+
+def pct(values, q):
+  return float(np.percentile(values, q)) if len(values) else float("nan")
+
+
+def run_mode(mode: str, args) -> dict:
+  with Namespace():
+    if mode == "big":
+      from runtime import usb_amd
+      usb_amd.plug()
+    cams, models = sub_sock("narrowRoadCameraState", conflate=False), sub_sock("modelV2", conflate=False)
+    procs = [start("selfdrive_stub.camerad", "--camera", args.camera), start("selfdrive_stub.car", "--camera", args.camera),
+             start("daemons.dmonitoringmodeld"), start("daemons.modeld", *(["--no-big"] if mode == "small" else []))]
+    print(f"[{mode}] camerad ({args.camera}), car, dmonitoringmodeld, modeld; warm-up {args.warmup:.0f} s, "
+          f"then {args.duration:.0f} s", flush=True)
+    cam_time, rows, frames_seen = {}, [], []
+    t_start = time.monotonic()
+    measure_from = big_since = None
+    next_report = t_start + 5
+    try:
+      while True:
+        now = time.monotonic()
+        ready = mode == "small" or big_since is not None
+        if measure_from is None and ready and now - (t_start if mode == "small" else big_since) > args.warmup:
+          measure_from = now
+        if measure_from is not None and now - measure_from > args.duration:
+          break
+        if now - t_start > args.warmup + args.duration + 120:
+          print(f"[{mode}] gave up: modeld never got ready", flush=True)
+          break
+        for m in drain(cams):
+          cam_time[m.narrowRoadCameraState.frameId] = m.logMonoTime
+          if measure_from is not None:
+            frames_seen.append(m.narrowRoadCameraState.frameId)
+        for m in drain(models):
+          mv2 = m.modelV2
+          if mode == "big" and mv2.modelName != "big":
+            if mv2.fallbackReason:
+              print(f"[{mode}] modeld fell back to the small model: {mv2.fallbackReason}", flush=True)
+            continue
+          if mode == "big" and big_since is None:
+            big_since = now
+          if measure_from is None or mv2.frameId not in cam_time:
+            continue
+          rows.append(((m.logMonoTime - cam_time[mv2.frameId]) / 1e6, mv2.modelExecutionTime * 1e3, m.valid,
+                       [getattr(mv2.stageTimings, s) for s in STAGES], mv2.frameId))
+        if now >= next_report:
+          lat = [r[0] for r in rows]
+          print(f"[{mode}] {now - t_start:5.1f} s: {len(rows)} outputs, p50 {pct(lat, 50):.2f} ms", flush=True)
+          next_report = now + 5
+        time.sleep(0.005)
+    finally:
+      for p in procs:
+        p.terminate()
+      for p in procs:
+        try:
+          p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+          p.kill()
+      if mode == "big":
+        usb_amd.unplug()
+  ids = {r[4] for r in rows}
+  expected = [f for f in frames_seen if f <= max(ids, default=-1)]
+  return {"rows": rows, "dropped": sum(f not in ids for f in expected), "frames": len(expected)}
+
+
+def report(mode: str, res: dict) -> dict:
+  rows = res["rows"]
+  if not rows:
+    print(f"{mode}: no outputs measured")
+    return {}
+  lat = [r[0] for r in rows]
+  stages = np.array([r[3] for r in rows])
+  summary = {"e2e": (pct(lat, 50), pct(lat, 99)), "exec": (pct([r[1] for r in rows], 50), pct([r[1] for r in rows], 99))}
+  for i, s in enumerate(STAGES):
+    summary[s] = (pct(stages[:, i], 50), pct(stages[:, i], 99))
+  drop = 100.0 * res["dropped"] / max(res["frames"], 1)
+  invalid = 100.0 * sum(not r[2] for r in rows) / len(rows)
+  print(f"\n{mode}: {len(rows)} modelV2 over the run; dropped {res['dropped']}/{res['frames']} frames ({drop:.2f} %), "
+        f"{invalid:.1f} % invalid")
+  print(f"  {'stage':<18}{'p50 ms':>10}{'p99 ms':>10}")
+  for name, (p50, p99) in summary.items():
+    label = {"e2e": "frame -> modelV2", "exec": "modelExecution"}.get(name, name.replace("Ms", ""))
+    print(f"  {label:<18}{p50:>10.2f}{p99:>10.2f}")
+  return summary
+
+
+def main(argv=None):
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--duration", type=float, default=30.0, help="seconds to measure per mode (after warm-up)")
+  ap.add_argument("--warmup", type=float, default=5.0, help="seconds ignored at the start of each mode")
+  ap.add_argument("--camera", choices=["tici", "mici"], default="tici")
+  ap.add_argument("--modes", default="small,big", help="comma-separated: small, big")
+  args = ap.parse_args(argv)
+  summaries = {}
+  for mode in [m.strip() for m in args.modes.split(",") if m.strip()]:
+    if mode not in ("small", "big"):
+      ap.error(f"unknown mode {mode!r}; expected small or big")
+    summaries[mode] = report(mode, run_mode(mode, args))
+  if summaries.get("small") and summaries.get("big"):
+    print("\nbig / small (p50):", "  ".join(f"{k.replace('Ms', '')} {summaries['big'][k][0] / summaries['small'][k][0]:.2f}x"
+                                            for k in ("e2e", "exec", "modelMs") if summaries["small"][k][0] > 0))
+  if summaries.get("small"):
+    p50 = summaries["small"]["e2e"][0]
+    print(f"small frame -> modelV2 p50 {p50:.2f} ms (target <= 25 ms): {'met' if p50 <= 25 else 'NOT met'}")
+
+
+if __name__ == "__main__":
+  main()
