@@ -71,17 +71,15 @@ class RunningStat:
     self.M, self.S, self.n = self.prior if self.prior else (0.0, 0.0, 0)
 
   def push(self, x: float):
-    self.n += 1
+    # bounded memory as openpilot does it: once n reaches max_count it stops growing, so old samples fade
+    if self.max_count is None or self.n < self.max_count:
+      self.n += 1
     if self.n == 1:
       self.M, self.S = x, 0.0
       return
     m_prev = self.M
     self.M = m_prev + (x - m_prev) / self.n
     self.S = self.S + (x - m_prev) * (x - self.M)
-    if self.max_count is not None and self.n >= self.max_count:
-      # keep a bounded memory: shrink the accumulated spread with the count
-      self.S *= (self.n - 1) / self.n
-      self.n -= 1
 
   def mean(self) -> float:
     return self.M
@@ -100,7 +98,7 @@ class RunningStatFilter:
   def push(self, x: float):
     var_before = self.raw.variance()
     self.raw.push(x)
-    if self.raw.variance() <= var_before or self.raw.n <= 2:
+    if self.raw.variance() <= var_before:
       self.filtered.push(x)
 
 
@@ -176,8 +174,10 @@ class Pose:
   low_std: bool = True
   cfactor_pitch: float = 1.0
   cfactor_yaw: float = 1.0
-  pitch_offseter: RunningStatFilter = field(default_factory=lambda: RunningStatFilter(Settings.PITCH_PRIOR, Settings.POSE_OFFSET_MAX_COUNT))
-  yaw_offseter: RunningStatFilter = field(default_factory=lambda: RunningStatFilter(Settings.YAW_PRIOR, Settings.POSE_OFFSET_MAX_COUNT))
+  pitch_offseter: RunningStatFilter = field(
+    default_factory=lambda: RunningStatFilter(Settings.PITCH_PRIOR, Settings.POSE_OFFSET_MAX_COUNT))
+  yaw_offseter: RunningStatFilter = field(
+    default_factory=lambda: RunningStatFilter(Settings.YAW_PRIOR, Settings.POSE_OFFSET_MAX_COUNT))
 
 
 class DriverMonitoring:
@@ -239,8 +239,10 @@ class DriverMonitoring:
     k1 = max(-0.00156 * (car_speed - 16) ** 2 + 0.6, 0.2)
     bp = min(max(brake_disengage_prob / k1, 0.0), 0.5)
     s = self.s
-    self.pose.cfactor_pitch = np.interp(bp, [0, 0.5], [s.POSE_PITCH_SLACK, s.POSE_PITCH_THRESHOLD]) / s.POSE_PITCH_THRESHOLD
-    self.pose.cfactor_yaw = np.interp(bp, [0, 0.5], [s.POSE_YAW_SLACK, s.POSE_YAW_THRESHOLD]) / s.POSE_YAW_THRESHOLD
+    pitch = np.interp(bp, [0, 0.5], [s.POSE_PITCH_SLACK, s.POSE_PITCH_THRESHOLD])
+    yaw = np.interp(bp, [0, 0.5], [s.POSE_YAW_SLACK, s.POSE_YAW_THRESHOLD])
+    self.pose.cfactor_pitch = pitch / s.POSE_PITCH_THRESHOLD
+    self.pose.cfactor_yaw = yaw / s.POSE_YAW_THRESHOLD
 
   def _pose_distracted(self, steer_offset: float) -> bool:
     s, p = self.s, self.pose
@@ -414,7 +416,8 @@ class DriverMonitoring:
       "lockoutMinutesRemaining": max(1, round(self.lockout_remaining * self.s.DT / 60)) if self.lockout else 0,
       "alert3Count": self.alert3_count,
       "noResponseCount": self.no_response_count,
-      "noResponseForceDecel": self.alert_level == 3 and self.terminal_steps >= int(self.s.NO_RESPONSE_TIMEOUT / self.s.DT),
+      "noResponseForceDecel": self.alert_level == 3 and
+                              self.terminal_steps >= int(self.s.NO_RESPONSE_TIMEOUT / self.s.DT),
       "alwaysOn": self.always_on,
       "alwaysOnLockout": self.always_on and self.awareness <= self.threshold_two,
       "alertLevel": ("none", "one", "two", "three")[self.alert_level],

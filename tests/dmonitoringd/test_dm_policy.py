@@ -177,3 +177,14 @@ def test_steering_into_turn_relieves_yaw():
   for _ in range(steps(6)):
     dm.run_step(x)
   assert not dm.distracted_types["pose"]
+
+
+def test_pose_offsets_learn_at_speed_and_calibrate():
+  dm = DriverMonitoring()
+  # a driver who naturally sits looking 0.2 rad to the side: after 60 s at speed the offset is learned
+  for _ in range(steps(65)):
+    dm.run_step(inputs(driver(yaw=0.2), speed=20.0))
+  p = dm.state()["visionPolicyState"]["pose"]
+  assert p["calibrated"] and p["yawCalib"]["calibratedPercent"] == 100
+  assert 0.15 < p["yawCalib"]["offset"] < 0.21
+  assert dm.alert_level == 0
