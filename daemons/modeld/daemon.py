@@ -73,6 +73,17 @@ def big_model_available(wait_timeout_ms: int) -> tuple[bool, str]:
   return True, ""
 
 
+def pair_extra(main_sof: int, extra, recv_extra):
+  """The extra (wide) frame to pair with a main frame: the held one if it is less than 25 ms older than the
+  main frame, else the next ones from `recv_extra()` until one is; None if the stream runs dry (the reference
+  then skips the main frame). An extra frame newer than the main one is kept (flagged out of sync later)."""
+  while extra is None or extra.timestamp_sof + PAIR_WINDOW_NS <= main_sof:
+    extra = recv_extra()
+    if extra is None:
+      return None
+  return extra
+
+
 def car_inputs(sm) -> CarInputs:
   calib = sm["extrinsicsCalibration"]
   invalid = ""
@@ -147,10 +158,7 @@ def main(argv=None) -> int:
     if buf_main is None:
       continue
     if vipc_extra is not None:
-      while buf_extra is None or buf_extra.timestamp_sof + PAIR_WINDOW_NS <= buf_main.timestamp_sof:
-        buf_extra = vipc_extra.recv(100)
-        if buf_extra is None or stop.is_set():
-          break
+      buf_extra = pair_extra(buf_main.timestamp_sof, buf_extra, lambda: vipc_extra.recv(100))
       if buf_extra is None:
         continue
     sm.update(0)

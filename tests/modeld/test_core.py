@@ -150,3 +150,16 @@ def test_wrong_output_size_is_refused(small_runner):
   assert r.reasons[-1] == "small model failed: ModelOutputError: small model returned 100 values, expected 2576"
   with pytest.raises(ModelOutputError, match="expected 2576"):
     md.small.run(md._img, md._big_img, np.zeros(8), np.zeros(2), np.ones(2))
+
+
+def test_extra_frames_pair_by_start_of_frame():
+  from types import SimpleNamespace
+  from daemons.modeld.daemon import pair_extra
+  ms = 1_000_000
+  queue = [SimpleNamespace(timestamp_sof=t * ms) for t in (0, 50, 100, 150)]
+  recv = lambda: queue.pop(0) if queue else None
+  assert pair_extra(100 * ms, None, recv).timestamp_sof == 100 * ms      # skips the stale 0 and 50 ms frames
+  held = SimpleNamespace(timestamp_sof=100 * ms)
+  assert pair_extra(120 * ms, held, recv) is held                        # within 25 ms: reused, nothing read
+  assert pair_extra(125 * ms, held, recv).timestamp_sof == 150 * ms      # exactly 25 ms old is too old
+  assert pair_extra(300 * ms, None, recv) is None                        # stream ran dry: skip this main frame
