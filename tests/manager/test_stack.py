@@ -9,12 +9,9 @@ def running_processes(report):
   return [n for n, p in report["processes"].items() if p["state"] not in ("missing", "disabled")]
 
 
-# modeld is held out until it keeps 20 Hz beside the rest of the stack on 2 cores (it measured 2-4 Hz here);
-# its fallback path is exercised below
 @pytest.mark.parametrize("camera", ["tici", "mici"])
 def test_stack_comes_up_at_rate_and_shuts_down_clean(camera, run_manager, assert_nothing_left):
-  code, out, report = run_manager("--duration", "15", "--camera", camera, "--rate-tolerance", "0.5",
-                                  "--block", "modeld")
+  code, out, report = run_manager("--duration", "15", "--camera", camera, "--rate-tolerance", "0.5")
   assert report is not None, out
   running = running_processes(report)
   assert {"camerad", "car"} <= set(running) and "logger" not in running, out
