@@ -1,0 +1,149 @@
+"""Fault rows on configuration: a model file corrupt or swapped, metadata slices that do not fit the model, an
+artifact built for another device, an unknown camera geometry. Each must stop the daemon at startup with an
+error naming the mismatch (shown by the supervisor), and nothing may run on the wrong assumption."""
+import io
+import json
+import os
+import shutil
+
+import numpy as np
+import onnx
+import pytest
+
+from daemons.dmonitoringmodeld.model_state import MODEL_PATH as DM_MODEL_PATH
+from daemons.modeld.model_state import MODEL_PATHS
+from runtime import artifact, usb_amd
+from runtime.cache import CompileCache
+from runtime.device import Device
+from runtime.errors import ArtifactError
+from runtime.runner import OnnxRunner
+from selfdrive_stub import manager as manager_mod
+from selfdrive_stub.process import ProcessConfig
+from visionipc import VISION_STREAM_CABIN, VISION_STREAM_NARROW_ROAD, VISION_STREAM_WIDE_ROAD, VisionIpcServer
+
+from .stack import Recorder, Stack, wait_for
+
+
+def _bad_models(tmp_path) -> dict[str, tuple[str, list[str]]]:
+  """name -> (model path, phrases the startup error must contain)."""
+  corrupt = tmp_path / "corrupt.onnx"
+  corrupt.write_bytes(np.random.default_rng(5).integers(0, 256, 4096, dtype=np.uint8).tobytes())
+  model = onnx.load(DM_MODEL_PATH)
+  prop = next(p for p in model.metadata_props if p.key == "output_slices_json")
+  slices = json.loads(prop.value)
+  head = sorted(slices)[0]
+  slices[head] = [slices[head][0], slices[head][1] + 10_000]          # runs past the end of the output
+  prop.value = json.dumps(slices)
+  mismatch = tmp_path / "slices.onnx"
+  onnx.save(model, str(mismatch))
+  return {
+    "dm_corrupt": (str(corrupt), ["ModelMetadataError", "cannot read ONNX model", "corrupt.onnx"]),
+    "dm_swapped": (MODEL_PATHS["small"], ["ModelMetadataError", "required output heads"]),
+    "dm_slices": (str(mismatch), ["ModelMetadataError", f"head {head!r}", "outside the model output"]),
+  }
+
+
+@pytest.mark.timeout(240)
+def test_bad_model_files_stop_the_daemon_at_startup_and_the_manager_shows_it(tmp_path, capfd):
+  bad = _bad_models(tmp_path)
+  procs = [ProcessConfig("camerad", "selfdrive_stub.camerad", args=lambda o: ["--camera", "tici"])]
+  procs += [ProcessConfig(name, "daemons.dmonitoringmodeld", args=lambda o, p=path: ["--model", p], after=("camerad",))
+            for name, (path, _) in bad.items()]
+  opts = manager_mod.parse_args(["--duration", "9", "--no-view", "--status-every", "100"])
+  out = io.StringIO()
+  m = manager_mod.Manager(opts, processes=procs, out=out)
+  code = m.run()
+  text = out.getvalue()
+  child_output = capfd.readouterr().err
+  assert code != 0
+  for name, (_, phrases) in bad.items():
+    report = m.report["processes"][name]
+    assert report["crashes"] >= 1 and not report["ready"], (name, report)
+    assert f"{name} CRASHED (code 1)" in text, text            # the supervisor shows each failure
+    for phrase in phrases:
+      assert phrase in child_output, (name, phrase, child_output[-3000:])
+    assert f"FAIL {name} crashed" in text
+  # nothing ran on the wrong model: not one driverStateV2 was published
+  assert m.report["services"]["driverStateV2"]["count"] == 0
+  assert m.report["processes"]["camerad"]["crashes"] == 0
+
+
+def _serve_geometry(w: int, h: int) -> VisionIpcServer:
+  server = VisionIpcServer("camerad")
+  for s in (VISION_STREAM_NARROW_ROAD, VISION_STREAM_WIDE_ROAD, VISION_STREAM_CABIN):
+    server.create_buffers(s, 4, w, h)
+  server.start_listener()
+  return server
+
+
+@pytest.mark.timeout(240)
+def test_unknown_camera_geometry_is_a_startup_error(tmp_path):
+  server = _serve_geometry(1000, 700)
+  stack = Stack(str(tmp_path))
+  rec = Recorder(["modelV2", "driverStateV2"])
+  try:
+    stack.start("modeld", "daemons.modeld", "--no-big")
+    stack.start("dmonitoringmodeld", "daemons.dmonitoringmodeld")
+    frame = np.zeros(1000 * 700 * 3 // 2, np.uint8)     # tight NV12
+    fid = [0]
+
+    def feed():
+      for s in (VISION_STREAM_NARROW_ROAD, VISION_STREAM_WIDE_ROAD, VISION_STREAM_CABIN):
+        server.send(s, frame, fid[0], fid[0] * 50_000_000, fid[0] * 50_000_000 + 10_000_000)
+      fid[0] += 1
+      rec.poll()
+      return not stack.alive("modeld") and not stack.alive("dmonitoringmodeld")
+    wait_for(feed, what="both daemons to refuse the geometry", dt=0.05)
+    for name in ("modeld", "dmonitoringmodeld"):
+      assert stack.procs[name].returncode not in (0, None)
+      log = stack.log(name)
+      assert "UnknownCameraError" in log and "unknown camera geometry 1000x700" in log, log[-3000:]
+      assert "tici 1928x1208" in log, log[-3000:]                 # and it says what is supported
+    rec.poll()
+    assert rec["modelV2"] == [] and rec["driverStateV2"] == []
+  finally:
+    stack.stop_all()
+    rec.close()
+    server.close()
+
+
+@pytest.mark.timeout(240)
+def test_artifact_built_for_another_device_is_never_run(tmp_path, monkeypatch):
+  """A CPU-built artifact planted where the USB+AMD program of the DM model is cached: loading it for USB+AMD
+  is refused naming the field; the daemon on USB+AMD recompiles (never runs the foreign program), publishes
+  valid outputs, and the cache then holds a USB+AMD artifact."""
+  cache_dir = tmp_path / "cache"
+  monkeypatch.setenv("PYMODELD_CACHE_DIR", str(cache_dir))
+  usb_amd.plug()
+  Device.close("USB+AMD")
+  try:
+    OnnxRunner(DM_MODEL_PATH, "CPU", cache=CompileCache())
+    cpu_file = set(os.listdir(cache_dir))
+    OnnxRunner(DM_MODEL_PATH, "USB+AMD", cache=CompileCache())
+    usb_file = set(os.listdir(cache_dir)) - cpu_file
+    assert len(cpu_file) == 1 and len(usb_file) == 1
+    cpu_path, usb_path = (str(cache_dir / next(iter(f))) for f in (cpu_file, usb_file))
+    assert artifact.read_header(usb_path)["device_target"] == "USB+AMD"
+    shutil.copyfile(cpu_path, usb_path)                              # the foreign artifact
+    with pytest.raises(ArtifactError, match="device_target is 'CPU', expected 'USB\\+AMD'"):
+      artifact.load(usb_path, device="USB+AMD")
+  finally:
+    Device.close("USB+AMD")
+
+  stack = Stack(str(tmp_path))
+  rec = Recorder(["driverStateV2"])
+  try:
+    stack.start("camerad", "selfdrive_stub.camerad", "--camera", "tici")
+    stack.start("dmonitoringmodeld", "daemons.dmonitoringmodeld", env={"DEV": "USB+AMD"})
+    rec.wait(lambda r: len(r["driverStateV2"]) >= 3,
+             what=lambda: f"driverStateV2 from the USB+AMD daemon:\n{stack.log('dmonitoringmodeld')[-3000:]}")
+    assert stack.alive("dmonitoringmodeld")
+    assert artifact.read_header(usb_path)["device_target"] == "USB+AMD"     # recompiled and rewritten
+    outs = rec["driverStateV2"]
+    assert all(np.isfinite(m.driverStateV2.wheelOnRightProb) for m in outs)
+    assert any(m.valid for m in outs) or all("calibration" in m.invalidReason for m in outs)
+  finally:
+    stack.stop_all()
+    rec.close()
+    usb_amd.unplug()
+  assert stack.procs["dmonitoringmodeld"].returncode == 0, stack.log("dmonitoringmodeld")[-3000:]
