@@ -134,3 +134,28 @@ def test_stale_namespace_of_a_killed_manager_is_swept(monkeypatch):
     import shutil
     for path in made:
       shutil.rmtree(path, ignore_errors=True)
+
+
+def test_stop_escalates_to_sigkill_when_sigint_is_not_obeyed():
+  from selfdrive_stub.process import ManagedProcess
+  p = ManagedProcess(ProcessConfig("car", "selfdrive_stub.car"), stop_timeout=1.0)
+  assert p.start(dict(os.environ))
+  try:
+    time.sleep(0.5)
+    os.kill(p.pid, signal.SIGSTOP)          # a stopped process cannot act on SIGINT
+    t0 = time.monotonic()
+    p.stop(block=True)
+    assert time.monotonic() - t0 >= 1.0     # it was given the full grace period first
+    assert p.exit_code == -signal.SIGKILL and p.state == "stopped" and p.proc is None
+    assert any("SIGKILL" in line for line in p.log)
+  finally:
+    if p.proc is not None:
+      p.proc.kill()
+      p.proc.wait()
+
+
+def test_missing_module_detection():
+  from selfdrive_stub.process import module_exists
+  assert module_exists("selfdrive_stub.car") and module_exists("daemons.dmonitoringmodeld")   # a package with __main__
+  assert not module_exists("selfdrive_stub.no_such_thing") and not module_exists("no_such_package.x")
+  assert not module_exists("daemons.common")                                               # a package without __main__
