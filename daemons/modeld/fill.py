@@ -21,6 +21,8 @@ from daemons.modeld.constants import (CONFIDENCE_BUFFER_LEN, FCW_THRESHOLDS_3MS2
 T_LIST = T_IDXS.astype(np.float32).tolist()
 X_LIST = X_IDXS.astype(np.float32).tolist()
 CONFIDENCE_EVERY = 40   # frames (2 s at 20 Hz)
+# least-squares fit on the fixed T_IDXS grid is a fixed linear map: coefficients = PATH_FIT @ samples
+PATH_FIT = np.linalg.pinv(np.polynomial.polynomial.polyvander(T_IDXS, POLY_PATH_DEGREE))
 
 
 @dataclass
@@ -164,7 +166,7 @@ def fill_driving_model_data(event, modelv2) -> None:
   llm.leftY, llm.rightY = modelv2.laneLines[1].y[0], modelv2.laneLines[2].y[0]
   llm.leftProb, llm.rightProb = modelv2.laneLineProbs[1], modelv2.laneLineProbs[2]
   pos = modelv2.position
-  coeffs = np.polynomial.polynomial.polyfit(T_IDXS, np.array([list(pos.x), list(pos.y), list(pos.z)]).T, POLY_PATH_DEGREE)
+  coeffs = PATH_FIT @ np.array([list(pos.x), list(pos.y), list(pos.z)], dtype=np.float64).T   # (5, 3)
   path = d.init("path")
   path.xCoefficients, path.yCoefficients, path.zCoefficients = (_floats(c) for c in coeffs.T)
 

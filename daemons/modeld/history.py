@@ -28,8 +28,11 @@ class ModelHistory:
     self._imgs = {"img": np.zeros((N_IMG_SLOTS, *IMG_SHAPE), np.uint8),
                   "big_img": np.zeros((N_IMG_SLOTS, *IMG_SHAPE), np.uint8)}
     self._pairs = {k: np.zeros((1, 12, 128, 256), np.uint8) for k in self._imgs}
+    # rings: entry k of step n lives at n % size; reads gather the right order (no per-step shifting)
     self._feat_q = np.zeros((N_FEAT, FEATURE_LEN), np.float32)
     self._desire_q = np.zeros((N_DESIRE, DESIRE_LEN), np.float32)
+    self._features = np.zeros((1, HISTORY_LEN, FEATURE_LEN), np.float32)
+    self._desires = np.zeros((1, DESIRE_HISTORY, DESIRE_LEN), np.float32)
     self.prev_feat = np.zeros(FEATURE_LEN, np.float32)
     self.prev_desire = np.zeros(DESIRE_LEN, np.float32)
     self.frames_pushed = 0
@@ -66,18 +69,17 @@ class ModelHistory:
       ring[slot] = frame
       self._pairs[key][0, :6] = ring[old]
       self._pairs[key][0, 6:] = ring[slot]
+    n = self.frames_pushed
     self.frames_pushed += 1
 
-    self._feat_q[:-1] = self._feat_q[1:]
-    self._feat_q[-1] = self.prev_feat
-    self._desire_q[:-1] = self._desire_q[1:]
-    self._desire_q[-1] = pulse
-    return {
-      "img": self._pairs["img"],
-      "big_img": self._pairs["big_img"],
-      "features_buffer": self._feat_q[0::FRAME_SKIP][None],
-      "desire_pulse": self._desire_q.reshape(DESIRE_HISTORY, FRAME_SKIP, DESIRE_LEN).max(axis=1)[None],
-    }
+    # after this push the queue, oldest first, is ring[(n + 1 + k) % size] for k = 0 .. size-1
+    self._feat_q[n % N_FEAT] = self.prev_feat
+    np.take(self._feat_q, (n + 1 + np.arange(0, N_FEAT, FRAME_SKIP)) % N_FEAT, axis=0, out=self._features[0])
+    self._desire_q[n % N_DESIRE] = pulse
+    ordered = np.take(self._desire_q, (n + 1 + np.arange(N_DESIRE)) % N_DESIRE, axis=0)
+    np.max(ordered.reshape(DESIRE_HISTORY, FRAME_SKIP, DESIRE_LEN), axis=1, out=self._desires[0])
+    return {"img": self._pairs["img"], "big_img": self._pairs["big_img"],
+            "features_buffer": self._features, "desire_pulse": self._desires}
 
   def update_hidden(self, hidden_state: np.ndarray) -> None:
     """Remember this step's hidden state; it enters the feature queue on the next push."""
