@@ -77,6 +77,7 @@ CONFIGS: dict[str, ProcessConfig] = {c.name: c for c in (
     subs=("modelV2", "drivingModelData", "cameraOdometry"),
     trigger=("narrowRoadCameraState", "wideRoadCameraState"),
     main_pub=announce_topic("narrowRoadCameraState"),
+    simulation=True,   # its SubMaster judges calibration alive by wall clock, which replay does not keep
     ignore=("logMonoTime", *_timing("modelV2", ("modelExecutionTime", "stageTimings")),
             *_timing("drivingModelData", ("modelExecutionTime", "stageTimings")),
             *_timing("cameraOdometry", ("stageTimings",))),

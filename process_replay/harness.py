@@ -7,16 +7,20 @@ Invariants:
   messages (and the frames of camera states, over VisionIPC, with the logged frameId and timestamps), opens
   the gate once and waits until the process parks again. Everything it published in between is the step's
   output, stamped logMonoTime = trigger's logMonoTime + processing_time.
+- Frames are decoded ahead, in send order, on one background thread (zstd releases the GIL), so decoding
+  overlaps with the daemon's work instead of adding to every step.
 - A process that exits, or does not park again within `cfg.timeout` s, is a ReplayError naming the process,
   the step and the tail of its output; the harness never waits without a deadline and always kills the child.
 """
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
@@ -29,6 +33,7 @@ from process_replay.configs import VIPC_SERVER, VISION_STREAMS, ProcessConfig
 from process_replay.route import Route
 
 VIPC_BUFFERS = 4
+BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 _POLL_S = 0.05
 
 
@@ -85,6 +90,41 @@ class ReplayResult:
     return self.route_s / self.step_s if self.step_s > 0 else float("inf")
 
 
+class FramePrefetcher:
+  """Decodes the frames of camera-state messages in order on a background thread; next() hands them out."""
+
+  def __init__(self, jobs: list, depth: int = 6):
+    self._queue: queue.Queue = queue.Queue(depth)
+    self._stop = threading.Event()
+    self._thread = threading.Thread(target=self._run, args=(jobs,), name="frame-prefetch", daemon=True)
+    self._thread.start()
+
+  def _run(self, jobs) -> None:
+    for key, reader, i in jobs:
+      try:
+        item = reader.get(i) if i is not None else None
+      except Exception as e:   # handed to the consumer, which raises it at the step that needs the frame
+        item = e
+      while not self._stop.is_set():
+        try:
+          self._queue.put((key, item), timeout=0.1)
+          break
+        except queue.Full:
+          continue
+      if self._stop.is_set():
+        return
+
+  def next(self, timeout: float):
+    try:
+      return self._queue.get(timeout=timeout)
+    except queue.Empty:
+      raise ReplayError(f"frame decoding produced nothing within {timeout:g} s") from None
+
+  def close(self) -> None:
+    self._stop.set()
+    self._thread.join()
+
+
 class ProcessRunner:
   """One daemon under replay: start(), step(queue) -> outputs, stop(). Use as a context manager."""
 
@@ -96,6 +136,7 @@ class ProcessRunner:
     self._ns = self._handle = self._pm = self._vipc = self._log = None
     self._subs: dict = {}
     self._frames: dict = {}
+    self._prefetch: FramePrefetcher | None = None
 
   # ---- lifecycle
 
@@ -110,6 +151,9 @@ class ProcessRunner:
     env = {**os.environ, "CEREAL_FAKE": "1", "CEREAL_FAKE_PREFIX": cfg.name, "REPLAY": "1",
            # an orphaned child (harness killed) gives up at its gate instead of waiting forever
            "CEREAL_FAKE_TIMEOUT": str(max(cfg.timeout, cfg.startup_timeout) * 2),
+           # one BLAS thread: the summation order (hence the last bits of float32 outputs) must not depend
+           # on the caller's environment
+           **dict.fromkeys(BLAS_THREAD_VARS, "1"),
            **cfg.env, **self.extra_env}
     if cfg.simulation:
       env["SIMULATION"] = "1"
@@ -132,7 +176,20 @@ class ProcessRunner:
       self._frames[service] = (stream, reader, {fid: i for i, fid in enumerate(reader.frame_ids())})
     self._vipc.start_listener()
 
+  def prefetch(self, messages: list[LogMessage]) -> None:
+    """Start decoding the frames of these messages' camera states, in this order (the order of step())."""
+    jobs = []
+    for msg in messages:
+      if msg.which in self._frames:
+        _, reader, index = self._frames[msg.which]
+        frame_id = getattr(log_from_bytes(msg.data), msg.which).frameId
+        jobs.append(((msg.which, frame_id), reader, index.get(frame_id)))
+    self._prefetch = FramePrefetcher(jobs)
+
   def stop(self) -> None:
+    if self._prefetch is not None:
+      self._prefetch.close()
+      self._prefetch = None
     if self.proc is not None and self.proc.poll() is None:
       os.killpg(self.proc.pid, signal.SIGKILL)
     if self.proc is not None:
@@ -190,11 +247,18 @@ class ProcessRunner:
   def _send_frame(self, msg: LogMessage) -> None:
     stream, reader, index = self._frames[msg.which]
     state = getattr(log_from_bytes(msg.data), msg.which)
-    i = index.get(state.frameId)
-    if i is None:
+    if self._prefetch is not None:
+      key, frame = self._prefetch.next(self.cfg.timeout)
+      if key != (msg.which, state.frameId):
+        raise ReplayError(f"frame prefetch out of order: expected {(msg.which, state.frameId)}, got {key}")
+      if isinstance(frame, Exception):
+        raise frame
+    else:
+      i = index.get(state.frameId)
+      frame = reader.get(i) if i is not None else None
+    if frame is None:
       raise ReplayError(f"{msg.which} frameId {state.frameId} has no frame in the route's "
                         f"{VISION_STREAMS[msg.which][0]} frame file")
-    frame = reader.get(i)
     self._vipc.send(stream, frame.data, state.frameId, state.timestampSof, state.timestampEof)
 
   def step(self, queue: list[LogMessage]) -> list[bytes]:
@@ -230,6 +294,7 @@ def replay(cfg: ProcessConfig, route: Route, seconds: float | None = None, extra
   outputs: list[bytes] = []
   t0 = time.monotonic()
   with ProcessRunner(cfg, route, extra_args, env) as runner:
+    runner.prefetch(inputs)
     t1 = time.monotonic()
     queue: list[LogMessage] = []
     pending = set(cfg.trigger)

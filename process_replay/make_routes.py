@@ -4,7 +4,8 @@
 
 Invariants:
 - Everything is simulated time: car tick n is logged at START_NS + n * 10 ms, camera frame k ends at
-  START_NS + k * 50 ms + FRAME_OFFSET_NS on all three cameras; so a route is a pure function of its arguments.
+  START_NS + k * 50 ms + FRAME_OFFSET_NS on all three cameras; so the recorded inputs (frames, camera states,
+  car messages) are a pure function of the arguments, and the daemons' outputs a function of their code.
 - Frames are the synthetic scenes without their sensor noise: noise does not compress (about 140 KB per
   tici frame instead of 5 KB), and git would otherwise carry ~80 MB per route.
 - The model and safety outputs (driverStateV2, modelV2, drivingModelData, cameraOdometry,
