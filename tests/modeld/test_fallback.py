@@ -102,3 +102,18 @@ def test_fault_switches_to_small_without_losing_frames(usb_amd, small_runner, fa
   # selfdrived: engaged on the big model, dropped engagement when the switch made the outputs invalid
   assert states[N_BIG - 1] == "enabled", machine.last_refusal
   assert states[N_BIG] == "softDisabling"
+
+
+def test_big_model_availability_and_loader(usb_amd):
+  from daemons.modeld.daemon import BigModelLoader, big_model_available
+  ok, why = big_model_available(3000)
+  assert ok and why == "" and Device["USB+AMD"].wait_timeout_ms == 3000
+  loader = BigModelLoader(limit_s=120)
+  loader.thread.join(120)
+  state, big = loader.poll()
+  assert state == "loaded" and big.name == "big" and not big.pair_filled   # warmed up, history untouched
+  assert BigModelLoader(limit_s=0).poll() == ("failed", "did not load within 0 s")
+  Device.close("USB+AMD")
+  usb_amd_sim.unplug()
+  ok, why = big_model_available(3000)
+  assert not ok and why.startswith("USB+AMD unavailable: ") and "not present" in why

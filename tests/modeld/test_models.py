@@ -85,3 +85,23 @@ def test_outputs_are_plausible_and_depend_on_the_images(name):
   assert np.all(np.abs(out["hidden_state"]) < 1)
   feeds["img"] = np.full_like(feeds["img"], 128)
   assert not np.allclose(sess.run(None, feeds)[0], raw)
+
+
+def test_bad_slices_are_refused_at_load(tmp_path):
+  import json
+  from daemons.common.metadata import ModelMetadataError
+  from daemons.modeld.model_state import ModelState
+  model = onnx.load(PATHS["small"])
+  props = {p.key: p for p in model.metadata_props}
+  slices = json.loads(props["output_slices_json"].value)
+  slices["plan"] = [1576, 2600]                     # past the end of the 2576-wide output
+  props["output_slices_json"].value = json.dumps(slices)
+  bad = tmp_path / "bad.onnx"
+  onnx.save(model, str(bad))
+  with pytest.raises(ModelMetadataError, match="'plan'.*2576"):
+    ModelState.load("small", lambda path: pytest.fail("runner built for a bad model"), path=str(bad))
+  del slices["lead"]
+  props["output_slices_json"].value = json.dumps(slices)
+  onnx.save(model, str(bad))
+  with pytest.raises(ModelMetadataError, match="lead"):
+    ModelState.load("small", lambda path: None, path=str(bad))
