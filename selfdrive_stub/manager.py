@@ -247,7 +247,11 @@ class Manager:
     crashed = [p for p in self.procs if p.crashes]
     missing = [p.name for p in self.procs if p.state == "missing"]
     never_ready = [p.name for p in self.procs if p.running and not p.ready]
-    lines = [f"summary: ran {elapsed:.1f} s, rates measured over the last {measured:.1f} s"]
+    import resource
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    own_cpu = usage.ru_utime + usage.ru_stime
+    lines = [f"summary: ran {elapsed:.1f} s, rates measured over the last {measured:.1f} s; "
+             f"the manager itself used {own_cpu:.1f} s CPU ({100 * own_cpu / max(elapsed, 1e-9):.0f}% of a core)"]
     for p in self.procs:
       lines.append(f"  {p.name:<18} {p.state:<9} restarts {p.restarts}  crashes {p.crashes}  "
                    f"injected exits {p.expected_exits}")
@@ -267,7 +271,7 @@ class Manager:
     failures = [f"{p.name} crashed {p.crashes}x" for p in crashed] + self.rate_failures
     lines += [f"  FAIL {f}" for f in failures] if failures else ["  OK: no crashes, every service at rate"]
     self.report = {
-      "elapsed_s": elapsed, "measured_s": measured, "failures": failures, "missing": missing,
+      "elapsed_s": elapsed, "measured_s": measured, "manager_cpu_s": own_cpu, "failures": failures, "missing": missing,
       "processes": {p.name: {"state": p.state, "ready": p.ready, "restarts": p.restarts, "crashes": p.crashes,
                              "injected_exits": p.expected_exits} for p in self.procs},
       "services": {name: {"hz": self.monitor.window_rate(name), "expected_hz": st.expected_hz, "count": st.total,
