@@ -92,8 +92,45 @@ def windows(P, kernel, out, strides, dil, lead):
 
 # ---------------------------------------------------------------- Conv
 
+class ChannelsLastCopy:
+    """Copies x (C, *S) transposed into the interior of a channels-last scratch P (*Sp, C) and refills the
+    border with zeros. Channels-last makes each window row (kernel width x C) one contiguous run."""
+
+    def __init__(self, P, pb, in_sp, x):
+        self.interior = P[tuple(slice(b, b + s) for b, s in zip(pb, in_sp))]
+        self.src = np.moveaxis(x, 0, -1)
+        self.slabs = []
+        for d, (b, s) in enumerate(zip(pb, in_sp)):
+            for sl in (slice(0, b), slice(b + s, None)):
+                v = P[(slice(None),) * d + (sl,)]
+                if v.size:
+                    self.slabs.append(v)
+
+    def __call__(self):
+        for s in self.slabs:
+            s.fill(0)
+        np.copyto(self.interior, self.src)
+
+
+def channels_last_windows(P, kernel, out, strides, dil, tap=None):
+    """View (*out, *kernel, C) of a channels-last P (*Sp, C); with `tap`, the (*out, C) view of one tap."""
+    st = P.strides
+    sp, cs = st[:-1], st[-1]
+    if tap is None:
+        return as_strided(P, shape=tuple(out) + tuple(kernel) + (P.shape[-1],),
+                          strides=tuple(s * t for s, t in zip(sp, strides)) + tuple(s * d for s, d in zip(sp, dil))
+                          + (cs,), writeable=False)
+    start = P[tuple(k * d for k, d in zip(tap, dil))]
+    return as_strided(start, shape=tuple(out) + (P.shape[-1],),
+                      strides=tuple(s * t for s, t in zip(sp, strides)) + (cs,), writeable=False)
+
+
 @register("Conv")
 def conv(op, attrs, specs, consts):
+    """Strategies: pointwise (1x1: one matmul on the input itself), depthwise (per-tap multiply-add),
+    im2col (columns copied into scratch, then one BLAS matmul per image and group). Depthwise and im2col
+    use a channels-last scratch when channels outnumber the output row length (long contiguous runs),
+    channels-first otherwise."""
     x, w = specs[0], specs[1]
     if len(x.shape) < 3:
         raise ModelError(f"Conv input must be (N, C, spatial...), got shape {x.shape}")
@@ -108,84 +145,107 @@ def conv(op, attrs, specs, consts):
     if x.dtype != W.dtype:
         raise ModelError(f"Conv: input dtype {x.dtype} differs from weight dtype {W.dtype}")
     out_sp, pb, pe, need_end, strides, dil = window_geometry("Conv", attrs, S, K)
-    Mg = M // G
-    KK = numel(K)
-    O = numel(out_sp)
+    Mg, KK, O, dt = M // G, numel(K), numel(out_sp), x.dtype
+    nd = len(S)
     bias = None
     if opt(specs, 2) is not None:
-        bias = need_const(consts, 2, "Conv bias").astype(x.dtype).reshape((M,) + (1,) * len(S))
+        bias = need_const(consts, 2, "Conv bias").astype(dt).reshape((M,) + (1,) * nd)
     padded = any(pb) or any(need_end)
     pad_shape = tuple(s + b + e for s, b, e in zip(S, pb, need_end))
-    pointwise = KK == 1 and not padded and all(s == 1 for s in strides)
-    depthwise = Cg == 1 and Mg == 1 and G > 1
-    dt = x.dtype
+    if KK == 1 and not padded and all(s == 1 for s in strides):
+        strategy = "pointwise"
+    elif Cg == 1 and Mg == 1 and G > 1:
+        strategy = "depthwise"
+    else:
+        strategy = "im2col"
+    channels_last = strategy != "pointwise" and (G == 1 or strategy == "depthwise") and \
+        C * (K[-1] if strategy == "im2col" else 1) >= out_sp[-1]
     scratch = []
-    if padded:
+    if channels_last:
+        scratch.append(Spec(pad_shape + (C,), dt))
+    elif padded and strategy != "pointwise":
         scratch.append(Spec((C,) + pad_shape, dt))
-    if depthwise:
-        scratch.append(Spec((C,) + tuple(out_sp), dt))
-    elif not pointwise:
-        scratch.append(Spec((G, Cg * KK, O), dt))
-    Wmat = np.ascontiguousarray(W.reshape(G, Mg, Cg * KK))
-    Wtaps = np.ascontiguousarray(W.reshape(C, KK).T.reshape((KK, C) + (1,) * len(S))) if depthwise else None
-    out_spec = Spec((N, M) + tuple(out_sp), dt)
+    if strategy == "depthwise":
+        acc = Spec(tuple(out_sp) + (C,) if channels_last else (C,) + tuple(out_sp), dt)
+        scratch += [acc, acc] if channels_last else [acc]  # (accumulator,) temporary
+    elif strategy == "im2col":
+        scratch.append(Spec((O, KK * C) if channels_last else (G, Cg * KK, O), dt))
+    if strategy == "depthwise":
+        taps_w = W.reshape(C, KK).T  # (KK, C)
+        Wk = np.ascontiguousarray(taps_w if channels_last else taps_w.reshape((KK, C) + (1,) * nd))
+    elif channels_last:
+        Wk = np.ascontiguousarray(np.moveaxis(W, 1, -1).reshape(M, KK * C))
+    else:
+        Wk = np.ascontiguousarray(W.reshape(G, Mg, Cg * KK))
+    tap_index = list(np.ndindex(*K))
 
     def bind(ins, outs, scr):
         xa, o = ins[0], outs[0]
-        si = 0
-        pad = None
-        if padded:
-            pad = PaddedCopy(scr[0], pb, S, 0)
-            si = 1
-        src = scr[0] if padded else None
-        steps = []
+        calls = []
         for n in range(N):
-            xn = xa[n]
-            on = o[n]
-            base = src if padded else xn
-            if pointwise:
-                a = xn.reshape(G, Cg, O)
-                steps.append((n, None, a, on.reshape(G, Mg, O)))
-            elif depthwise:
-                win = windows(base, K, out_sp, strides, dil, (C,))
-                taps = win.reshape((C, KK) + tuple(out_sp)) if win.flags.c_contiguous else None
-                tap_views = [win[(slice(None),) + np.unravel_index(k, K)] for k in range(KK)] \
-                    if taps is None else [taps[:, k] for k in range(KK)]
-                steps.append((n, tap_views, scr[si], on))
+            xn, on = xa[n], o[n]
+            if strategy == "pointwise":
+                if G == 1:
+                    calls.append(lambda a=xn.reshape(C, O), c=on.reshape(M, O): np.matmul(Wk[0], a, out=c))
+                else:
+                    calls.append(lambda a=xn.reshape(G, Cg, O), c=on.reshape(G, Mg, O): np.matmul(Wk, a, out=c))
+                continue
+            if channels_last:
+                P = scr[0]
+                calls.append(ChannelsLastCopy(P, pb, S, xn))
+            elif padded:
+                P = scr[0]
+                calls.append(lambda pc=PaddedCopy(P, pb, S, 0), xn=xn: pc(xn))
             else:
-                col = scr[si]  # (G, Cg*KK, O) is the same memory as (C, *K, *O)
-                win = windows(base, K, out_sp, strides, dil, (C,))
-                colv = col.reshape((C,) + tuple(K) + tuple(out_sp))
-                steps.append((n, win, (colv, col), on.reshape(G, Mg, O)))
-        Wm2 = Wmat[0]
+                P = xn
+            work = scr[-1]
+            if strategy == "depthwise" and channels_last:
+                taps = [channels_last_windows(P, K, out_sp, strides, dil, t) for t in tap_index]
+                acc = scr[-2]
+                calls.append(_depthwise(taps, Wk, acc, work, (on, np.moveaxis(acc, -1, 0))))
+            elif strategy == "depthwise":
+                win = windows(P, K, out_sp, strides, dil, (C,))
+                taps = [win[(slice(None),) + t] for t in tap_index]
+                calls.append(_depthwise(taps, Wk, on, work))
+            elif channels_last:
+                win = channels_last_windows(P, K, out_sp, strides, dil)
+                colv = work.reshape(tuple(out_sp) + tuple(K) + (C,))
+
+                def im2col_cl(win=win, colv=colv, col=work, c=on.reshape(M, O)):
+                    np.copyto(colv, win)
+                    np.matmul(Wk, col.T, out=c)
+                calls.append(im2col_cl)
+            else:
+                win = windows(P, K, out_sp, strides, dil, (C,))
+                colv = work.reshape((C,) + tuple(K) + tuple(out_sp))
+
+                def im2col_cf(win=win, colv=colv, col=work, c=on.reshape(G, Mg, O)):
+                    np.copyto(colv, win)
+                    if G == 1:
+                        np.matmul(Wk[0], col[0], out=c[0])
+                    else:
+                        np.matmul(Wk, col, out=c)
+                calls.append(im2col_cf)
+        if bias is not None:
+            calls.append(lambda: np.add(o, bias, out=o))
 
         def run():
-            for n, a, b, c in steps:
-                if pad is not None:
-                    pad(xa[n])
-                if pointwise:
-                    if G == 1:
-                        np.matmul(Wm2, b[0], out=c[0])
-                    else:
-                        np.matmul(Wmat, b, out=c)
-                elif depthwise:
-                    tmp, on = b, c
-                    np.multiply(a[0], Wtaps[0], out=on)
-                    for k in range(1, KK):
-                        np.multiply(a[k], Wtaps[k], out=tmp)
-                        on += tmp
-                else:
-                    colv, col = b
-                    np.copyto(colv, a)
-                    if G == 1:
-                        np.matmul(Wm2, col[0], out=c[0])
-                    else:
-                        np.matmul(Wmat, col, out=c)
-            if bias is not None:
-                np.add(o, bias, out=o)
+            for c in calls:
+                c()
         return run
-    flops = 2 * N * M * O * Cg * KK
-    return Kernel(op, [out_spec], bind, scratch, flops=flops)
+    return Kernel(op, [Spec((N, M) + tuple(out_sp), dt)], bind, scratch, flops=2 * N * M * O * Cg * KK)
+
+
+def _depthwise(taps, w, dst, tmp, final=None):
+    """dst = sum over taps of window * per-channel weight; `final` = (out, view) copies the result out."""
+    def run():
+        np.multiply(taps[0], w[0], out=dst)
+        for t, wt in zip(taps[1:], w[1:]):
+            np.multiply(t, wt, out=tmp)
+            np.add(dst, tmp, out=dst)
+        if final is not None:
+            np.copyto(*final)
+    return run
 
 
 # ---------------------------------------------------------------- ConvTranspose
