@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 
-from process_replay.route import CAMERAS, RouteWriter
+from process_replay.route import CAMERAS, RouteError, RouteWriter
 
 DRAIN_DT = 0.01
 STREAMS = {"road": "VISION_STREAM_NARROW_ROAD", "wide": "VISION_STREAM_WIDE_ROAD", "cabin": "VISION_STREAM_CABIN"}
@@ -129,7 +129,11 @@ def main(argv=None) -> None:
   stop = threading.Event()
   for sig in (signal.SIGINT, signal.SIGTERM):
     signal.signal(sig, lambda *_: stop.set())
-  Logger(args.out, args.camera, args.cameras, args.seed).run(stop.is_set, args.duration)
+  try:
+    logger = Logger(args.out, args.camera, args.cameras, args.seed)
+  except RouteError as e:
+    raise SystemExit(f"logger: {e}") from None
+  logger.run(stop.is_set, args.duration)
 
 
 if __name__ == "__main__":

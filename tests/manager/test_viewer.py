@@ -46,3 +46,16 @@ def test_view_png_round_trip(tmp_path):
   render_view(scene).save(out)   # cabin missing: a grey placeholder, not an error
   img = Image.open(out)
   assert img.format == "PNG" and img.mode == "RGB" and img.width <= 1600 and img.height > 300
+
+
+def test_viewer_cli_without_a_stack_says_so(tmp_path):
+  import os
+  import subprocess
+  import sys
+  out = tmp_path / "v.png"
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  proc = subprocess.run([sys.executable, "-m", "selfdrive_stub.viewer", "--out", str(out), "--wait", "0.3"],
+                        cwd=root, capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr
+  assert "no camera frames" in proc.stdout and "no messages from: modelV2" in proc.stdout
+  assert Image.open(out).format == "PNG"
