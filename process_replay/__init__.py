@@ -1,4 +1,6 @@
 """process_replay: recorded routes and their deterministic replay through the real daemon processes.
 
-route.py holds the on-disk route format (message log, frame files, JSON header) with a writer and a reader.
+route.py is the on-disk route format (zstd capnp log, frame files, JSON header) with a writer and a reader;
+the harness (harness.py, configs.py), comparison (compare.py), references and the CLI build on it. README.md
+states the invariants.
 """
