@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import secrets
 import shutil
 import signal
@@ -144,6 +145,7 @@ class Manager:
     self.rate_failures: list[str] = []
     self.report: dict = {}
     self.started = time.monotonic()
+    self.tty = False
 
   # -- bookkeeping -------------------------------------------------------------------------------------
   def note(self, text: str, elapsed: float) -> None:
@@ -247,7 +249,6 @@ class Manager:
     crashed = [p for p in self.procs if p.crashes]
     missing = [p.name for p in self.procs if p.state == "missing"]
     never_ready = [p.name for p in self.procs if p.running and not p.ready]
-    import resource
     usage = resource.getrusage(resource.RUSAGE_SELF)
     own_cpu = usage.ru_utime + usage.ru_stime
     lines = [f"summary: ran {elapsed:.1f} s, rates measured over the last {measured:.1f} s; "
