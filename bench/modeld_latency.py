@@ -4,8 +4,8 @@ simulated USB+AMD device, each with camerad, the car stub and dmonitoringmodeld 
     python bench/modeld_latency.py [--duration 30] [--warmup 5] [--camera tici|mici] [--modes small,big]
 
 For each mode, in a fresh bus namespace, reports:
-- end to end: modelV2.logMonoTime - narrowRoadCameraState.logMonoTime of the same frameId (camerad publishes
-  the camera state right after announcing the frame; modeld stamps modelV2 when it builds it);
+- end to end: modelV2.logMonoTime - the moment the later of the frame's two VisionIPC announcements (narrow,
+  wide) reached this process (modeld needs both; it stamps modelV2 when it builds it);
 - per stage from modelV2.stageTimings (warp, upload, model, readback, parse) and modelExecutionTime;
 - dropped frames: camera frames with no modelV2, and the share of modelV2 marked invalid.
 The big mode waits until modeld reports modelName "big" before measuring; the device is a simulator
@@ -25,6 +25,7 @@ sys.path.insert(0, REPO_ROOT)
 
 from cereal.messaging import log_from_bytes, sub_sock  # noqa: E402
 from msgq.namespace import Namespace  # noqa: E402
+from visionipc import VISION_STREAM_NARROW_ROAD, VISION_STREAM_WIDE_ROAD, VisionIpcClient  # noqa: E402
 
 STAGES = ("warpMs", "uploadMs", "modelMs", "readbackMs", "parseMs")
 
@@ -50,7 +51,8 @@ def run_mode(mode: str, args) -> dict:
     if mode == "big":
       from runtime import usb_amd
       usb_amd.plug()
-    cams, models = sub_sock("narrowRoadCameraState", conflate=False), sub_sock("modelV2", conflate=False)
+    models = sub_sock("modelV2", conflate=False)
+    clients = [VisionIpcClient("camerad", s, False) for s in (VISION_STREAM_NARROW_ROAD, VISION_STREAM_WIDE_ROAD)]
     procs = [start("selfdrive_stub.camerad", "--camera", args.camera), start("selfdrive_stub.car", "--camera", args.camera),
              start("daemons.dmonitoringmodeld"), start("daemons.modeld", *(["--no-big"] if mode == "small" else []))]
     print(f"[{mode}] camerad ({args.camera}), car, dmonitoringmodeld, modeld; warm-up {args.warmup:.0f} s, "
@@ -70,10 +72,13 @@ def run_mode(mode: str, args) -> dict:
         if now - t_start > args.warmup + args.duration + 120:
           print(f"[{mode}] gave up: modeld never got ready", flush=True)
           break
-        for m in drain(cams):
-          cam_time[m.narrowRoadCameraState.frameId] = m.logMonoTime
-          if measure_from is not None:
-            frames_seen.append(m.narrowRoadCameraState.frameId)
+        for client in clients:
+          while (buf := client.recv(0)) is not None:
+            t = time.monotonic_ns()
+            first = buf.frame_id not in cam_time
+            cam_time[buf.frame_id] = max(cam_time.get(buf.frame_id, 0), t)
+            if first and measure_from is not None:
+              frames_seen.append(buf.frame_id)
         for m in drain(models):
           mv2 = m.modelV2
           if mode == "big" and mv2.modelName != "big":
@@ -90,7 +95,7 @@ def run_mode(mode: str, args) -> dict:
           lat = [r[0] for r in rows]
           print(f"[{mode}] {now - t_start:5.1f} s: {len(rows)} outputs, p50 {pct(lat, 50):.2f} ms", flush=True)
           next_report = now + 5
-        time.sleep(0.005)
+        time.sleep(0.001)
     finally:
       for p in procs:
         p.terminate()
@@ -99,6 +104,8 @@ def run_mode(mode: str, args) -> dict:
           p.wait(timeout=20)
         except subprocess.TimeoutExpired:
           p.kill()
+      for client in clients:
+        client.close()
       if mode == "big":
         usb_amd.unplug()
   ids = {r[4] for r in rows}
