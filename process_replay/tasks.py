@@ -37,8 +37,10 @@ class TaskResult:
     return self.route_s / self.wall_s if self.wall_s > 0 else 0.0
 
 
-def run_task(route_path: str, proc: str, seconds: float | None = None, env: dict | None = None) -> TaskResult:
-  """Replay one (route, process); a ReplayError becomes TaskResult.error. Runs in a worker (-j) or Ray task."""
+def run_task(route_path: str, proc: str, seconds: float | None = None, env: dict | None = None,
+             on_step=None) -> TaskResult:
+  """Replay one (route, process); a ReplayError becomes TaskResult.error. Runs in a worker (-j) or Ray task.
+  on_step(step, total) reports progress (inline runs only)."""
   from process_replay.harness import ReplayError, load_messages, replay
   from process_replay.route import Route, RouteError
   name = os.path.basename(os.path.normpath(route_path))
@@ -46,7 +48,10 @@ def run_task(route_path: str, proc: str, seconds: float | None = None, env: dict
   try:
     with Route(route_path) as route:
       msgs = load_messages(route, seconds)
-      result = replay(get_config(proc), route, messages=msgs, env=env)
+      cfg = get_config(proc)
+      total = sum(m.which == cfg.trigger[0] for m in msgs)
+      report = (lambda step, runner: on_step(step, total)) if on_step is not None else None
+      result = replay(cfg, route, messages=msgs, env=env, on_step=report)
   except (ReplayError, RouteError) as e:
     return TaskResult(name, proc, error=f"{type(e).__name__}: {e}", wall_s=time.monotonic() - t0)
   end_ns = msgs[0].log_mono_time + int(seconds * 1e9) if seconds is not None and msgs else 0
@@ -73,11 +78,20 @@ class Progress:
     self.total, self.done, self.stream = total, 0, stream
     self.tty = stream.isatty()
 
+  def _bar(self, fraction: float) -> str:
+    filled = int(30 * fraction)
+    return f"[{'#' * filled}{'.' * (30 - filled)}]"
+
+  def step(self, label: str, step: int, total: int) -> None:
+    """Within-task progress; drawn only on a terminal, at most every 10 steps."""
+    if self.tty and step % 10 == 0:
+      fraction = (self.done + step / max(total, 1)) / max(self.total, 1)
+      self.stream.write(f"\r{self._bar(fraction)} {self.done}/{self.total} {label} step {step}/{total}".ljust(90))
+      self.stream.flush()
+
   def update(self, label: str) -> None:
     self.done += 1
-    width = 30
-    filled = width * self.done // max(self.total, 1)
-    line = f"[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} {label}"
+    line = f"{self._bar(self.done / max(self.total, 1))} {self.done}/{self.total} {label}"
     self.stream.write(("\r" + line.ljust(90)) if self.tty else line + "\n")
     if self.tty and self.done == self.total:
       self.stream.write("\n")
@@ -98,7 +112,9 @@ def run_tasks(tasks, jobs: int = 1, ray_address: str | None = None, seconds: flo
     _run_on_ray(tasks, ray_address, seconds, env, done)
   elif jobs <= 1:
     for i, (route, proc) in enumerate(tasks):
-      done(i, run_task(route, proc, seconds, env))
+      label = f"{os.path.basename(os.path.normpath(route))}/{proc}"
+      on_step = (lambda step, total, label=label: progress.step(label, step, total)) if progress else None
+      done(i, run_task(route, proc, seconds, env, on_step))
   else:
     with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
       futures = {pool.submit(run_task, route, proc, seconds, env): i for i, (route, proc) in enumerate(tasks)}

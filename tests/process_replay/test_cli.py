@@ -1,5 +1,6 @@
 """The CLI and task runner: references, PASS/FAIL with report and plot, -j 2 == -j 1, --ray, bad arguments."""
 import importlib.util
+import io
 import os
 import subprocess
 import sys
@@ -10,7 +11,7 @@ from cereal.messaging import log_from_bytes
 from process_replay.compare import compare_logs
 from process_replay.configs import get_config
 from process_replay.references import load_ref, save_ref
-from process_replay.tasks import run_tasks
+from process_replay.tasks import Progress, run_tasks
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HAS_RAY = importlib.util.find_spec("ray") is not None
@@ -88,3 +89,24 @@ def test_ray_gives_the_same_result_as_local(tici_route_path):
   on_ray = run_tasks(tasks, ray_address="local", seconds=1.0)
   assert on_ray[0].error == ""
   assert compare_logs(local[0].outputs, on_ray[0].outputs, get_config("dmonitoringd").ignore) == []
+
+
+class _Terminal(io.StringIO):
+  def isatty(self):
+    return True
+
+
+def test_progress_bar_reports_tasks_and_steps():
+  term = _Terminal()
+  bar = Progress(2, term)
+  bar.step("tici/modeld", 10, 20)
+  bar.update("tici/modeld")
+  bar.update("tici/selfdrived")
+  out = term.getvalue()
+  assert "tici/modeld step 10/20" in out and "[#######" in out
+  assert "2/2 tici/selfdrived" in out and f"[{'#' * 30}]" in out and out.endswith("\n")
+  log = io.StringIO()                      # not a terminal: one line per finished task, no step noise
+  bar = Progress(1, log)
+  bar.step("x/y", 10, 20)
+  bar.update("x/y")
+  assert log.getvalue() == f"[{'#' * 30}] 1/1 x/y\n"

@@ -52,7 +52,7 @@ def test_modified_model_makes_replay_fail_and_names_fields(tici_route, dm_baseli
   path = str(tmp_path / "dm_modified.onnx")
   onnx.save(model, path)
   modified = replay(DM, tici_route, seconds=SLICE_S, extra_args=["--model", path])
-  diffs = compare_logs(dm_baseline.outputs, modified.outputs, DM.ignore)
+  diffs = compare_logs(dm_baseline.outputs, modified.outputs, DM.ignore, DM.tolerance)
   assert diffs
   fields = differing_fields(diffs)
   assert all(f.startswith("driverStateV2.") for f in fields)
