@@ -6,8 +6,9 @@ Invariants:
 - Each service is read through its own non-conflating subscriber, so every message that reaches the logger
   is recorded, byte for byte, in arrival order (process_replay.route sorts by logMonoTime when reading).
 - Frames come from VisionIPC clients (one thread per camera, in-order, not conflated). A frame is copied out
-  of shared memory and written only if the buffer's generation check still holds after the copy; an
-  overwritten frame is counted (`overwritten`) and skipped, never written torn.
+  of shared memory and written only if the buffer's generation check still holds after the copy; a frame
+  reused before or during the copy is skipped, never written torn, and counted in the route header
+  (cameras.<cam>.skipped). On a loaded machine the logger can fall behind camerad; then it skips frames.
 - SIGINT/SIGTERM end the recording cleanly: threads joined, frame files and log closed, header completed.
 """
 from __future__ import annotations
@@ -30,7 +31,7 @@ class FrameRecorder(threading.Thread):
   def __init__(self, writer: RouteWriter, camera: str, stop: threading.Event, server: str = "camerad"):
     super().__init__(name=f"record-{camera}", daemon=True)
     self.writer, self.camera, self.stop_event, self.server = writer, camera, stop, server
-    self.frames = self.overwritten = 0
+    self.frames = self.overwritten = 0   # overwritten: announced frames lost before or while copying them
     self.error: str | None = None
 
   def run(self) -> None:
@@ -52,6 +53,7 @@ class FrameRecorder(threading.Thread):
     except Exception as e:   # a camera that goes wrong must not take the message log down with it
       self.error = f"{type(e).__name__}: {e}"
     finally:
+      self.overwritten += client.skipped_overwritten   # the client skips frames already reused on arrival
       client.close()
 
 
@@ -96,6 +98,9 @@ class Logger:
     for r in self.recorders:
       r.join(timeout=10)
     self.drain()   # after the frame threads: the last frames' camera states are in the log too
+    for r in self.recorders:
+      if r.camera in self.writer.header["cameras"]:
+        self.writer.header["cameras"][r.camera]["skipped"] = r.overwritten
     self.writer.close()
     frames = ", ".join(f"{r.camera} {r.frames} frames ({r.overwritten} overwritten)" for r in self.recorders)
     print(f"logger: wrote {self.writer.header['events']} events{'; ' + frames if frames else ''} "

@@ -33,6 +33,7 @@ def test_manager_records_a_route(namespace, tmp_path):
     assert procs["car"].running and procs["car"].pid > 0 and procs["logger"].running
     assert not procs["modeld"].shouldBeRunning if "modeld" in procs else True
     assert route.cameras == ["cabin", "road", "wide"]
+    assert all(route.header["cameras"][c]["skipped"] >= 0 for c in route.cameras)   # frames the logger lost
     for cam, service in (("road", "narrowRoadCameraState"), ("cabin", "cabinCameraState")):
       states = {getattr(e, service).frameId: getattr(e, service) for e in events if e.which() == service}
       frames = route.frames(cam)
