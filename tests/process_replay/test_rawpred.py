@@ -4,10 +4,12 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from cereal.messaging import log_from_bytes
 from daemons.common.metadata import load_metadata
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH
+from daemons.modeld.model_state import MODEL_PATHS
 from process_replay.configs import get_config
 from process_replay.harness import replay
 from process_replay.references import save_ref
@@ -20,15 +22,18 @@ def rawpred(*args):
                         timeout=300, env={**os.environ, "PYTHONPATH": REPO})
 
 
-def test_dump_round_trips_the_model_output_exactly(tici_route, tmp_path):
-  result = replay(get_config("dmonitoringmodeld"), tici_route, seconds=1.0, env={"SEND_RAW_PRED": "1"})
-  save_ref(str(tmp_path), "tici", "dm", result.outputs)
-  out = tmp_path / "dm.npz"
-  r = rawpred(str(tmp_path / "tici_dm.zst"), "--proc", "dmonitoringmodeld", "--out", str(out))
+@pytest.mark.parametrize("proc,service,seconds", [("dmonitoringmodeld", "driverStateV2", 1.0),
+                                                  ("modeld", "modelV2", 0.3)])
+def test_dump_round_trips_the_model_output_exactly(tici_route, tmp_path, proc, service, seconds):
+  result = replay(get_config(proc), tici_route, seconds=seconds, env={"SEND_RAW_PRED": "1"})
+  save_ref(str(tmp_path), "tici", proc, result.outputs)
+  out = tmp_path / "dump.npz"
+  r = rawpred(str(tmp_path / f"tici_{proc}.zst"), "--proc", proc, "--out", str(out))
   assert r.returncode == 0, r.stderr
   dump = np.load(out)
-  msgs = [log_from_bytes(d).driverStateV2 for d in result.outputs]
-  meta = load_metadata(MODEL_PATH)
+  msgs = [getattr(e, service) for e in map(log_from_bytes, result.outputs) if e.which() == service]
+  assert msgs
+  meta = load_metadata(MODEL_PATH if proc == "dmonitoringmodeld" else MODEL_PATHS[str(msgs[0].modelName)])
   assert dump["raw"].shape == (len(msgs), meta.output_size)
   for row, msg in zip(dump["raw"], msgs):
     assert row.tobytes() == bytes(msg.rawPredictions)          # bit-exact, not merely close
