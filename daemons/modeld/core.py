@@ -121,7 +121,7 @@ class Modeld:
     self.fallback_reason = f"big model failed: {type(err).__name__}: {err}"
     # the small model was idle while the big one ran: its history (from the loading period) is stale, so it
     # restarts empty and the switch-over frames are published valid=False until its image pair is filled
-    self.small.history.reset()
+    self.small.reset()
     self.active = self.small
     self.run_count = 0   # re-arm the frame-drop warm-up, as the reference does
 

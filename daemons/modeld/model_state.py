@@ -6,9 +6,8 @@ Invariants:
 - `run()` either returns finite, parsed outputs or raises: a non-finite output is `NonFiniteOutput`, so a
   model on a faulty device can never publish garbage as if it were a prediction;
 - history (image pair, features, desire) and publish state (hard-brake/confidence buffers) belong to this
-  model: after a big -> small switch the small model continues from *its own* past, which it has kept
-  up to date while on standby only if it was run; otherwise it starts empty and reports `pair_filled=False`
-  for its first FRAME_SKIP frames.
+  model, never to another one; a model that stood by while another ran is `reset()` before it takes over,
+  so it reports `pair_filled=False` for its first FRAME_SKIP frames instead of mixing in stale frames.
 """
 import os
 import time
@@ -75,6 +74,11 @@ class ModelState:
     timings["parse"] = time.perf_counter() - t0
     self.runs += 1
     return outs, raw, timings
+
+  def reset(self) -> None:
+    """Forget the past (history and publish state), e.g. after standing by while another model ran."""
+    self.history.reset()
+    self.publish_state = PublishState()
 
   @property
   def pair_filled(self) -> bool:

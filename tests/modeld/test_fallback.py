@@ -18,6 +18,7 @@ from visionipc import get_nv12_info
 HANG_WAIT_TIMEOUT_MS = 1000     # short, so a hang test is quick; still well above a loaded big-model run
 N_BIG = 6                       # frames on the big model before the fault (enough to fill its image pair)
 N_FRAMES = N_BIG + 8
+N_LOADING = 6                   # frames the small model runs while the big one loads
 OTHERS = {"driverMonitoringState": 20, "extrinsicsCalibration": 4, "carState": 100}
 
 
@@ -33,6 +34,11 @@ def usb_amd():
 @pytest.fixture(scope="module")
 def small_runner():
   return runtime_runner(MODEL_PATHS["small"], "CPU")
+
+
+def frames(nv12, frame_id):
+  sof = 10**9 + frame_id * 50_000_000
+  return Frame(nv12, frame_id, sof, sof + 10**7), Frame(nv12, frame_id, sof, sof + 10**7)
 
 
 def healthy_others(tick):
@@ -56,8 +62,14 @@ def test_fault_switches_to_small_without_losing_frames(usb_amd, small_runner, fa
   geom = (1928, 1208, stride, stride * y_height)
   small = ModelState.load("small", lambda path: small_runner)
   md = Modeld(small, TICI, geom, geom)
-  md.big_loaded(ModelState.load("big", lambda path: runtime_runner(path, "USB+AMD")))
   frame = np.random.default_rng(1).integers(0, 256, size, dtype=np.uint8)
+  # while the big model loads, the small one runs the frames (published invalid) ...
+  md.start_big_loading()
+  for i in range(N_LOADING):
+    r = md.step(*frames(frame, i), CarInputs(v_ego=20.0, calibration=[0, 0, 0]))
+    assert r.model_name == "small" and "big model loading" in r.reasons
+  # ... then the big model takes over from its own empty history
+  md.big_loaded(ModelState.load("big", lambda path: runtime_runner(path, "USB+AMD")))
 
   # selfdrived sees each frame's model messages plus healthy DM/calibration/car inputs on a simulated
   # 20 Hz clock, so its verdicts depend on the messages' content, not on this machine's load
@@ -72,10 +84,8 @@ def test_fault_switches_to_small_without_losing_frames(usb_amd, small_runner, fa
     if i == N_BIG:
       usb_amd.wait_timeout_ms = HANG_WAIT_TIMEOUT_MS
       usb_amd.inject_fault(fault)
-    sof = 10**9 + i * 50_000_000
     t0 = time.monotonic()
-    r = md.step(Frame(frame, i, sof, sof + 10**7), Frame(frame, i, sof, sof + 10**7),
-                CarInputs(v_ego=20.0, calibration=[0, 0, 0]))
+    r = md.step(*frames(frame, N_LOADING + i), CarInputs(v_ego=20.0, calibration=[0, 0, 0]))
     durations.append(time.monotonic() - t0)
     results.append(r)
     for _ in range(5):
@@ -87,12 +97,14 @@ def test_fault_switches_to_small_without_losing_frames(usb_amd, small_runner, fa
 
   names = [r.model_name for r in results]
   assert names == ["big"] * N_BIG + ["small"] * (N_FRAMES - N_BIG)      # the failing frame re-ran on small
-  assert [r.events[0][1].modelV2.frameId for r in results] == list(range(N_FRAMES))   # no frame lost
+  ids = [r.events[0][1].modelV2.frameId for r in results]
+  assert ids == list(range(N_LOADING, N_LOADING + N_FRAMES))                       # no frame lost
   assert all([s for s, _ in r.events] == ["modelV2", "drivingModelData", "cameraOdometry"] for r in results)
   reason = results[N_BIG].events[0][1].modelV2.fallbackReason
   assert reason.startswith("big model failed: ")
   assert all(r.events[0][1].modelV2.fallbackReason == reason for r in results[N_BIG:])
-  # the small model starts from its own empty history: invalid until its pair (t-4, t) is filled
+  # the small model restarts from an empty history (what it saw while the big model loaded is stale):
+  # invalid until its pair (t-4, t) is filled
   assert [r.valid for r in results[N_BIG - 2:N_BIG + 6]] == [True] * 2 + [False] * 4 + [True] * 2
   assert "small model history filling (1/5 frames)" in results[N_BIG].reasons
   assert all(np.isfinite(r.events[0][1].modelV2.action.desiredAcceleration) for r in results)
