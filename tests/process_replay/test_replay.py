@@ -68,24 +68,24 @@ def test_killed_process_is_a_clear_error(tici_route):
 
 
 def test_hung_process_is_a_clear_error(tici_route):
-  cfg = dataclasses.replace(DM, timeout=3.0)
   stopped = []
 
   def stop_at_third_step(step, runner):
     if step == 3:
       os.kill(runner.proc.pid, signal.SIGSTOP)   # alive but never parks again
+      runner.cfg = dataclasses.replace(runner.cfg, timeout=3.0)   # only the hung step waits briefly
       stopped.append(runner.proc)
   with pytest.raises(ReplayError, match=r"dmonitoringmodeld hung: no gated receive .* within 3 s at step 4"):
-    replay(cfg, tici_route, seconds=SLICE_S, on_step=stop_at_third_step)
+    replay(DM, tici_route, seconds=SLICE_S, on_step=stop_at_third_step)
   assert stopped[0].poll() is not None      # the harness killed it on the way out
 
 
-@pytest.mark.parametrize("code,message", [
-  ("raise SystemExit(3)", r"exited with code 3 before its first receive"),
-  ("import time; time.sleep(60)", r"hung: no gated receive on 'visionipc_camerad_1' within 2 s before its first"),
+@pytest.mark.parametrize("code,startup_timeout,message", [
+  ("raise SystemExit(3)", 60.0, r"exited with code 3 before its first receive"),
+  ("import time; time.sleep(60)", 2.0, r"hung: no gated receive on 'visionipc_camerad_1' within 2 s before its first"),
 ])
-def test_process_that_never_reaches_its_gate(tici_route, code, message):
-  cfg = dataclasses.replace(DM, command=("-c", code), startup_timeout=2.0)
+def test_process_that_never_reaches_its_gate(tici_route, code, startup_timeout, message):
+  cfg = dataclasses.replace(DM, command=("-c", code), startup_timeout=startup_timeout)
   with pytest.raises(ReplayError, match=message):
     replay(cfg, tici_route, seconds=0.5)
 
