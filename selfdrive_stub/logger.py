@@ -102,7 +102,7 @@ class Logger:
       if r.camera in self.writer.header["cameras"]:
         self.writer.header["cameras"][r.camera]["skipped"] = r.overwritten
     self.writer.close()
-    frames = ", ".join(f"{r.camera} {r.frames} frames ({r.overwritten} overwritten)" for r in self.recorders)
+    frames = ", ".join(f"{r.camera} {r.frames} frames ({r.overwritten} skipped)" for r in self.recorders)
     print(f"logger: wrote {self.writer.header['events']} events{'; ' + frames if frames else ''} "
           f"to {self.writer.path}", flush=True)
     for r in self.recorders:

@@ -49,7 +49,7 @@ def _car_args(o) -> list[str]:
 
 
 def _logger_args(o) -> list[str]:
-  return ["--out", o.record, "--camera", o.camera, "--seed", str(o.seed)]
+  return ["--out", o.record, "--camera", o.camera, "--seed", str(o.seed), "--cameras", o.record_cameras]
 
 
 PROCESSES = [
@@ -446,6 +446,10 @@ examples:
   p.add_argument("--usb-gpu", action="store_true", help="plug the simulated USB+AMD device: modeld runs the big model")
   p.add_argument("--inject", action="append", default=[], metavar="FAULT@SECONDS", help="inject a fault (see below)")
   p.add_argument("--record", metavar="DIR", help="run the logger: record a route (messages and frames) into DIR")
+  p.add_argument("--record-cameras", default="road,wide,cabin", metavar="CAMS",
+                 help="cameras whose frames --record keeps (default road,wide,cabin; '' for messages only). "
+                      "Compressing three full-resolution streams costs about a core; on a busy machine the "
+                      "logger skips frames it cannot keep up with and counts them in the route header")
   p.add_argument("--png", metavar="PATH", help="render the cabin and road views with predictions to PATH every 2 s")
   p.add_argument("--block", default="", metavar="NAMES", help="comma-separated process names not to run (e.g. modeld)")
   p.add_argument("--rate-tolerance", type=float, default=0.3, metavar="F",
