@@ -25,6 +25,8 @@ from daemons.modeld.parse import parse_outputs
 MODELS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models")
 MODEL_PATHS = {"small": os.path.join(MODELS_DIR, "driving_small.onnx"),
                "big": os.path.join(MODELS_DIR, "driving_big.onnx")}
+# env overrides of the model files (process_replay points a daemon at a modified copy with these)
+MODEL_PATH_ENV = {"small": "PYMODELD_ROAD_MODEL_SMALL", "big": "PYMODELD_ROAD_MODEL_BIG"}
 
 
 class ModelOutputError(RuntimeError):
@@ -51,7 +53,7 @@ class ModelState:
 
   @classmethod
   def load(cls, name: str, runner_factory: Callable[[str], Runner], path: str | None = None) -> "ModelState":
-    path = path or MODEL_PATHS[name]
+    path = path or os.environ.get(MODEL_PATH_ENV[name]) or MODEL_PATHS[name]
     metadata = load_metadata(path, required=REQUIRED_HEADS)
     return cls(name, runner_factory(path), metadata)
 

@@ -10,6 +10,7 @@ from onnx import numpy_helper
 
 from cereal.messaging import log_from_bytes
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH
+from daemons.modeld.model_state import MODEL_PATH_ENV, MODEL_PATHS
 from process_replay.compare import compare_logs, differing_fields, normalized_bytes
 from process_replay.configs import get_config
 from process_replay.harness import ReplayError, load_messages, replay
@@ -111,3 +112,19 @@ def test_safety_consumer_replays_deterministically(tici_route):
   assert a.steps == len(triggers) == len(a.outputs) > 0
   assert compare_logs(a.outputs, b.outputs, cfg.ignore) == []
   assert np.all(np.diff([log_from_bytes(d).logMonoTime for d in a.outputs]) > 0)
+
+
+def test_modified_road_model_via_env_makes_modeld_replay_fail(tici_route, tmp_path):
+  model = onnx.load(MODEL_PATHS["small"])
+  init = next(i for i in model.graph.initializer if i.name == "b_87")    # bias of the output layer
+  values = numpy_helper.to_array(init).copy()
+  values[0] += 0.5
+  init.CopyFrom(numpy_helper.from_array(values, init.name))
+  path = str(tmp_path / "driving_small_modified.onnx")
+  onnx.save(model, path)
+  cfg = get_config("modeld")
+  base = replay(cfg, tici_route, seconds=0.3)
+  modified = replay(cfg, tici_route, seconds=0.3, env={MODEL_PATH_ENV["small"]: path})
+  assert base.counts == modified.counts and base.counts["modelV2"] > 0
+  fields = differing_fields(compare_logs(base.outputs, modified.outputs, cfg.ignore, cfg.tolerance))
+  assert fields and all(f.split(".")[0] in cfg.subs for f in fields)
