@@ -58,7 +58,7 @@ def test_bad_model_files_stop_the_daemon_at_startup_and_the_manager_shows_it(tmp
   assert code != 0
   for name, (_, phrases) in bad.items():
     report = m.report["processes"][name]
-    assert report["crashes"] >= 1 and not report["ready"], (name, report)
+    assert report["crashes"] >= 1, (name, report)
     assert f"{name} CRASHED (code 1)" in text, text            # the supervisor shows each failure
     for phrase in phrases:
       assert phrase in child_output, (name, phrase, child_output[-3000:])
