@@ -91,10 +91,9 @@ class Modeld:
     self.active = small
     self.big_loading = False
     self.fallback_reason = ""
-    self.cameras, self.main_is_wide = cameras, main_is_wide
-    self.warp_main = RoadWarp(*main_geom)
-    self.warp_extra = RoadWarp(*extra_geom) if extra_geom is not None else None
+    self.main_is_wide = main_is_wide
     self.calib: np.ndarray | None = None
+    self.set_geometry(cameras, main_geom, extra_geom)
     self.send_raw_pred = send_raw_pred_enabled() if send_raw_pred is None else send_raw_pred
     self.clock = clock
     self.prev_action = Action()
@@ -103,7 +102,17 @@ class Modeld:
     self.run_count = 0
     self._img = np.zeros(OUT_SHAPE, np.uint8)
     self._big_img = np.zeros(OUT_SHAPE, np.uint8)
-    self._set_transforms(np.zeros(3))   # until calibration arrives: a level calibration, valid=False
+
+  def set_geometry(self, cameras: DeviceCameraConfig, main_geom: tuple[int, int, int, int],
+                   extra_geom: tuple[int, int, int, int] | None) -> None:
+    """(Re)build the warps for the streams' geometry, e.g. after camerad restarted with another camera; the
+    active model's past came from the old camera, so it starts over."""
+    self.cameras = cameras
+    self.warp_main = RoadWarp(*main_geom)
+    self.warp_extra = RoadWarp(*extra_geom) if extra_geom is not None else None
+    # until calibration arrives: a level calibration (outputs are valid=False meanwhile)
+    self._set_transforms(self.calib if self.calib is not None else np.zeros(3))
+    self.active.reset()
 
   # ---- model selection ---------------------------------------------------------------------------------
   def start_big_loading(self) -> None:

@@ -153,6 +153,7 @@ def main(argv=None) -> int:
   pm = messaging.PubMaster(["modelV2", "drivingModelData", "cameraOdometry"], process="modeld")
   sm = messaging.SubMaster(SUBSCRIPTIONS)
   buf_extra = None
+  current_geometry = (_geometry(vipc_main), _geometry(vipc_extra) if vipc_extra is not None else None)
   while not stop.is_set():
     buf_main = vipc_main.recv(100)
     if buf_main is None:
@@ -161,6 +162,11 @@ def main(argv=None) -> int:
       buf_extra = pair_extra(buf_main.timestamp_sof, buf_extra, lambda: vipc_extra.recv(100))
       if buf_extra is None:
         continue
+    geometry = (_geometry(vipc_main), _geometry(vipc_extra) if vipc_extra is not None else None)
+    if geometry != current_geometry:   # camerad restarted with another camera: rebuild the warps
+      print(f"modeld: camera geometry changed to {geometry}", flush=True)
+      modeld.set_geometry(config_for_frame(vipc_main.width, vipc_main.height), *geometry)
+      current_geometry = geometry
     sm.update(0)
     if loader is not None:
       state, value = loader.poll()

@@ -4,6 +4,7 @@ import pytest
 
 from cereal import messaging
 from daemons.common.cameras import MICI, TICI
+from daemons.common.transforms import get_warp_matrix
 from daemons.modeld.core import CarInputs, Frame, Modeld, send_raw_pred_enabled
 from daemons.modeld.model_state import MODEL_PATHS, ModelOutputError, ModelState
 from daemons.modeld.runner import runtime_runner
@@ -163,3 +164,16 @@ def test_extra_frames_pair_by_start_of_frame():
   assert pair_extra(120 * ms, held, recv) is held                        # within 25 ms: reused, nothing read
   assert pair_extra(125 * ms, held, recv).timestamp_sof == 150 * ms      # exactly 25 ms old is too old
   assert pair_extra(300 * ms, None, recv) is None                        # stream ran dry: skip this main frame
+
+
+def test_camera_geometry_change_rebuilds_warps_and_restarts_history(small_runner):
+  md, frame = make(small_runner, device=TICI)
+  i = warm(md, frame, 6)
+  mici_geom, mici_size = geometry(MICI.road)
+  md.set_geometry(MICI, mici_geom, mici_geom)
+  assert (md.warp_main.width, md.warp_extra.height) == (1344, 760)
+  np.testing.assert_array_equal(md.warp_main.transform, get_warp_matrix(CALIB, MICI.road.intrinsics))
+  mici_frame = np.random.default_rng(2).integers(0, 256, mici_size, dtype=np.uint8)
+  results = [step(md, mici_frame, i + k) for k in range(5)]
+  assert [r.valid for r in results] == [False] * 4 + [True]
+  assert "small model history filling (1/5 frames)" in results[0].reasons
