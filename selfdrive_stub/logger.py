@@ -9,6 +9,8 @@ Invariants:
   of shared memory and written only if the buffer's generation check still holds after the copy; a frame
   reused before or during the copy is skipped, never written torn, and counted in the route header
   (cameras.<cam>.skipped). On a loaded machine the logger can fall behind camerad; then it skips frames.
+- Every camera state of a recorded camera in the route has its frame: a state is written once its frame is,
+  and left out (counted) if the frame was skipped, so process_replay can feed both together.
 - SIGINT/SIGTERM end the recording cleanly: threads joined, frame files and log closed, header completed.
 """
 from __future__ import annotations
@@ -22,6 +24,7 @@ import time
 from process_replay.route import CAMERAS, RouteError, RouteWriter
 
 DRAIN_DT = 0.01
+STATE_WAIT_S = 3.0   # how long a camera state waits for its frame before it is left out
 STREAMS = {"road": "VISION_STREAM_NARROW_ROAD", "wide": "VISION_STREAM_WIDE_ROAD", "cabin": "VISION_STREAM_CABIN"}
 
 
@@ -32,6 +35,7 @@ class FrameRecorder(threading.Thread):
     super().__init__(name=f"record-{camera}", daemon=True)
     self.writer, self.camera, self.stop_event, self.server = writer, camera, stop, server
     self.frames = self.overwritten = 0   # overwritten: announced frames lost before or while copying them
+    self.recorded: set[int] = set()      # frame ids written (set.add is atomic under the GIL)
     self.error: str | None = None
 
   def run(self) -> None:
@@ -49,6 +53,7 @@ class FrameRecorder(threading.Thread):
           continue
         self.writer.add_frame(self.camera, data, buf.frame_id, buf.timestamp_sof, buf.timestamp_eof,
                               buf.width, buf.height, buf.stride, buf.uv_offset)
+        self.recorded.add(buf.frame_id)
         self.frames += 1
     except Exception as e:   # a camera that goes wrong must not take the message log down with it
       self.error = f"{type(e).__name__}: {e}"
@@ -68,9 +73,14 @@ class Logger:
     self.writer = RouteWriter(out, camera=camera, generator="selfdrive_stub.logger", seed=seed)
     self.stop_event = threading.Event()
     self.recorders = [FrameRecorder(self.writer, cam, self.stop_event) for cam in cameras]
+    # camera states of recorded cameras wait here until their frame is written (or given up on)
+    self.by_service = {CAMERAS[r.camera]: r for r in self.recorders}
+    self.pending: list[tuple[float, str, int, int, bytes]] = []   # (arrival, service, frameId, logMonoTime, raw)
+    self.dropped_states = 0
 
   def drain(self) -> int:
     n = 0
+    now = time.monotonic()
     for name, sock in self.socks.items():
       for raw in self.messaging.drain_sock_raw(sock):
         try:
@@ -78,9 +88,27 @@ class Logger:
         except self.messaging.MessageDecodeError as e:
           print(f"logger: skipping malformed message: {e}", file=sys.stderr)
           continue
-        self.writer.add_event(raw, log_mono_time=evt.logMonoTime, service=name)
+        if name in self.by_service:
+          self.pending.append((now, name, getattr(evt, name).frameId, evt.logMonoTime, raw))
+        else:
+          self.writer.add_event(raw, log_mono_time=evt.logMonoTime, service=name)
         n += 1
+    self.settle_camera_states(now)
     return n
+
+  def settle_camera_states(self, now: float, final: bool = False) -> None:
+    """Write each camera state whose frame is in the route; drop those whose frame never came, so every
+    camera state in a route has its frame (process_replay feeds them together)."""
+    waiting = []
+    for item in self.pending:
+      arrival, service, frame_id, mono, raw = item
+      if frame_id in self.by_service[service].recorded:
+        self.writer.add_event(raw, log_mono_time=mono, service=service)
+      elif final or now - arrival > STATE_WAIT_S:
+        self.dropped_states += 1
+      else:
+        waiting.append(item)
+    self.pending = waiting
 
   def run(self, should_stop, duration: float | None = None) -> None:
     for r in self.recorders:
@@ -98,13 +126,15 @@ class Logger:
     for r in self.recorders:
       r.join(timeout=10)
     self.drain()   # after the frame threads: the last frames' camera states are in the log too
+    self.settle_camera_states(time.monotonic(), final=True)
     for r in self.recorders:
       if r.camera in self.writer.header["cameras"]:
         self.writer.header["cameras"][r.camera]["skipped"] = r.overwritten
     self.writer.close()
     frames = ", ".join(f"{r.camera} {r.frames} frames ({r.overwritten} skipped)" for r in self.recorders)
     print(f"logger: wrote {self.writer.header['events']} events{'; ' + frames if frames else ''} "
-          f"to {self.writer.path}", flush=True)
+          f"to {self.writer.path}" + (f"; left out {self.dropped_states} camera states whose frame was skipped"
+                                      if self.dropped_states else ""), flush=True)
     for r in self.recorders:
       if r.error:
         print(f"logger: camera {r.camera} stopped: {r.error}", file=sys.stderr, flush=True)

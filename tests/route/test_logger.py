@@ -48,3 +48,21 @@ def test_records_the_bus_without_cameras(tmp_path):
   route = Route(str(out))
   assert route.header["complete"] and route.cameras == []
   assert [e.carState.vEgo for e in route.events()] == [float(i) for i in range(50)]
+
+
+def test_camera_states_wait_for_their_frames(tmp_path):
+  from selfdrive_stub.logger import Logger
+  logger = Logger(str(tmp_path / "r"), "tici", ["road"])   # recorder threads not started: frames marked by hand
+  pm = messaging.PubMaster(["narrowRoadCameraState"], allow_foreign=True)
+  for fid in (1, 2, 3):
+    m = new_message("narrowRoadCameraState", valid=True)
+    m.narrowRoadCameraState.frameId = fid
+    pm.send("narrowRoadCameraState", m)
+  road = logger.by_service["narrowRoadCameraState"]
+  road.recorded.add(1)
+  logger.drain()
+  assert logger.writer.header["events"] == 1 and len(logger.pending) == 2   # 2 and 3 still wait
+  road.recorded.add(3)
+  logger.settle_camera_states(now=1e12)                                      # long past STATE_WAIT_S
+  assert logger.writer.header["events"] == 2 and logger.dropped_states == 1 and logger.pending == []
+  logger.writer.close()

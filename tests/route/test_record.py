@@ -38,6 +38,7 @@ def test_manager_records_a_route(namespace, tmp_path):
       states = {getattr(e, service).frameId: getattr(e, service) for e in events if e.which() == service}
       frames = route.frames(cam)
       assert len(frames) >= 0.5 * len(states) > 20   # a loaded machine may make the logger skip overwritten frames
+      assert set(states) <= set(frames.frame_ids())  # every logged camera state has its frame
       for i in (0, len(frames) // 2, len(frames) - 1):
         f = frames.get(i)
         st = states[f.frame_id]                                  # each frame has its camera state message
