@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 
+from . import blas
 from .cache import DEFAULT_CACHE, CompileCache
 from .device import Device
 from .buffer import LinkedMemory
@@ -26,12 +27,13 @@ def model_digest(proto_bytes: bytes) -> str:
 
 class OnnxRunner:
     def __init__(self, path, device: str | None = None, *, config: dict | None = None,
-                 cache: CompileCache | None = None, input_shapes: dict | None = None):
+                 cache: CompileCache | None = None, input_shapes: dict | None = None, threads: int | None = None):
         proto = load_model_proto(path)
         self.path = os.fspath(path) if isinstance(path, (str, os.PathLike)) else None
         self.model_hash = model_digest(proto.SerializeToString())
         graph = import_onnx(proto, input_shapes)
         self.device = Device[device or Device.DEFAULT]
+        self.threads = blas.default_threads() if threads is None else threads  # BLAS threads while running
         self.cache = cache or DEFAULT_CACHE
         self.program, self.program_key = self.cache.get(graph, config, self.device.name, self.model_hash)
         self.cache_source = self.cache.stats.last
@@ -86,6 +88,10 @@ class OnnxRunner:
             out[n] = np.ascontiguousarray(a)
         return out
 
+    def _compute(self):
+        blas.set_threads(self.threads)
+        self.linked.run()
+
     def __call__(self, **inputs) -> dict[str, np.ndarray]:
         arrays = self._check(inputs)
         t0 = time.perf_counter()
@@ -93,7 +99,7 @@ class OnnxRunner:
             for n, a in arrays.items():
                 if a.nbytes:
                     self._in_bufs[n].copyin(a)
-            self.device.submit(self.linked.run, stage="compute")
+            self.device.submit(self._compute, stage="compute")
             results = {}
             for n, spec in self.program.output_specs.items():
                 src = self._out_read[n]
