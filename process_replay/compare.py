@@ -71,12 +71,8 @@ def _drop_field(parent, name: str) -> None:
   if kind in _POINTER_TYPES:
     if parent._has(name):
       parent.disown(name)
-  elif kind == "bool":
-    setattr(parent, name, False)
-  elif kind == "enum":
-    setattr(parent, name, 0)
-  else:
-    setattr(parent, name, 0)
+  else:   # numbers, bools and enums (by ordinal) all have a zero
+    setattr(parent, name, False if kind == "bool" else 0)
 
 
 def normalized_bytes(data: bytes, ignore=()) -> bytes:
