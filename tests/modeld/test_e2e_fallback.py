@@ -1,10 +1,8 @@
 """modeld as a process with the simulated USB+AMD device present: big model, then an injected fault from
 outside the process (as the manager does) -> small model, the process keeps publishing and exits cleanly."""
-import time
-
 from runtime import faults, usb_amd
-from tests.modeld.test_e2e import LOAD_REASONS, collect, spawn, stop, warming_up
 
+from .stack import LOAD_REASONS, collect, spawn, stop, warming_up
 
 WAIT_TIMEOUT_MS = 5000   # short enough for a quick hang test, long enough that load alone never trips it
 
