@@ -97,7 +97,7 @@ def regen(route: Route, procs=REGEN_ORDER, log=print) -> list[LogMessage]:
   return msgs
 
 
-def make_route(out: str, device: str, seconds: float, seed: int, log=print) -> None:
+def make_route(out: str, device: str, seconds: float, seed: int, procs=REGEN_ORDER, log=print) -> None:
   if os.path.exists(out):
     raise FileExistsError(f"{out} exists; remove it first")
   with tempfile.TemporaryDirectory(prefix="route_base_") as tmp:
@@ -105,7 +105,7 @@ def make_route(out: str, device: str, seconds: float, seed: int, log=print) -> N
     log(f"{device}: rendering {seconds} s of frames and car messages")
     write_base_route(base, device, seconds, seed)
     with Route(base) as route:
-      msgs = regen(route, log=log)
+      msgs = regen(route, procs, log=log)
       with RouteWriter(out, device, "process_replay.make_routes", seed, {"seconds": seconds}, FRAME_LEVEL) as writer:
         for m in msgs:
           writer.add_event(m.data, m.log_mono_time, m.which)
