@@ -102,6 +102,76 @@ def fold_batchnorm(graph: Graph) -> Graph:
     return Graph(graph.inputs, graph.outputs, nodes, consts, graph.metadata, graph.opset, graph.held)
 
 
+def _per_channel(c: np.ndarray, out_shape: tuple) -> np.ndarray | None:
+    """c as a (channels,) vector if it broadcasts against out_shape (N, C, ...) varying only along axis 1."""
+    rank = len(out_shape)
+    if c.ndim > rank or rank < 2:
+        return None
+    full = (1,) * (rank - c.ndim) + c.shape
+    if any(d != 1 for i, d in enumerate(full) if i != 1) or full[1] not in (1, out_shape[1]):
+        return None
+    return np.broadcast_to(c.reshape(-1), (out_shape[1],)).astype(np.float64)
+
+
+def fold_affine(graph: Graph, specs: dict) -> Graph:
+    """Conv or BatchNormalization followed by Mul/Add with a per-channel constant: fold the constant into
+    the producer's weights (scale) or bias. Repeats until nothing folds (Conv -> Mul -> Add chains)."""
+    consts = dict(graph.consts)
+    nodes = list(graph.nodes)
+    changed = True
+    while changed:
+        changed = False
+        producers = {o: n for n in nodes for o in n.outputs}
+        uses: dict[str, int] = {}
+        for n in nodes:
+            for i in n.inputs:
+                uses[i] = uses.get(i, 0) + 1
+        for o in graph.outputs:
+            uses[o] = uses.get(o, 0) + 1
+        for k, n in enumerate(nodes):
+            if n.op not in ("Mul", "Add") or len(n.inputs) != 2:
+                continue
+            for xi, ci in ((0, 1), (1, 0)):
+                x, c = n.inputs[xi], n.inputs[ci]
+                p = producers.get(x)
+                if p is None or c not in consts or uses.get(x) != 1 or p.op not in ("Conv", "BatchNormalization"):
+                    continue
+                if not all(i in consts for i in p.inputs[1:]) or len(p.outputs) != 1:
+                    continue
+                vec = _per_channel(consts[c], specs[x].shape)
+                if vec is None or specs[n.outputs[0]].shape != specs[x].shape:
+                    continue
+                new_inputs = list(p.inputs)
+                tag = f"{n.outputs[0]}::affine"
+                if p.op == "Conv":
+                    W = consts[p.inputs[1]]
+                    b = consts[p.inputs[2]].astype(np.float64) if len(p.inputs) > 2 else np.zeros(W.shape[0])
+                    if n.op == "Mul":
+                        consts[tag + "_w"] = (W * vec.reshape((-1,) + (1,) * (W.ndim - 1))).astype(W.dtype)
+                        new_inputs[1] = tag + "_w"
+                        b = b * vec
+                    else:
+                        b = b + vec
+                    consts[tag + "_b"] = b.astype(W.dtype)
+                    new_inputs[2:] = [tag + "_b"]
+                else:  # BatchNormalization: y = x*a + b with a = scale/sqrt(var+eps)
+                    scale, bias = consts[p.inputs[1]], consts[p.inputs[2]]
+                    if n.op == "Mul":
+                        consts[tag + "_s"] = (scale * vec).astype(scale.dtype)
+                        consts[tag + "_b"] = (bias * vec).astype(bias.dtype)
+                        new_inputs[1] = tag + "_s"
+                    else:
+                        consts[tag + "_b"] = (bias + vec).astype(bias.dtype)
+                    new_inputs[2] = tag + "_b"
+                nodes[k] = Node(p.op, new_inputs, [n.outputs[0]], dict(p.attrs), p.name)
+                nodes.remove(p)
+                changed = True
+                break
+            if changed:
+                break
+    return Graph(graph.inputs, graph.outputs, nodes, consts, graph.metadata, graph.opset, graph.held)
+
+
 def eliminate_dead(graph: Graph) -> Graph:
     live = set(graph.outputs)
     kept = []
@@ -119,7 +189,7 @@ def optimize(graph: Graph, config: dict) -> tuple[Graph, dict[str, Spec], dict]:
     graph, specs, kernels = fold_constants(graph)
     graph = eliminate_dead(graph)
     if config.get("fold_batchnorm", True):
-        folded = fold_batchnorm(graph)
+        folded = fold_affine(fold_batchnorm(graph), specs)
         if len(folded.nodes) != len(graph.nodes):  # re-infer only when something was folded
             graph, specs, kernels = fold_constants(eliminate_dead(folded))
     return graph, specs, kernels

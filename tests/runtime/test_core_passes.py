@@ -80,3 +80,19 @@ def test_inspect_cli_prints_the_summary():
     for needle in ("inputs:", "data_0: [1, 3, 224, 224] float32", "outputs:", "Conv=26", "FLOPs:",
                    "planned arena:"):
         assert needle in out
+
+
+def test_per_channel_mul_and_add_fold_into_conv():
+    x = rng.standard_normal((1, 3, 6, 6)).astype(np.float32)
+    consts = {"w": rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "b": rng.standard_normal(4).astype(np.float32),
+              "scale": rng.standard_normal((4, 1, 1)).astype(np.float32),
+              "shift": rng.standard_normal((1, 4, 1, 1)).astype(np.float32),
+              "full": rng.standard_normal((1, 4, 6, 6)).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Mul", ["scale", "c"], ["m"]),
+             helper.make_node("Add", ["m", "shift"], ["a"]),
+             helper.make_node("Add", ["a", "full"], ["y0"])]  # varies spatially: must not fold
+    model = node_model(nodes, {"x": x}, consts)
+    r = OnnxRunner(model)
+    assert r.program.op_counts() == {"Conv": 1, "Add": 1}
+    np.testing.assert_allclose(r(x=x)["y0"], ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-5)
