@@ -177,3 +177,34 @@ def test_camera_geometry_change_rebuilds_warps_and_restarts_history(small_runner
   results = [step(md, mici_frame, i + k) for k in range(5)]
   assert [r.valid for r in results] == [False] * 4 + [True]
   assert "small model history filling (1/5 frames)" in results[0].reasons
+
+
+def test_car_inputs_from_the_bus():
+  from daemons.modeld.daemon import SUBSCRIPTIONS, car_inputs
+  now = [50.0]
+  sm = messaging.SubMaster(SUBSCRIPTIONS, clock=lambda: now[0])
+  car = car_inputs(sm)
+  assert car.calibration is None and car.lat_delay == CarInputs.lat_delay and not car.calibration_stale
+  msgs = []
+  for s in ("extrinsicsCalibration", "carState", "lateralDelay", "driverMonitoringState", "narrowRoadCameraState"):
+    m = messaging.new_message(s)
+    msgs.append(m)
+  msgs[0].extrinsicsCalibration.rpyCalib = [0.0, 0.03, -0.01]
+  msgs[1].carState.vEgo = -0.5
+  msgs[2].lateralDelay.lateralDelay = 0.3
+  msgs[3].driverMonitoringState.isRHD = True
+  msgs[4].narrowRoadCameraState.frameId = 77
+  sm.update_msgs(now[0], [m.as_reader() for m in msgs])
+  car = car_inputs(sm)
+  assert car.calibration == pytest.approx([0.0, 0.03, -0.01]) and car.v_ego == 0.0 and car.lat_delay == pytest.approx(0.3)
+  assert car.is_rhd and car.camera_state_frame_id == 77 and car.calibration_invalid == ""
+  now[0] += 3.0                                   # 4 Hz calibration: not alive after 10 periods (2.5 s)
+  sm.update_msgs(now[0], [])
+  assert car_inputs(sm).calibration_stale
+  bad = messaging.new_message("extrinsicsCalibration", valid=False, invalidReason="too few inputs")
+  bad.extrinsicsCalibration.calStatus = "invalid"
+  sm.update_msgs(now[0], [bad.as_reader()])
+  assert car_inputs(sm).calibration_invalid == "calStatus invalid"
+  bad.extrinsicsCalibration.calStatus = "calibrated"
+  sm.update_msgs(now[0], [bad.as_reader()])
+  assert car_inputs(sm).calibration_invalid == "message invalid (too few inputs)"
