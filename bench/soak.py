@@ -1,0 +1,310 @@
+"""Soak: the whole stack under the manager for N minutes with periodic injected faults.
+
+    python bench/soak.py [--minutes 10] [--fault-every 60] [--warmup 60] [--json out.json]
+
+Runs `selfdrive_stub.manager --usb-gpu` in a fresh bus namespace and, while it runs:
+- injects a fault every --fault-every seconds, cycling through: one USB+AMD fault into the big model (modeld
+  falls back to the small model for the rest of its life), then SIGKILL of camerad, car and dmonitoringd in
+  turn (the manager restarts them; the model daemons reconnect). These restarts are expected; any other is not;
+- reads every model output and camera message through its own non-conflating sockets (a lost message shows
+  as a drop on them), plus a deliberately slow subscriber whose drops are expected and reported apart;
+- samples every process's RSS (from /proc, pids from managerState) every 2 s.
+
+Reports, with a progress line every 10 s and a final table:
+- RSS growth per process in MB per 10 minutes: the least-squares slope of its RSS after warm-up (for a process
+  restarted by a fault: over its longest-lived instance, after 30 s of that instance; "-" if too short);
+- dropped frames per model daemon: camera frames of the same camerad instance that got no output;
+- latency (output logMonoTime - frame timestampEof) p50/p99 of the first and last third after warm-up, and the
+  p99 drift between them;
+- restarts (expected / unexpected), lost and malformed messages on the soak's readers, leftovers at exit.
+Targets: RSS growth <= 1 MB per 10 min per process, zero unexpected restarts, p99 drift <= 10 %, no lost
+message. Exit status 0 when every target is met, 1 otherwise. The figures are measurements of this machine in
+this run; they are not asserted by any test.
+"""
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+
+import numpy as np
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO_ROOT)
+
+from cereal import messaging  # noqa: E402
+from msgq.namespace import Namespace  # noqa: E402
+
+OUTPUTS = {"modeld": ("modelV2", "narrowRoadCameraState"), "dmonitoringmodeld": ("driverStateV2", "cabinCameraState")}
+READ = ["modelV2", "driverStateV2", "narrowRoadCameraState", "cabinCameraState", "selfdriveState",
+        "driverMonitoringState", "managerState"]
+KILL_CYCLE = ("camerad", "car", "dmonitoringd")
+USB_FAULTS = ("hang", "nan", "transfer_error", "disconnect")
+RSS_TARGET_MB_PER_10MIN = 1.0
+P99_DRIFT_TARGET = 0.10
+INSTANCE_WARMUP_S = 30.0
+MIN_FIT_S = 60.0
+
+
+def rss_mb(pid: int) -> float | None:
+  try:
+    with open(f"/proc/{pid}/status") as f:
+      for line in f:
+        if line.startswith("VmRSS:"):
+          return int(line.split()[1]) / 1024.0
+  except OSError:
+    pass
+  return None
+
+
+def slope_mb_per_10min(samples: list[tuple[float, float]]) -> float | None:
+  if len(samples) < 5 or samples[-1][0] - samples[0][0] < MIN_FIT_S:
+    return None
+  t, v = np.array(samples).T
+  return float(np.polyfit(t - t[0], v, 1)[0] * 600.0)
+
+
+class Soak:
+  def __init__(self, args):
+    self.args = args
+    self.start = time.monotonic()
+    self.socks = {s: messaging.sub_sock(s, conflate=False) for s in READ}
+    self.slow = messaging.sub_sock("modelV2", conflate=False)      # the deliberately slow subscriber
+    self.slow_reads = 0
+    self.malformed = defaultdict(int)
+    self.procs: dict[str, tuple[int, bool, int]] = {}               # name -> (pid, running, restarts)
+    self.rss: dict[tuple[str, int], list] = defaultdict(list)      # (name, pid) -> [(t, MB)]
+    self.born: dict[tuple[str, int], float] = {}
+    self.latency = {d: [] for d in OUTPUTS}                        # (t, ms)
+    self.camera: dict[str, dict] = {c: {} for _, c in OUTPUTS.values()}   # (camera instance, frameId) -> arrival
+    self.camera_instance = {c: 0 for _, c in OUTPUTS.values()}
+    self.last_cam_id = {c: -1 for _, c in OUTPUTS.values()}
+    self.outputs = {d: set() for d in OUTPUTS}                     # (camera instance, frameId)
+    self.road_models: list[tuple[float, str, str]] = []
+    self.expected_restarts = defaultdict(int)
+    self.events: list[str] = []
+
+  def t(self) -> float:
+    return time.monotonic() - self.start
+
+  def note(self, text: str) -> None:
+    line = f"[{self.t():6.1f}s] {text}"
+    self.events.append(line)
+    print(line, flush=True)
+
+  # -- reading -------------------------------------------------------------------------------------------
+  def poll(self) -> None:
+    now = self.t()
+    for s, sock in self.socks.items():
+      for raw in messaging.drain_sock_raw(sock):
+        try:
+          evt = messaging.log_from_bytes(raw, service=s)
+        except messaging.MessageDecodeError:
+          self.malformed[s] += 1
+          continue
+        self._handle(s, evt, now)
+    if now >= self.slow_reads * 2.0:                     # one message every 2 s, whatever is queued
+      if self.slow.receive(non_blocking=True) is not None:
+        self.slow_reads += 1
+
+  def _handle(self, s: str, evt, now: float) -> None:
+    if s == "managerState":
+      self.procs = {p.name: (p.pid, p.running, p.restarts) for p in evt.managerState.processes}
+      return
+    for daemon, (out, cam) in OUTPUTS.items():
+      if s == cam:
+        fid = getattr(evt, cam).frameId
+        if fid <= self.last_cam_id[cam]:
+          self.camera_instance[cam] += 1                 # camerad restarted: frame ids start over
+        self.last_cam_id[cam] = fid
+        self.camera[cam][(self.camera_instance[cam], fid)] = now
+      elif s == out:
+        msg = getattr(evt, out)
+        self.outputs[daemon].add((self.camera_instance[cam], msg.frameId))
+        if msg.timestampEof:
+          self.latency[daemon].append((now, (evt.logMonoTime - msg.timestampEof) / 1e6))
+        if s == "modelV2" and (not self.road_models or self.road_models[-1][1:] != (msg.modelName, msg.fallbackReason)):
+          self.road_models.append((now, msg.modelName, msg.fallbackReason))
+
+  def sample_rss(self) -> None:
+    now = self.t()
+    for name, (pid, running, _) in self.procs.items():
+      if running and pid > 0:
+        mb = rss_mb(pid)
+        if mb is not None:
+          self.born.setdefault((name, pid), now)
+          self.rss[(name, pid)].append((now, mb))
+
+  # -- faults --------------------------------------------------------------------------------------------
+  def inject(self, k: int) -> None:
+    from runtime import faults
+    if k == 0:
+      kind = USB_FAULTS[(self.args.usb_fault_index) % len(USB_FAULTS)]
+      self.note(f"fault: USB+AMD {kind} (modeld falls back to the small model)")
+      faults.inject(kind)
+      return
+    name = KILL_CYCLE[(k - 1) % len(KILL_CYCLE)]
+    pid, running, _ = self.procs.get(name, (0, False, 0))
+    if not running or pid <= 0:
+      self.note(f"fault: {name} is not running; skipped")
+      return
+    self.note(f"fault: SIGKILL {name} (pid {pid})")
+    self.expected_restarts[name] += 1
+    try:
+      os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+      pass
+
+  # -- report --------------------------------------------------------------------------------------------
+  def rss_rows(self, warmup: float) -> list[dict]:
+    rows = []
+    for name in sorted({n for n, _ in self.rss}):
+      instances = [(pid, s) for (n, pid), s in self.rss.items() if n == name]
+      best = None
+      for pid, samples in instances:
+        cut = max(warmup, self.born[(name, pid)] + INSTANCE_WARMUP_S) if len(instances) > 1 else warmup
+        used = [x for x in samples if x[0] >= cut]
+        if used and (best is None or used[-1][0] - used[0][0] > best[1][-1][0] - best[1][0][0]):
+          best = (pid, used)
+      slope = slope_mb_per_10min(best[1]) if best else None
+      rows.append({"process": name, "instances": len(instances), "rss_start_mb": best[1][0][1] if best else None,
+                   "rss_end_mb": best[1][-1][1] if best else None, "fit_s": best[1][-1][0] - best[1][0][0] if best else 0,
+                   "growth_mb_per_10min": slope,
+                   "ok": slope is None or slope <= RSS_TARGET_MB_PER_10MIN})
+    return rows
+
+  def latency_rows(self, warmup: float) -> list[dict]:
+    rows = []
+    for daemon, samples in self.latency.items():
+      vals = [(t, ms) for t, ms in samples if t >= warmup]
+      third = len(vals) // 3
+      first, last = [ms for _, ms in vals[:third]], [ms for _, ms in vals[-third:]] if third else []
+      row = {"daemon": daemon, "outputs": len(samples)}
+      if third >= 10:
+        p = {k: float(np.percentile(v, q)) for k, v, q in
+             (("p50_first", first, 50), ("p99_first", first, 99), ("p50_last", last, 50), ("p99_last", last, 99))}
+        row.update(p, p99_drift=(p["p99_last"] - p["p99_first"]) / p["p99_first"])
+        row["ok"] = row["p99_drift"] <= P99_DRIFT_TARGET
+      else:
+        row.update(p99_drift=None, ok=True)
+      out, cam = OUTPUTS[daemon]
+      # frames announced after warm-up and more than 2 s before the end (their outputs had time to come)
+      frames = {k for k, t in self.camera[cam].items() if warmup <= t <= self.t() - 2.0}
+      row["camera_frames"] = len(frames)
+      row["dropped_frames"] = len(frames - self.outputs[daemon])
+      rows.append(row)
+    return rows
+
+  def report(self, leftovers: list[str], exit_code: int | None) -> dict:
+    warmup = self.args.warmup
+    restarts = {n: r for n, (_, _, r) in self.procs.items()}
+    unexpected = {n: r - self.expected_restarts[n] for n, r in restarts.items() if r > self.expected_restarts[n]}
+    lost = {s: sock.dropped for s, sock in self.socks.items() if sock.dropped}
+    rss = self.rss_rows(warmup)
+    lat = self.latency_rows(warmup)
+    ok = (all(r["ok"] for r in rss) and all(r["ok"] for r in lat) and not unexpected and not lost
+          and not self.malformed and not leftovers)
+    return {"minutes": self.args.minutes, "elapsed_s": self.t(), "warmup_s": warmup, "rss": rss, "latency": lat,
+            "restarts": restarts, "expected_restarts": dict(self.expected_restarts), "unexpected_restarts": unexpected,
+            "lost_messages": lost, "malformed": dict(self.malformed),
+            "slow_subscriber": {"reads": self.slow_reads, "dropped": self.slow.dropped},
+            "road_models": [{"t": t, "model": m, "fallback": f} for t, m, f in self.road_models],
+            "leftovers": leftovers, "manager_exit": exit_code, "events": self.events, "ok": ok}
+
+
+def fmt(v, spec=".2f", none="-"):
+  return none if v is None else format(v, spec)
+
+
+def print_table(r: dict) -> None:
+  print(f"\nsoak summary: {r['elapsed_s'] / 60:.1f} min, warm-up {r['warmup_s']:.0f} s, manager exit {r['manager_exit']}")
+  print(f"  {'process':<18} {'inst':>4} {'rss start':>9} {'rss end':>8} {'fit s':>6} {'MB/10min':>9} {'restarts':>8} "
+        f"{'expected':>8}  verdict")
+  for row in r["rss"]:
+    n = row["process"]
+    print(f"  {n:<18} {row['instances']:>4} {fmt(row['rss_start_mb'], '.1f'):>9} {fmt(row['rss_end_mb'], '.1f'):>8} "
+          f"{row['fit_s']:>6.0f} {fmt(row['growth_mb_per_10min'], '+.2f'):>9} {r['restarts'].get(n, 0):>8} "
+          f"{r['expected_restarts'].get(n, 0):>8}  {'ok' if row['ok'] else 'FAIL (> %.1f MB/10min)' % RSS_TARGET_MB_PER_10MIN}")
+  print(f"  {'daemon':<18} {'outputs':>7} {'cam frames':>10} {'dropped':>7} {'p50 first':>9} {'p50 last':>8} "
+        f"{'p99 first':>9} {'p99 last':>8} {'p99 drift':>9}  verdict")
+  for row in r["latency"]:
+    print(f"  {row['daemon']:<18} {row['outputs']:>7} {row['camera_frames']:>10} {row['dropped_frames']:>7} "
+          f"{fmt(row.get('p50_first'), '.1f'):>9} {fmt(row.get('p50_last'), '.1f'):>8} {fmt(row.get('p99_first'), '.1f'):>9} "
+          f"{fmt(row.get('p99_last'), '.1f'):>8} {fmt(row['p99_drift'], '+.1%'):>9}  "
+          f"{'ok' if row['ok'] else 'FAIL (> %d%%)' % (100 * P99_DRIFT_TARGET)}")
+  print(f"  unexpected restarts: {r['unexpected_restarts'] or 'none'}; lost messages: {r['lost_messages'] or 'none'}; "
+        f"malformed: {r['malformed'] or 'none'}")
+  print(f"  slow subscriber: {r['slow_subscriber']['reads']} reads, {r['slow_subscriber']['dropped']} dropped (expected)")
+  print(f"  road model: " + "; ".join(f"{m['t']:.0f}s {m['model']}" + (f" ({m['fallback']})" if m['fallback'] else "")
+                                    for m in r["road_models"]))
+  print(f"  leftovers after exit: {r['leftovers'] or 'none'}")
+  print(f"  RESULT: {'PASS' if r['ok'] else 'FAIL'}")
+
+
+def main(argv=None) -> int:
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--minutes", type=float, default=10.0, help="soak length (default 10)")
+  ap.add_argument("--fault-every", type=float, default=60.0, help="seconds between injected faults (default 60)")
+  ap.add_argument("--warmup", type=float, default=60.0, help="seconds excluded from RSS and latency drift")
+  ap.add_argument("--usb-fault-index", type=int, default=0, help=f"which USB fault to inject: {USB_FAULTS}")
+  ap.add_argument("--json", help="write the report as JSON here")
+  args = ap.parse_args(argv)
+  if args.minutes <= 0 or args.fault_every <= 0 or args.warmup < 0:
+    ap.error("--minutes and --fault-every must be > 0, --warmup >= 0")
+
+  with Namespace() as ns:
+    log = open(os.path.join(os.environ.get("TMPDIR", "/tmp"), f"soak_manager_{ns.prefix}.log"), "w")
+    print(f"soak: {args.minutes:g} min in namespace {ns.prefix}; manager log {log.name}", flush=True)
+    manager = subprocess.Popen([sys.executable, "-m", "selfdrive_stub.manager", "--usb-gpu", "--no-view",
+                                "--status-every", "30"], cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT)
+    soak = Soak(args)
+    end = soak.start + args.minutes * 60
+    next_fault, next_rss, next_progress, k = soak.start + args.fault_every, soak.start, soak.start + 10, 0
+    exit_code = None
+    try:
+      while time.monotonic() < end and manager.poll() is None:
+        soak.poll()
+        now = time.monotonic()
+        if now >= next_rss:
+          soak.sample_rss()
+          next_rss += 2.0
+        if now >= next_fault:
+          soak.inject(k)
+          k += 1
+          next_fault += args.fault_every
+        if now >= next_progress:
+          lat = {d: np.percentile([ms for _, ms in v[-100:]], 50) for d, v in soak.latency.items() if v}
+          up = sum(1 for _, running, _ in soak.procs.values() if running)
+          rm = soak.road_models[-1][1] if soak.road_models else "?"
+          print(f"[{soak.t():6.1f}s] procs up {up}/{len(soak.procs)}; restarts "
+                f"{sum(r for _, _, r in soak.procs.values())}; p50 " +
+                " ".join(f"{d}={v:.1f}ms" for d, v in lat.items()) + f"; road={rm}; outputs " +
+                " ".join(f"{d}={len(v)}" for d, v in soak.latency.items()), flush=True)
+          next_progress += 10
+        time.sleep(0.01)
+    finally:
+      pids = [pid for pid, _, _ in soak.procs.values() if pid > 0]
+      if manager.poll() is None:
+        manager.send_signal(signal.SIGINT)
+      try:
+        exit_code = manager.wait(60)
+      except subprocess.TimeoutExpired:
+        manager.kill()
+        exit_code = manager.wait()
+      log.close()
+    time.sleep(1.0)
+    leftovers = [f"pid {p} still alive" for p in pids if rss_mb(p) is not None]
+    leftovers += [f"{p} not empty" for p in (ns.shm_dir, ns.runtime_dir) if os.path.exists(p) and os.listdir(p)]
+    report = soak.report(leftovers, exit_code)
+  print_table(report)
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump(report, f, indent=1)
+  return 0 if report["ok"] else 1
+
+
+if __name__ == "__main__":
+  sys.exit(main())
