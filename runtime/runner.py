@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from . import blas
+from . import artifact, blas
 from .cache import DEFAULT_CACHE, CompileCache
 from .device import Device
 from .buffer import LinkedMemory
@@ -32,13 +32,34 @@ class OnnxRunner:
         self.path = os.fspath(path) if isinstance(path, (str, os.PathLike)) else None
         self.model_hash = model_digest(proto.SerializeToString())
         graph = import_onnx(proto, input_shapes)
-        self.device = Device[device or Device.DEFAULT]
-        self.threads = blas.default_threads() if threads is None else threads  # BLAS threads while running
+        dev = Device[device or Device.DEFAULT]
         self.cache = cache or DEFAULT_CACHE
-        self.program, self.program_key = self.cache.get(graph, config, self.device.name, self.model_hash)
+        program, key = self.cache.get(graph, config, dev.name, self.model_hash)
+        self._setup(program, key, dev, threads)
         self.cache_source = self.cache.stats.last
+
+    def _setup(self, program, key, device, threads):
+        self.program, self.program_key, self.device = program, key, device
+        self.threads = blas.default_threads() if threads is None else threads  # BLAS threads while running
         self._link()
         self.last_timings: dict[str, float] = {}
+
+    def save(self, path: str) -> None:
+        """Write the compiled program as a versioned, pickle-free artifact (see runtime.artifact)."""
+        artifact.save(self.program, path, model_hash=self.model_hash, program_key=self.program_key)
+
+    @classmethod
+    def load(cls, path: str, device: str | None = None, *, model=None, threads: int | None = None) -> "OnnxRunner":
+        """Run a saved artifact without compiling. With `model` (path or bytes), the artifact must have been
+        built from exactly that model; any mismatch of model, device target or version raises ArtifactError."""
+        dev = Device[device or Device.DEFAULT]
+        expect = model_digest(load_model_proto(model).SerializeToString()) if model is not None else None
+        program = artifact.load(path, model_hash=expect, device=dev.name)
+        self = cls.__new__(cls)
+        header = artifact.read_header(path)
+        self.path, self.model_hash, self.cache, self.cache_source = None, header["model_hash"], None, "artifact"
+        self._setup(program, header.get("program_key", ""), dev, threads)
+        return self
 
     def _link(self):
         mem = LinkedMemory(self.device)

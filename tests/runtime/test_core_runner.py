@@ -91,3 +91,37 @@ def test_two_runners_share_the_compiled_program_but_not_memory():
     assert r1.program is r2.program and r2.cache_source == "memory"
     assert not np.shares_memory(r1.linked.arena, r2.linked.arena)
     np.testing.assert_array_equal(r1(x=x)["prob"], r2(x=x)["prob"])
+
+
+def test_runs_on_simulated_usb_amd_device_bit_identical_with_stage_timings(monkeypatch):
+    from runtime.device import Device, DeviceTimeout
+    monkeypatch.setenv("PYMODELD_USB_AMD", "1")
+    model, x = small_cnn(np.random.default_rng(5))
+    try:
+        amd = OnnxRunner(model, device="USB+AMD")
+        cpu = OnnxRunner(model, device="CPU")
+        out = amd(x=x)
+        np.testing.assert_array_equal(out["prob"], cpu(x=x)["prob"])
+        t = amd.last_timings
+        assert t["upload_s"] > 0 and t["compute_s"] > 0 and t["readback_s"] > 0
+        # a hung device surfaces as a typed timeout at the readback (the synchronisation point)
+        amd.device.wait_timeout_ms = 300
+        amd.device.inject_fault("hang")
+        with pytest.raises(DeviceTimeout):
+            amd(x=x)
+    finally:
+        Device.close("USB+AMD")
+
+
+def test_save_and_load_artifact_checks_the_model(tmp_path):
+    from runtime import ArtifactError
+    model, x = small_cnn(np.random.default_rng(6))
+    r = OnnxRunner(model)
+    path = str(tmp_path / "cnn.pmart")
+    r.save(path)
+    loaded = OnnxRunner.load(path, model=model)
+    assert loaded.cache_source == "artifact" and loaded.metadata == r.metadata
+    np.testing.assert_array_equal(loaded(x=x)["prob"], r(x=x)["prob"])
+    other, _ = small_cnn(np.random.default_rng(7))
+    with pytest.raises(ArtifactError, match="model_hash"):
+        OnnxRunner.load(path, model=other)
