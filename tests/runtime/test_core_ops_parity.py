@@ -212,3 +212,52 @@ def test_every_registered_op_has_a_parity_case():
     covered = {p.values[0] for p in CASES} | {"Constant"}  # Constant: covered in test_core_passes
     missing = sorted(set(supported_ops()) - covered)
     assert not missing, f"ops without a parity test: {missing}"
+
+
+def _random_window_attrs(rng, nd, with_dil=True):
+    k = [int(rng.integers(1, 4)) for _ in range(nd)]
+    attrs = {"kernel_shape": k, "strides": [int(rng.integers(1, 3)) for _ in range(nd)]}
+    if with_dil:
+        attrs["dilations"] = [int(rng.integers(1, 3)) for _ in range(nd)]
+    if rng.random() < 0.3:
+        attrs["auto_pad"] = str(rng.choice(["SAME_UPPER", "SAME_LOWER", "VALID"]))
+        if attrs["auto_pad"] != "VALID":  # onnxruntime rejects SAME with dilation or stride > kernel
+            attrs.pop("dilations", None)
+            attrs["strides"] = [min(s, kk) for s, kk in zip(attrs["strides"], k)]
+    else:
+        attrs["pads"] = [int(rng.integers(0, kk)) for kk in k] * 2 if rng.random() < 0.5 else \
+            [int(rng.integers(0, kk)) for kk in k + k]
+    return attrs
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_conv_configurations(seed):
+    rng = np.random.default_rng(100 + seed)
+    nd = int(rng.choice([1, 2, 2, 3]))
+    G = int(rng.choice([1, 1, 2, 3]))
+    Cg, Mg = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    attrs = _random_window_attrs(rng, nd)
+    attrs["group"] = G
+    k = attrs.pop("kernel_shape")
+    x = rng.standard_normal((int(rng.integers(1, 3)), G * Cg) + tuple(int(rng.integers(5, 10)) for _ in range(nd)))
+    consts = {"w": rng.standard_normal((G * Mg, Cg) + tuple(k)).astype(np.float32)}
+    if rng.random() < 0.5:
+        consts["b"] = rng.standard_normal(G * Mg).astype(np.float32)
+    inputs = {"x": x.astype(np.float32)}
+    model = tiny_model("Conv", inputs, attrs, consts=consts)
+    np.testing.assert_allclose(OnnxRunner(model)(**inputs)["y0"], ort_run(model, inputs)[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_pool_configurations(seed):
+    rng = np.random.default_rng(200 + seed)
+    nd = int(rng.choice([1, 2, 2, 3]))
+    op = str(rng.choice(["MaxPool", "AveragePool"]))
+    attrs = _random_window_attrs(rng, nd, with_dil=op == "MaxPool")
+    if "auto_pad" not in attrs and rng.random() < 0.5:
+        attrs["ceil_mode"] = 1
+    if op == "AveragePool":
+        attrs["count_include_pad"] = int(rng.integers(0, 2))
+    x = rng.standard_normal((1, 3) + tuple(int(rng.integers(6, 10)) for _ in range(nd))).astype(np.float32)
+    model = tiny_model(op, {"x": x}, attrs)
+    np.testing.assert_allclose(OnnxRunner(model)(x=x)["y0"], ort_run(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
