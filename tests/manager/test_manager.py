@@ -19,7 +19,7 @@ def _opts(*argv):
 
 
 def test_killed_process_is_restarted(run_manager, assert_nothing_left):
-  code, out, report = run_manager("--duration", "10", "--inject", "kill:car@3",
+  code, out, report = run_manager("--duration", "8", "--inject", "kill:car@3",
                                   "--block", "modeld,dmonitoringmodeld")
   car = report["processes"]["car"]
   assert car["injected_exits"] == 1 and car["restarts"] == 1 and car["crashes"] == 0, out

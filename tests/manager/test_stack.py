@@ -52,7 +52,7 @@ def test_route_playback_with_png(run_manager, assert_nothing_left, tmp_path):
   if not os.path.exists(os.path.join(route, "header.json")):
     pytest.skip("no sample mici route in this tree")
   png = tmp_path / "view.png"
-  code, out, report = run_manager("--duration", "10", "--route", route, "--png", str(png), "--rate-tolerance", "0.5",
+  code, out, report = run_manager("--duration", "8", "--route", route, "--png", str(png), "--rate-tolerance", "0.5",
                                   "--block", "modeld,dmonitoringmodeld,dmonitoringd,selfdrived")
   assert code == 0, out
   assert "camera mici" in out                       # the camera config comes from the route
