@@ -26,6 +26,7 @@ from daemons.common.road_warp import OUT_SHAPE, RoadWarp
 from daemons.common.transforms import CalibrationError, check_calibration, get_warp_matrix
 from daemons.modeld.action import Action, get_action_from_model
 from daemons.modeld.constants import DESIRE_LEN, DT_MDL, LAT_SMOOTH_SECONDS, LONG_SMOOTH_SECONDS
+from daemons.modeld.desire import DesireHelper, DriverInputs
 from daemons.modeld.fill import FrameInfo, fill_driving_model_data, fill_model_msg, fill_pose_msg, fill_timings
 from daemons.modeld.model_state import ModelState
 
@@ -66,7 +67,11 @@ class CarInputs:
   lat_delay: float = DEFAULT_LAT_DELAY
   long_actuator_delay: float = DEFAULT_LONG_ACTUATOR_DELAY
   is_rhd: bool = False
-  desire: int = 0
+  left_blinker: bool = False
+  right_blinker: bool = False
+  steering_pressed: bool = False
+  steering_torque: float = 0.0
+  lat_active: bool = False           # carControl.latActive
   camera_state_frame_id: int = 0
   calibration: list | None = None    # extrinsicsCalibration.rpyCalib; None until received
   calibration_stale: bool = False
@@ -97,6 +102,7 @@ class Modeld:
     self.send_raw_pred = send_raw_pred_enabled() if send_raw_pred is None else send_raw_pred
     self.clock = clock
     self.prev_action = Action()
+    self.desire_helper = DesireHelper()
     self.last_frame_id: int | None = None
     self.frames_dropped_filtered = 0.0
     self.run_count = 0
@@ -191,8 +197,7 @@ class Modeld:
     traffic = np.zeros(2, np.float32)
     traffic[int(car.is_rhd)] = 1.0
     desire = np.zeros(DESIRE_LEN, np.float32)
-    if 0 <= car.desire < DESIRE_LEN:
-      desire[car.desire] = 1.0
+    desire[self.desire_helper.desire] = 1.0      # decided on the previous frame, as in the reference
     lat_action_t = car.lat_delay + LAT_SMOOTH_SECONDS + DT_MDL + DT_MDL / 2
     long_action_t = car.long_actuator_delay + LONG_SMOOTH_SECONDS + DT_MDL + DT_MDL / 2
     action_t = np.array([lat_action_t, long_action_t], np.float32)
@@ -232,6 +237,10 @@ class Modeld:
       self.prev_action = action
       m = fill_model_msg(mv2, outs, action, model.publish_state, frame, exec_s, model.name, self.fallback_reason,
                          timings, raw if self.send_raw_pred else None)
+      dh = self.desire_helper
+      dh.update(DriverInputs(car.v_ego, car.left_blinker, car.right_blinker, car.steering_pressed, car.steering_torque,
+                             car.lat_active), float(outs["desire_state"][0, 3] + outs["desire_state"][0, 4]))
+      m.meta.laneChangeState, m.meta.laneChangeDirection = dh.state, dh.direction
       fill_driving_model_data(dmd, m)
       fill_pose_msg(odo, outs, frame, timings)
     else:

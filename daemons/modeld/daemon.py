@@ -92,8 +92,12 @@ def car_inputs(sm) -> CarInputs:
       invalid = "calStatus invalid"
     elif not sm.valid["extrinsicsCalibration"]:
       invalid = f"message invalid ({sm.invalid_reason('extrinsicsCalibration') or 'no reason'})"
+  cs = sm["carState"]
   return CarInputs(
-    v_ego=max(sm["carState"].vEgo, 0.0),
+    v_ego=max(cs.vEgo, 0.0),
+    left_blinker=cs.leftBlinker, right_blinker=cs.rightBlinker,
+    steering_pressed=cs.steeringPressed, steering_torque=cs.steeringTorque,
+    lat_active=sm["carControl"].latActive,
     lat_delay=sm["lateralDelay"].lateralDelay if sm.seen["lateralDelay"] else CarInputs.lat_delay,
     is_rhd=sm["driverMonitoringState"].isRHD,
     camera_state_frame_id=sm["narrowRoadCameraState"].frameId,

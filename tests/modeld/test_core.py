@@ -208,3 +208,19 @@ def test_car_inputs_from_the_bus():
   bad.extrinsicsCalibration.calStatus = "calibrated"
   sm.update_msgs(now[0], [bad.as_reader()])
   assert car_inputs(sm).calibration_invalid == "message invalid (too few inputs)"
+
+
+def test_lane_change_state_reaches_the_messages_and_the_next_desire(small_runner):
+  md, frame = make(small_runner)
+  drive = dict(v_ego=25.0, calibration=CALIB, lat_active=True)
+  i = warm(md, frame)
+  step(md, frame, i, CarInputs(**drive))
+  step(md, frame, i + 1, CarInputs(left_blinker=True, **drive))
+  step(md, frame, i + 2, CarInputs(left_blinker=True, **drive))
+  r = step(md, frame, i + 3, CarInputs(left_blinker=True, steering_pressed=True, steering_torque=1.0, **drive))
+  mv2, dmd = r.events[0][1].modelV2, r.events[1][1].drivingModelData
+  assert (str(mv2.meta.laneChangeState), str(mv2.meta.laneChangeDirection)) == ("laneChangeStarting", "left")
+  assert str(dmd.meta.laneChangeState) == "laneChangeStarting"
+  assert md.desire_helper.desire == 3          # laneChangeLeft goes into the next frame's desire pulse
+  step(md, frame, i + 4, CarInputs(left_blinker=True, **drive))
+  assert md.small.history.prev_desire[3] == 1
