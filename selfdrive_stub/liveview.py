@@ -17,6 +17,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 RATE_WINDOW_S = 5.0
+MAX_CHANGES = 1000   # state / model changes kept per run (a flapping state must not grow memory forever)
 LATENCY_SAMPLES = 200
 # daemon -> service that carries its per-frame stageTimings and timestamps
 MODEL_OUTPUTS = {"modeld": "modelV2", "dmonitoringmodeld": "driverStateV2"}
@@ -50,6 +51,7 @@ class ServiceMonitor:
     self.stage_ms = {d: deque(maxlen=LATENCY_SAMPLES) for d in MODEL_OUTPUTS}        # sum of stageTimings
     self.window_start: float | None = None
     self.road_models: list[tuple[float, str, str]] = []   # (time, modelName, fallbackReason) at each change
+    self.selfdrive_states: list[tuple[float, str]] = []     # (time, selfdriveState.state) at each change
 
   def update(self) -> None:
     now = self.clock()
@@ -71,6 +73,11 @@ class ServiceMonitor:
           st.window_valid += ok
         if name in VIEW_SERVICES:
           st.latest = evt
+        if name == "selfdriveState":
+          state = str(evt.selfdriveState.state)
+          changed = not self.selfdrive_states or self.selfdrive_states[-1][1] != state
+          if changed and len(self.selfdrive_states) < MAX_CHANGES:
+            self.selfdrive_states.append((now, state))
         self._record_latency(name, evt)
       while st.arrivals and st.arrivals[0] < now - RATE_WINDOW_S:
         st.arrivals.popleft()
@@ -87,7 +94,7 @@ class ServiceMonitor:
       self.stage_ms[daemon].append(t.uploadMs + t.warpMs + t.modelMs + t.readbackMs + t.parseMs)
       if name == "modelV2":
         current = (body.modelName, body.fallbackReason)
-        if not self.road_models or self.road_models[-1][1:] != current:
+        if (not self.road_models or self.road_models[-1][1:] != current) and len(self.road_models) < MAX_CHANGES:
           self.road_models.append((self.clock(), *current))
 
   def start_window(self) -> None:

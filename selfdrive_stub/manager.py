@@ -33,6 +33,7 @@ from selfdrive_stub.process import ManagedProcess, ProcessConfig
 READY_TIMEOUT_S = 30.0
 LOOP_DT = 0.1
 WARMUP_AFTER_READY_S = 2.0
+SUMMARY_CHANGES = 8           # selfdrive state changes listed in the text summary
 GENERATED_PREFIX = "manager"   # namespaces the manager names itself: manager<pid>_<hex>
 
 
@@ -265,6 +266,11 @@ class Manager:
                      f"valid {'-' if share is None else f'{100 * share:.0f}%'}")
     for t, name, why in self.monitor.road_models:
       lines.append(f"  road model at {t - self.started:5.1f} s: {name or '?'}" + (f" (fallback: {why})" if why else ""))
+    changes = self.monitor.selfdrive_states
+    for t, state in changes[:SUMMARY_CHANGES]:
+      lines.append(f"  selfdrive at {t - self.started:5.1f} s: {state}")
+    if len(changes) > SUMMARY_CHANGES:
+      lines.append(f"  ... {len(changes) - SUMMARY_CHANGES} more selfdrive state changes (see --summary-json)")
     if missing:
       lines.append(f"  not started (module missing): {', '.join(missing)}")
     if never_ready:
@@ -278,6 +284,7 @@ class Manager:
       "services": {name: {"hz": self.monitor.window_rate(name), "expected_hz": st.expected_hz, "count": st.total,
                           "valid_share": self.monitor.valid_share(name, window=True)}
                    for name, st in self.monitor.stats.items()},
+      "selfdrive_states": [{"t": t - self.started, "state": state} for t, state in self.monitor.selfdrive_states],
       "road_models": [{"t": t - self.started, "model": name, "fallback_reason": why} for t, name, why in self.monitor.road_models],
       "events": self.events,
     }

@@ -42,6 +42,7 @@ def test_monitor_counts_rates_validity_and_latency():
   assert sorted(set(mon.latency_ms["modeld"])) == [12.0] and sorted(set(mon.stage_ms["modeld"])) == [9.0]
   assert mon.latest("modelV2").modelV2.frameId == 39
   assert [(name, why) for _, name, why in mon.road_models] == [("small", "")]   # one entry per change only
+  assert [state for _, state in mon.selfdrive_states] == ["enabled"]
 
   procs = [ManagedProcess(ProcessConfig("modeld", "daemons.modeld"))]
   screen = render_screen(procs, mon, CpuMeter(), "header")
