@@ -16,7 +16,6 @@ from .cache import DEFAULT_CACHE, CompileCache
 from .device import Device
 from .buffer import LinkedMemory
 from .errors import InputError
-from .graph import Spec
 from .onnx_import import import_onnx, load_model_proto
 from .program import link
 

@@ -80,10 +80,10 @@ def broadcast_shape(*shapes, what: str = "broadcast") -> tuple[int, ...]:
 
 
 def copy_kernel(op: str, src_of: Callable, out: Spec, flops: int = 0) -> Kernel:
-    """Kernel whose result is `src_of(ins)` (a numpy view/expression) copied into the output."""
+    """Kernel copying `src_of(ins)` into the output. `src_of` runs once, at bind time, so it must return a
+    *view* of the bound inputs (a computed array would freeze the first call's values)."""
     def bind(ins, outs, scratch):
         o = outs[0]
         src = src_of(ins)
         return lambda: np.copyto(o, src)
-    # views of bound arrays are recomputed only once: src_of must return a view, not a copy
     return Kernel(op, [out], bind, flops=flops)

@@ -54,8 +54,6 @@ def _act(op: str, attrs: dict):
             np.multiply(s, a, out=t)
             (np.maximum if a <= 1 else np.minimum)(s, t, out=d)
         return leaky, True
-    if op == "PRelu":
-        raise AssertionError("PRelu is binary")
     if op == "Sigmoid":
         def sigmoid(s, d, t):
             np.negative(s, out=d)

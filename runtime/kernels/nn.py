@@ -279,7 +279,6 @@ def conv_transpose(op, attrs, specs, consts):
     elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         target = [s * st for s, st in zip(S, strides)]
         total = [f + op_ - t for f, op_, t in zip(full, outpad, target)]
-        pb = [t - t // 2 if auto_pad == "SAME_UPPER" else t // 2 for t in total]
         pb = [t // 2 if auto_pad == "SAME_UPPER" else t - t // 2 for t in total]
         pe = [t - b for t, b in zip(total, pb)]
     else:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ModelError, UnsupportedOpError
-from ..graph import Spec, dtype_from_onnx
+from ..graph import Spec
 from .base import Kernel, broadcast_shape, copy_kernel, need_const, norm_axis, numel, opt, register
 
 VIEW_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"}
@@ -225,8 +225,7 @@ def slice_op(op, attrs, specs, consts):
             s = 0 if st > 0 else None
         index[a] = slice(s, e, st)
     index = tuple(index)
-    shape = np.empty(x.shape, np.bool_)[index].shape if numel(x.shape) < 1 << 20 else \
-        np.lib.stride_tricks.as_strided(np.zeros(1, np.bool_), x.shape, [0] * rank)[index].shape
+    shape = tuple(len(range(*sl.indices(d))) for sl, d in zip(index, x.shape))
     return copy_kernel(op, lambda ins: ins[0][index], Spec(tuple(shape), x.dtype))
 
 
