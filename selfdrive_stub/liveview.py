@@ -38,6 +38,12 @@ class ServiceStats:
   latest: object = None
 
 
+def _note_change(changes: list, t: float, *value) -> None:
+  """Append (t, *value) if value differs from the last entry (and the list is not full)."""
+  if (not changes or tuple(changes[-1][1:]) != value) and len(changes) < MAX_CHANGES:
+    changes.append((t, *value))
+
+
 class ServiceMonitor:
   """Counts, validity and the latest message of every service; model latency per daemon."""
 
@@ -60,27 +66,27 @@ class ServiceMonitor:
       for raw in self._messaging.drain_sock_raw(sock):
         try:
           evt = self._messaging.log_from_bytes(raw, service=name)
-        except Exception:
+        except self._messaging.MessageDecodeError:
           st.malformed += 1
           continue
-        st.total += 1
-        st.arrivals.append(now)
-        st.last_recv = now
-        ok = bool(evt.valid)
-        st.valid += ok
-        if self.window_start is not None:
-          st.window_count += 1
-          st.window_valid += ok
-        if name in VIEW_SERVICES:
-          st.latest = evt
-        if name == "selfdriveState":
-          state = str(evt.selfdriveState.state)
-          changed = not self.selfdrive_states or self.selfdrive_states[-1][1] != state
-          if changed and len(self.selfdrive_states) < MAX_CHANGES:
-            self.selfdrive_states.append((now, state))
-        self._record_latency(name, evt)
+        self._record(name, st, evt, now)
       while st.arrivals and st.arrivals[0] < now - RATE_WINDOW_S:
         st.arrivals.popleft()
+
+  def _record(self, name: str, st: ServiceStats, evt, now: float) -> None:
+    st.total += 1
+    st.arrivals.append(now)
+    st.last_recv = now
+    ok = bool(evt.valid)
+    st.valid += ok
+    if self.window_start is not None:
+      st.window_count += 1
+      st.window_valid += ok
+    if name in VIEW_SERVICES:
+      st.latest = evt
+    if name == "selfdriveState":
+      _note_change(self.selfdrive_states, now, str(evt.selfdriveState.state))
+    self._record_latency(name, evt)
 
   def _record_latency(self, name: str, evt) -> None:
     for daemon, service in MODEL_OUTPUTS.items():
@@ -93,9 +99,7 @@ class ServiceMonitor:
       t = body.stageTimings
       self.stage_ms[daemon].append(t.uploadMs + t.warpMs + t.modelMs + t.readbackMs + t.parseMs)
       if name == "modelV2":
-        current = (body.modelName, body.fallbackReason)
-        if (not self.road_models or self.road_models[-1][1:] != current) and len(self.road_models) < MAX_CHANGES:
-          self.road_models.append((self.clock(), *current))
+        _note_change(self.road_models, self.clock(), body.modelName, body.fallbackReason)
 
   def start_window(self) -> None:
     self.window_start = self.clock()

@@ -33,8 +33,10 @@ def test_monitor_counts_rates_validity_and_latency():
   s.selfdriveState.state = "enabled"
   s.selfdriveState.events = ["modeldLagging"]
   pm.send("selfdriveState", s)
+  pm.send("modelV2", b"\x00" * 8 + b"garbage!")                  # malformed: counted, skipped
   clock.t += 2.0
   mon.update()
+  assert mon.stats["modelV2"].malformed == 1
 
   assert mon.stats["modelV2"].total == 40 and mon.stats["driverStateV2"].total == 40
   assert mon.valid_share("modelV2") == 0.75 and mon.valid_share("driverStateV2") == 1.0
