@@ -49,9 +49,16 @@ def test_bad_model_files_stop_the_daemon_at_startup_and_the_manager_shows_it(tmp
   procs = [ProcessConfig("camerad", "selfdrive_stub.camerad", args=lambda o: ["--camera", "tici"])]
   procs += [ProcessConfig(name, "daemons.dmonitoringmodeld", args=lambda o, p=path: ["--model", p], after=("camerad",))
             for name, (path, _) in bad.items()]
-  opts = manager_mod.parse_args(["--duration", "9", "--no-view", "--status-every", "100"])
+  opts = manager_mod.parse_args(["--duration", "150", "--no-view", "--status-every", "100"])
   out = io.StringIO()
-  m = manager_mod.Manager(opts, processes=procs, out=out)
+
+  class UntilEachCrashed(manager_mod.Manager):
+    """Ends the run a few seconds after every bad daemon has crashed once (not on a fixed clock)."""
+    def note(self, text, elapsed):
+      super().note(text, elapsed)
+      if all(self.by_name[n].crashes >= 1 for n in bad) and self.opts.duration > elapsed + 3.0:
+        self.opts.duration = elapsed + 3.0
+  m = UntilEachCrashed(opts, processes=procs, out=out)
   code = m.run()
   text = out.getvalue()
   child_output = capfd.readouterr().err
