@@ -129,9 +129,9 @@ class Soak:
         if s == "modelV2" and (not self.road_models or self.road_models[-1][1:] != (msg.modelName, msg.fallbackReason)):
           self.road_models.append((now, msg.modelName, msg.fallbackReason))
 
-  def sample_rss(self) -> None:
+  def sample_rss(self, manager_pid: int) -> None:
     now = self.t()
-    for name, (pid, running, _) in self.procs.items():
+    for name, (pid, running, _) in [*self.procs.items(), ("manager", (manager_pid, True, 0))]:
       if running and pid > 0:
         mb = rss_mb(pid)
         if mb is not None:
@@ -269,7 +269,7 @@ def main(argv=None) -> int:
         soak.poll()
         now = time.monotonic()
         if now >= next_rss:
-          soak.sample_rss()
+          soak.sample_rss(manager.pid)
           next_rss += 2.0
         if now >= next_fault:
           soak.inject(k)
