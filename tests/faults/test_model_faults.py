@@ -166,3 +166,44 @@ def test_model_output_nan_is_invalid_and_consumers_treat_it_as_unavailable(tmp_p
     stack.stop_all()
     rec.close()
     usb_amd.unplug()
+
+
+@pytest.mark.timeout(300)
+def test_model_output_inf_is_invalid_and_consumers_treat_it_as_unavailable(tmp_path):
+  """A DM model whose first head's bias is +Inf (a broken model file, on the CPU): every driverStateV2 is
+  valid=False naming the head, dmonitoringd reports the cause, selfdrived raises driverMonitoringUnavailable."""
+  import onnx
+  from onnx import numpy_helper
+  from daemons.dmonitoringmodeld.model_state import MODEL_PATH
+  model = onnx.load(MODEL_PATH)
+  head_bias = next(i for i in model.graph.initializer if i.name == "b108")   # bias of the face heads' Gemm
+  values = numpy_helper.to_array(head_bias).copy()
+  values[0] = np.inf
+  head_bias.CopyFrom(numpy_helper.from_array(values, "b108"))
+  path = str(tmp_path / "inf_model.onnx")
+  onnx.save(model, path)
+
+  stack = Stack(str(tmp_path))
+  rec = Recorder(["driverStateV2", "driverMonitoringState", "selfdriveState"])
+  sim = {"SIMULATION": "1"}
+  try:
+    stack.start("camerad", "selfdrive_stub.camerad", "--camera", "tici")
+    stack.start("car", "selfdrive_stub.car", "--cal-seconds", "0.5")
+    stack.start("dmonitoringmodeld", "daemons.dmonitoringmodeld", "--model", path)
+    stack.start("dmonitoringd", "selfdrive_stub.dmonitoringd", env=sim)
+    stack.start("selfdrived", "selfdrive_stub.selfdrived", env=sim)
+    rec.wait(lambda r: len(r["driverStateV2"]) >= 5
+             and any("non-finite" in m.invalidReason for m in r["driverMonitoringState"])
+             and any("driverMonitoringUnavailable" in list(m.selfdriveState.events) for m in r["selfdriveState"]),
+             what=lambda: f"Inf to reach the consumers:\n{stack.log('dmonitoringmodeld')[-2000:]}")
+    for name in stack.procs:
+      assert stack.alive(name), (name, stack.log(name)[-3000:])
+    ds = rec["driverStateV2"]
+    assert all(not m.valid and "non-finite model output in ['face_descs_lhd']" in m.invalidReason for m in ds), \
+      [m.invalidReason for m in ds]
+    assert not any(m.valid for m in rec["driverMonitoringState"])
+    sds = [m.selfdriveState for m in rec["selfdriveState"]]
+    assert all(s.state != "enabled" for s in sds)
+  finally:
+    stack.stop_all()
+    rec.close()
