@@ -23,7 +23,7 @@ import setproctitle
 from cereal import messaging
 from daemons.common.cameras import config_for_frame
 from daemons.modeld.core import CarInputs, Frame, Modeld
-from daemons.modeld.model_state import MODEL_PATHS, ModelState
+from daemons.modeld.model_state import ModelState, model_path
 from daemons.modeld.runner import runtime_runner, warmup
 from visionipc import VisionIpcClient, VisionStreamType, available_streams
 
@@ -63,8 +63,8 @@ class BigModelLoader:
 def big_model_available(wait_timeout_ms: int) -> tuple[bool, str]:
   """Whether to try the big model: its file exists and the USB+AMD device opens. Sets the wait timeout."""
   from runtime.device import Device, DeviceError
-  if not os.path.isfile(MODEL_PATHS["big"]):
-    return False, "big model file missing"
+  if not os.path.isfile(model_path("big")):
+    return False, f"big model file missing: {model_path('big')}"
   try:
     dev = Device[BIG_DEVICE]
   except DeviceError as e:

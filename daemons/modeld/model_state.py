@@ -29,6 +29,10 @@ MODEL_PATHS = {"small": os.path.join(MODELS_DIR, "driving_small.onnx"),
 MODEL_PATH_ENV = {"small": "PYMODELD_ROAD_MODEL_SMALL", "big": "PYMODELD_ROAD_MODEL_BIG"}
 
 
+def model_path(name: str) -> str:
+  return os.environ.get(MODEL_PATH_ENV[name]) or MODEL_PATHS[name]
+
+
 class ModelOutputError(RuntimeError):
   """The model's output cannot be used (wrong size, non-finite values)."""
 
@@ -53,7 +57,7 @@ class ModelState:
 
   @classmethod
   def load(cls, name: str, runner_factory: Callable[[str], Runner], path: str | None = None) -> "ModelState":
-    path = path or os.environ.get(MODEL_PATH_ENV[name]) or MODEL_PATHS[name]
+    path = path or model_path(name)
     metadata = load_metadata(path, required=REQUIRED_HEADS)
     return cls(name, runner_factory(path), metadata)
 

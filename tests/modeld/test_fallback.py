@@ -129,3 +129,10 @@ def test_big_model_availability_and_loader(usb_amd):
   usb_amd_sim.unplug()
   ok, why = big_model_available(3000)
   assert not ok and why.startswith("USB+AMD unavailable: ") and "not present" in why
+
+
+def test_missing_big_model_file_means_small_only(usb_amd, monkeypatch, tmp_path):
+  from daemons.modeld.daemon import big_model_available
+  monkeypatch.setenv("PYMODELD_ROAD_MODEL_BIG", str(tmp_path / "absent.onnx"))
+  ok, why = big_model_available(3000)
+  assert not ok and why == f"big model file missing: {tmp_path / 'absent.onnx'}"
