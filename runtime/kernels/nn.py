@@ -430,6 +430,9 @@ def pool(op, attrs, specs, consts):
         cnt = windows(mask, K, out_sp, strides, dil, ()).sum(axis=tuple(range(len(K))))
         recip = (1.0 / cnt).astype(x.dtype)
     out_spec = Spec((N, C) + tuple(out_sp), x.dtype)
+    if not padded and list(strides) == K and all(d == 1 for d in dil) and all(k == 1 for k in K[:-1]) \
+            and out_sp[-1] * K[-1] == S[-1]:
+        return _row_pool(op, is_max, x, K[-1], out_spec)
     scratch = [Spec((C,) + pad_shape, x.dtype)] if padded else []
 
     def bind(ins, outs, scr):
@@ -455,6 +458,24 @@ def pool(op, attrs, specs, consts):
         return run
     outs = [out_spec]
     return Kernel(op, outs, bind, scratch, flops=numel(out_spec.shape) * KK)
+
+
+def _row_pool(op, is_max, x, k, out_spec):
+    """Non-overlapping windows along the last axis only (kernel (1, ..., 1, k), stride = kernel): the per-tap
+    loop would have an inner loop of one element, so view the input as rows of k and reduce across them."""
+    def bind(ins, outs, scr):
+        rows, o = ins[0].reshape(-1, k), outs[0].reshape(-1)
+        if is_max:
+            cols = [rows[:, i] for i in range(k)]
+
+            def run():
+                np.copyto(o, cols[0])
+                for c in cols[1:]:
+                    np.maximum(o, c, out=o)
+            return run
+        w = np.full(k, 1.0 / k, x.dtype)
+        return lambda: np.matmul(rows, w, out=o)  # one BLAS gemv
+    return Kernel(op, [out_spec], bind, flops=numel(x.shape))
 
 
 @register("GlobalAveragePool", "GlobalMaxPool")

@@ -261,3 +261,11 @@ def test_random_pool_configurations(seed):
     x = rng.standard_normal((1, 3) + tuple(int(rng.integers(6, 10)) for _ in range(nd))).astype(np.float32)
     model = tiny_model(op, {"x": x}, attrs)
     np.testing.assert_allclose(OnnxRunner(model)(x=x)["y0"], ort_run(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op,k", [("AveragePool", [1, 8]), ("AveragePool", [2, 2]), ("MaxPool", [1, 4]),
+                                  ("MaxPool", [3, 2]), ("AveragePool", [8, 1])])
+def test_non_overlapping_pools(op, k):
+    x = f32(2, 3, 24, 16)
+    model = tiny_model(op, {"x": x}, {"kernel_shape": k, "strides": k})
+    np.testing.assert_allclose(OnnxRunner(model)(x=x)["y0"], ort_run(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
