@@ -1,6 +1,4 @@
 """Fault rows on the bus: a slow subscriber; malformed, truncated and oversize messages on a service."""
-import os
-import signal
 import time
 
 import numpy as np
