@@ -10,8 +10,7 @@ from daemons.common.metadata import load_metadata
 from daemons.modeld.constants import OUTPUT_SIZE, REQUIRED_HEADS
 from daemons.modeld.models import generate
 from daemons.modeld.parse import parse_outputs
-
-ort = pytest.importorskip("onnxruntime")
+from runtime import OnnxRunner
 
 CONTRACT = {"img": ((1, 12, 128, 256), onnx.TensorProto.UINT8), "big_img": ((1, 12, 128, 256), onnx.TensorProto.UINT8),
             "features_buffer": ((1, 24, 512), onnx.TensorProto.FLOAT), "desire_pulse": ((1, 25, 8), onnx.TensorProto.FLOAT),
@@ -66,7 +65,7 @@ def test_big_model_costs_about_twice_the_small():
 
 @pytest.mark.parametrize("name", ["small", "big"])
 def test_outputs_are_plausible_and_depend_on_the_images(name):
-  sess = ort.InferenceSession(PATHS[name])
+  model = OnnxRunner(PATHS[name], device="CPU")
   meta = load_metadata(PATHS[name], required=REQUIRED_HEADS)
   rng = np.random.default_rng(5)
   feeds = {"img": rng.integers(0, 256, (1, 12, 128, 256), dtype=np.uint8),
@@ -74,7 +73,7 @@ def test_outputs_are_plausible_and_depend_on_the_images(name):
            "features_buffer": rng.uniform(-1, 1, (1, 24, 512)).astype(np.float32),
            "desire_pulse": np.zeros((1, 25, 8), np.float32), "traffic_convention": np.array([[1, 0]], np.float32),
            "action_t": np.array([[0.25, 0.4]], np.float32)}
-  raw = sess.run(None, feeds)[0]
+  raw = model(**feeds)["outputs"]
   out = parse_outputs(meta.slice_outputs(raw))
   plan = out["plan"][0]
   assert 10 < plan[-1, 0] < 200 and 5 < plan[0, 3] < 30          # forward at a plausible speed
@@ -84,7 +83,7 @@ def test_outputs_are_plausible_and_depend_on_the_images(name):
     assert 0.001 < out[key].min() and out[key].max() < 0.999, key   # not saturated
   assert np.all(np.abs(out["hidden_state"]) < 1)
   feeds["img"] = np.full_like(feeds["img"], 128)
-  assert not np.allclose(sess.run(None, feeds)[0], raw)
+  assert not np.allclose(model(**feeds)["outputs"], raw)
 
 
 def test_bad_slices_are_refused_at_load(tmp_path):
