@@ -213,8 +213,7 @@ class Modeld:
       else:
         self._switch_to_small(e)
         model = self.small
-        t0 = self.clock()
-        try:
+        try:   # modelExecutionTime keeps counting: this frame's model time includes the failed attempt
           outs, raw, timings = model.run(self._img, self._big_img, desire, traffic, action_t)
         except Exception as e2:
           error = f"small model failed: {type(e2).__name__}: {e2}"
