@@ -28,6 +28,7 @@ def usb_amd():
   Device.close("USB+AMD")
   yield Device["USB+AMD"]
   Device.close("USB+AMD")
+  usb_amd_sim.plug()          # also clears the in-process "disconnected" mark a disconnect fault leaves behind
   usb_amd_sim.unplug()
 
 
