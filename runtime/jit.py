@@ -116,6 +116,7 @@ class CapturedJit:
     def __init__(self, program: Program, held: dict, signature: tuple, fingerprint: tuple, rebuild,
                  out_names: list[str], assigned_inputs: dict[str, str], reuse_outputs: bool):
         self.program, self.signature, self.fingerprint = program, signature, fingerprint
+        self.held = held
         self.linked = link(program, held=held)
         self.rebuild, self.out_names, self.reuse = rebuild, out_names, reuse_outputs
         self.assigned_inputs = assigned_inputs  # input name -> graph value holding its final content
@@ -124,8 +125,14 @@ class CapturedJit:
     def kernel_count(self) -> int:
         return len(self.program.steps)
 
+    def free_intermediates(self) -> None:
+        """Drop the arena and staging buffers (held state is untouched); the next replay relinks. Idempotent.
+        With reuse_outputs, Tensors returned earlier keep the old arena alive until they are dropped."""
+        self.linked = None
+
     def __call__(self, tensors: dict[str, Tensor]):
-        tensors = {n: t for n, t in tensors.items()}
+        if self.linked is None:
+            self.linked = link(self.program, held=self.held)
         for name, t in tensors.items():
             np.copyto(self.linked.inputs[name], t._node.array)
         self.linked.run()

@@ -282,3 +282,22 @@ def test_jit_zero_never_captures(monkeypatch):
         a = rand(2)
         np.testing.assert_allclose(f(a).numpy(), a.numpy() + 1)
     assert len(calls) == 4 and f.captured is None
+
+
+def test_free_intermediates_is_idempotent_keeps_state_and_replay_works():
+    state = Tensor(np.zeros(2, np.float32))
+
+    @TinyJit
+    def f(x):
+        state.assign(state + x).realize()
+        return (x * 2).exp()
+
+    for _ in range(3):
+        f(Tensor(np.ones(2, np.float32)))
+    arena = f.captured.linked.arena
+    f.captured.free_intermediates()
+    f.captured.free_intermediates()
+    out = f(Tensor(np.zeros(2, np.float32)))
+    np.testing.assert_allclose(out.numpy(), 1.0)
+    assert f.captured.linked.arena is not arena  # relinked with a fresh arena
+    np.testing.assert_allclose(state.numpy(), 3.0)  # state survived the free
