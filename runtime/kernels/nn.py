@@ -168,15 +168,21 @@ def conv(op, attrs, specs, consts):
     if strategy == "depthwise":
         acc = Spec(tuple(out_sp) + (C,) if channels_last else (C,) + tuple(out_sp), dt)
         scratch += [acc, acc] if channels_last else [acc]  # (accumulator,) temporary
-    elif strategy == "im2col":
-        scratch.append(Spec((O, KK * C) if channels_last else (G, Cg * KK, O), dt))
+    # im2col folds the bias into the matmul: a row of ones in the columns, the bias as an extra weight column
+    bias_in_mm = strategy == "im2col" and bias is not None
+    extra = 1 if bias_in_mm else 0
+    if strategy == "im2col":
+        scratch.append(Spec((O, KK * C + extra) if channels_last else (G, Cg * KK + extra, O), dt))
     if strategy == "depthwise":
         taps_w = W.reshape(C, KK).T  # (KK, C)
         Wk = np.ascontiguousarray(taps_w if channels_last else taps_w.reshape((KK, C) + (1,) * nd))
     elif channels_last:
-        Wk = np.ascontiguousarray(np.moveaxis(W, 1, -1).reshape(M, KK * C))
+        Wk = np.moveaxis(W, 1, -1).reshape(M, KK * C)
     else:
-        Wk = np.ascontiguousarray(W.reshape(G, Mg, Cg * KK))
+        Wk = W.reshape(G, Mg, Cg * KK)
+    if bias_in_mm:
+        Wk = np.concatenate([Wk, bias.reshape(Wk.shape[:-1] + (1,))], axis=-1)
+    Wk = np.ascontiguousarray(Wk)
     tap_index = list(np.ndindex(*K))
 
     def bind(ins, outs, scr):
@@ -209,24 +215,30 @@ def conv(op, attrs, specs, consts):
                 calls.append(_depthwise(taps, Wk, on, work))
             elif channels_last:
                 win = channels_last_windows(P, K, out_sp, strides, dil)
-                colv = work.reshape(tuple(out_sp) + tuple(K) + (C,))
+                colv = work[:, :KK * C].reshape(tuple(out_sp) + tuple(K) + (C,))
+                ones = work[:, KK * C] if extra else None
 
-                def im2col_cl(win=win, colv=colv, col=work, c=on.reshape(M, O)):
+                def im2col_cl(win=win, colv=colv, ones=ones, col=work, c=on.reshape(M, O)):
                     np.copyto(colv, win)
+                    if ones is not None:
+                        ones.fill(1)  # scratch is shared between steps: refill every call
                     np.matmul(Wk, col.T, out=c)
                 calls.append(im2col_cl)
             else:
-                win = windows(P, K, out_sp, strides, dil, (C,))
-                colv = work.reshape((C,) + tuple(K) + tuple(out_sp))
+                win = windows(P, K, out_sp, strides, dil, (C,)).reshape((G, Cg) + tuple(K) + tuple(out_sp))
+                colv = work[:, :Cg * KK].reshape((G, Cg) + tuple(K) + tuple(out_sp))
+                ones = work[:, Cg * KK] if extra else None
 
-                def im2col_cf(win=win, colv=colv, col=work, c=on.reshape(G, Mg, O)):
+                def im2col_cf(win=win, colv=colv, ones=ones, col=work, c=on.reshape(G, Mg, O)):
                     np.copyto(colv, win)
+                    if ones is not None:
+                        ones.fill(1)
                     if G == 1:
                         np.matmul(Wk[0], col[0], out=c[0])
                     else:
                         np.matmul(Wk, col, out=c)
                 calls.append(im2col_cf)
-        if bias is not None:
+        if bias is not None and not bias_in_mm:
             calls.append(lambda: np.add(o, bias, out=o))
 
         def run():
