@@ -57,6 +57,8 @@ def write_base_route(path: str, device: str, seconds: float, seed: int, frame_le
   from cereal.messaging import new_message
   from selfdrive_stub.car import CarStub, DriveModel
   from visionipc.nv12 import padded_nv12_layout
+  if not seconds >= FRAME_NS / 1e9:
+    raise ValueError(f"seconds={seconds!r}: a route needs at least one frame ({FRAME_NS / 1e9} s)")
   n_frames = int(round(seconds * 1e9 / FRAME_NS))
   n_ticks = int(round(seconds * 1e9 / TICK_NS))
   stub = CarStub(DriveModel(seed), device)

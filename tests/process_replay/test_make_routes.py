@@ -2,6 +2,8 @@
 import collections
 import os
 
+import pytest
+
 from process_replay.make_routes import FRAME_NS, TICK_NS, make_route, write_base_route
 from process_replay.route import Route
 from visionipc.nv12 import padded_nv12_layout
@@ -40,3 +42,9 @@ def test_make_route_merges_the_daemon_outputs(tmp_path):
     assert outputs == states == list(range(10))
     assert [e.logMonoTime for e in events] == sorted(e.logMonoTime for e in events)
     assert route.frames("cabin").geometry.width == 1344
+
+
+def test_too_short_a_route_is_refused(tmp_path):
+  with pytest.raises(ValueError, match="seconds=0.01"):
+    write_base_route(str(tmp_path / "r"), "tici", 0.01, seed=0)
+  assert not (tmp_path / "r").exists()
