@@ -156,8 +156,13 @@ def conv(op, attrs, specs, consts):
         strategy = "pointwise"
     elif Cg == 1 and Mg == 1 and G > 1:
         strategy = "depthwise"
+    elif G == 1 and nd == 2 and all(s == 1 for s in strides) and (3 * M <= 2 * C or (M <= C and O >= 2500)):
+        # fewer output than input channels (or large images): per-tap GEMMs move less memory than im2col
+        strategy = "shifted"
     else:
         strategy = "im2col"
+    if strategy == "shifted":
+        return _shifted_conv(op, x, W, bias, K, out_sp, pb, need_end, dil)
     channels_last = strategy != "pointwise" and (G == 1 or strategy == "depthwise") and \
         C * (K[-1] if strategy == "im2col" else 1) >= out_sp[-1]
     scratch = []
@@ -246,6 +251,46 @@ def conv(op, attrs, specs, consts):
                 c()
         return run
     return Kernel(op, [Spec((N, M) + tuple(out_sp), dt)], bind, scratch, flops=2 * N * M * O * Cg * KK)
+
+
+def _shifted_conv(op, x, W, bias, K, out_sp, pb, need_end, dil):
+    """Stride-1 2-D conv as a sum of one GEMM per kernel tap, without im2col.
+
+    In the zero-padded input P (C, Hp + 1, Wp) flattened per channel, tap (kh, kw) of output (i, j) reads
+    flat index (i + kh*dh) * Wp + j + kw*dw: for every output row computed over the full padded width, a
+    tap is one contiguous column range of P. The Wp - OW extra columns per row are junk (they may read the
+    spare row) and are dropped by the final copy, which also adds the bias."""
+    N, C, H, Wd = x.shape
+    M = W.shape[0]
+    OH, OW = out_sp
+    Hp, Wp = H + pb[0] + need_end[0], Wd + pb[1] + need_end[1]
+    L = OH * Wp
+    offsets = [kh * dil[0] * Wp + kw * dil[1] for kh in range(K[0]) for kw in range(K[1])]
+    Wt = np.ascontiguousarray(W.transpose(2, 3, 0, 1).reshape(len(offsets), M, C))
+    dt = x.dtype
+    scratch = [Spec((C, Hp + 1, Wp), dt), Spec((M, L), dt), Spec((M, L), dt)]
+
+    def bind(ins, outs, scr):
+        xa, o = ins[0], outs[0]
+        P, acc, tmp = scr
+        pad = PaddedCopy(P, pb, (H, Wd), 0)
+        flat = P.reshape(C, -1)
+        taps = [flat[:, off:off + L] for off in offsets]
+        valid = acc.reshape(M, OH, Wp)[:, :, :OW]
+
+        def run():
+            for n in range(N):
+                pad(xa[n])
+                np.matmul(Wt[0], taps[0], out=acc)
+                for wt, a in zip(Wt[1:], taps[1:]):
+                    np.matmul(wt, a, out=tmp)
+                    np.add(acc, tmp, out=acc)
+                if bias is None:
+                    np.copyto(o[n], valid)
+                else:
+                    np.add(valid, bias, out=o[n])
+        return run
+    return Kernel(op, [Spec((N, M, OH, OW), dt)], bind, scratch, flops=2 * N * M * OH * OW * C * len(offsets))
 
 
 def _depthwise(taps, w, dst, tmp, final=None):
