@@ -20,13 +20,29 @@ from .graph import Graph
 from .program import CODEGEN_DEFAULTS, Program, lower
 
 
+def _source_digest() -> str:
+    """Digest of this package's source, so a kernel or lowering change misses (a stale disk entry once linked
+    a conv whose im2col scratch had grown by a row)."""
+    h = hashlib.sha256()
+    root = os.path.dirname(os.path.abspath(__file__))
+    for dirpath, dirs, files in os.walk(root):
+        dirs.sort()
+        for f in sorted(f for f in files if f.endswith(".py")):
+            with open(os.path.join(dirpath, f), "rb") as fh:
+                h.update(os.path.relpath(os.path.join(dirpath, f), root).encode() + b"\0" + fh.read())
+    return h.hexdigest()[:16]
+
+
+SOURCE_DIGEST = _source_digest()
+
+
 def program_key(graph: Graph, config: dict, device: str) -> str:
     h = hashlib.sha256()
 
     def put(obj):
         h.update(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode())
         h.update(b"\0")
-    put(["runtime", artifact.RUNTIME_VERSION, device, config])
+    put(["runtime", artifact.RUNTIME_VERSION, SOURCE_DIGEST, device, config])
     put({n: [list(s.shape), s.dtype.str] for n, s in graph.inputs.items()})
     put(graph.outputs)
     for n in graph.nodes:
