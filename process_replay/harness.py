@@ -175,7 +175,10 @@ class ProcessRunner:
       camera, stream = VISION_STREAMS[service]
       if camera not in self.route.cameras:
         raise ReplayError(f"route {self.route.path} has no {camera!r} frames, which {self.cfg.name} needs")
-      reader = self.route.frames(camera)
+      try:
+        reader = self.route.frames(camera)
+      except (ValueError, OSError) as e:   # FrameFileError is a ValueError
+        raise ReplayError(f"route {self.route.path}: cannot open its {camera!r} frames ({e})") from e
       g = reader.geometry
       self._vipc.create_buffers_with_sizes(stream, VIPC_BUFFERS, g.width, g.height, g.size, g.stride, g.uv_offset)
       self._frames[service] = (stream, reader, {fid: i for i, fid in enumerate(reader.frame_ids())})
@@ -257,7 +260,7 @@ class ProcessRunner:
       if key != (msg.which, state.frameId):
         raise ReplayError(f"frame prefetch out of order: expected {(msg.which, state.frameId)}, got {key}")
       if isinstance(frame, Exception):
-        raise frame
+        raise ReplayError(f"{msg.which} frameId {state.frameId}: cannot read its frame ({frame})") from frame
     else:
       i = index.get(state.frameId)
       frame = reader.get(i) if i is not None else None

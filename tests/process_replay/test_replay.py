@@ -128,3 +128,17 @@ def test_modified_road_model_via_env_makes_modeld_replay_fail(tici_route, tmp_pa
   assert base.counts == modified.counts and base.counts["modelV2"] > 0
   fields = differing_fields(compare_logs(base.outputs, modified.outputs, cfg.ignore, cfg.tolerance))
   assert fields and all(f.split(".")[0] in cfg.subs for f in fields)
+
+
+def test_corrupt_frame_file_is_a_clear_error(tici_route_path, tmp_path):
+  import shutil
+  from process_replay.route import Route
+  copy = tmp_path / "tici"
+  shutil.copytree(tici_route_path, copy)
+  data = bytearray((copy / "dcamera.nv12z").read_bytes())
+  start = len(data) // 40                      # about frame 5 of 210: inside the replayed first second
+  data[start:start + 64] = b"\xa5" * 64
+  (copy / "dcamera.nv12z").write_bytes(bytes(data))
+  with Route(str(copy)) as route:
+    with pytest.raises(ReplayError, match=r"cabinCameraState frameId \d+: cannot read its frame"):
+      replay(DM, route, seconds=1.0)
