@@ -14,8 +14,11 @@ import argparse
 import os
 
 from process_replay.configs import CONFIGS
-from process_replay.references import REFS_DIR, current_commit, load_ref, write_commit
+from process_replay.references import REFS_DIR, current_commit, write_commit
 from process_replay.tasks import Progress, judge, resolve_routes, run_tasks, summary_table, write_report
+
+
+MAX_SUMMARY_LINES = 20   # per failing task on stdout; the report file has everything
 
 
 def main(argv=None) -> int:
@@ -49,18 +52,23 @@ def main(argv=None) -> int:
   print(table)
   write_report(args.report, outcomes, table)
   print(f"diff report: {args.report}")
+  from process_replay.compare import format_diff
   from process_replay.plot import plot_diffs
   for o in outcomes:
+    name = f"{o.result.route}/{o.result.proc}"
     if o.status == "FAIL":
-      ref = load_ref(args.refs_dir, o.result.route, o.result.proc)
+      lines = format_diff(o.diffs, name, examples=1).splitlines()
+      print("\n".join(lines[:MAX_SUMMARY_LINES] + (["  ... (all of it in the report)"] if len(lines) > MAX_SUMMARY_LINES else [])))
       png = os.path.join(args.plot_dir, f"process_replay_{o.result.route}_{o.result.proc}.png")
-      if plot_diffs(png, ref, o.result.outputs, o.diffs, f"{o.result.route} / {o.result.proc}"):
+      if plot_diffs(png, o.ref, o.result.outputs, o.diffs, f"{o.result.route} / {o.result.proc}"):
         print(f"plot of the largest differences: {png}")
-    if o.status != "PASS" and o.status != "UPDATED":
-      print(f"{o.result.route}/{o.result.proc}: {o.status} {o.detail.splitlines()[0] if o.detail else ''}")
+    elif o.status not in ("PASS", "UPDATED"):
+      print(f"{name}: {o.status}: {o.detail.splitlines()[0] if o.detail else ''}")
   failed = [o for o in outcomes if o.status not in ("PASS", "UPDATED")]
-  print(f"{len(outcomes) - len(failed)}/{len(outcomes)} passed" if not args.update_refs else
-        f"references written to {args.refs_dir}")
+  if args.update_refs:
+    print(f"{len(outcomes) - len(failed)}/{len(outcomes)} references written to {args.refs_dir}")
+  else:
+    print(f"{len(outcomes) - len(failed)}/{len(outcomes)} passed")
   return 1 if failed else 0
 
 

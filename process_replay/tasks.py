@@ -144,6 +144,7 @@ class Outcome:
   status: str              # PASS | FAIL | ERROR | NO REF | UPDATED
   diffs: list = field(default_factory=list)
   detail: str = ""
+  ref: list = field(default_factory=list)   # the reference compared against (cut to the replayed span)
 
 
 def judge(results: list[TaskResult], refs_dir: str, update: bool, extra_ignore=()) -> list[Outcome]:
@@ -165,7 +166,7 @@ def judge(results: list[TaskResult], refs_dir: str, update: bool, extra_ignore=(
       if r.end_ns:
         ref = truncate(ref, r.end_ns + int(cfg.processing_time * 1e9))
       diffs = compare_logs(ref, r.outputs, (*cfg.ignore, *extra_ignore), cfg.tolerance)
-      outcomes.append(Outcome(r, "FAIL" if diffs else "PASS", diffs))
+      outcomes.append(Outcome(r, "FAIL" if diffs else "PASS", diffs, ref=ref))
   return outcomes
 
 
