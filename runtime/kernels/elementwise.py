@@ -57,7 +57,8 @@ def _act(op: str, attrs: dict):
     if op == "Sigmoid":
         def sigmoid(s, d, t):
             np.negative(s, out=d)
-            np.exp(d, out=d)
+            with np.errstate(over="ignore"):  # exp overflow to inf gives the exact limit 0
+                np.exp(d, out=d)
             d += 1
             np.reciprocal(d, out=d)
         return sigmoid, False

@@ -125,3 +125,40 @@ def test_save_and_load_artifact_checks_the_model(tmp_path):
     other, _ = small_cnn(np.random.default_rng(7))
     with pytest.raises(ArtifactError, match="model_hash"):
         OnnxRunner.load(path, model=other)
+
+
+def test_replay_of_core_ops_allocates_nothing_sizeable():
+    """The linked program writes into preallocated memory: a replay allocates no tensor-sized temporaries.
+    (numpy's ufunc iterator may take fixed 8192-element buffers for broadcasting: bounded, size-independent.)"""
+    import tracemalloc
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((1, 3, 96, 96)).astype(np.float32)
+    consts = {"w1": rng.standard_normal((32, 3, 3, 3)).astype(np.float32), "b1": np.zeros(32, np.float32),
+              "w2": rng.standard_normal((32, 1, 3, 3)).astype(np.float32),
+              "w3": rng.standard_normal((16, 32, 1, 1)).astype(np.float32),
+              "fc": rng.standard_normal((16, 10)).astype(np.float32), "fcb": np.zeros(10, np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("LeakyRelu", ["c1"], ["r1"], alpha=0.1),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], group=32, pads=[1, 1, 1, 1]),
+             helper.make_node("Elu", ["c2"], ["e2"]),
+             helper.make_node("MaxPool", ["e2"], ["p2"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Conv", ["p2", "w3"], ["c3"]),
+             helper.make_node("Sigmoid", ["c3"], ["s3"]),
+             helper.make_node("GlobalAveragePool", ["s3"], ["g3"]),
+             helper.make_node("Flatten", ["g3"], ["f"]),
+             helper.make_node("Gemm", ["f", "fc", "fcb"], ["g"]),
+             helper.make_node("Softmax", ["g"], ["y0"], axis=1)]
+    r = OnnxRunner(node_model(nodes, {"x": x}, consts))
+    r(x=x)
+    assert r.program.specs["c1"].nbytes >= 1 << 20  # intermediates are megabytes: a copy would show
+    tracemalloc.start()
+    try:
+        r.linked.run()
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        for _ in range(3):
+            r.linked.run()
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert peak < 256 * 1024, f"replay allocated a {peak}-byte peak"
