@@ -60,7 +60,8 @@ class Program:
         return counts
 
     def build_kernels(self):
-        """(Re)build kernels from the declarative steps; deterministic given specs and consts."""
+        """(Re)build kernels from the declarative steps; deterministic given specs and consts. The scratch size
+        is recomputed from the kernels built now, never trusted from an older build."""
         self.kernels = []
         for nodes in self.steps:
             ks = []
@@ -69,6 +70,7 @@ class Program:
                 in_consts = [self.consts.get(i) if i else None for i in n.inputs]
                 ks.append(build_kernel(n.op, n.attrs, in_specs, in_consts, n.describe()))
             self.kernels.append(ks)
+        self.scratch_bytes = scratch_bytes(self.kernels)
 
 
 def _kernel_for(node: Node, specs, consts) -> Kernel:
@@ -177,10 +179,14 @@ def lower(graph: Graph, config: dict | None = None, device: str = "CPU") -> Prog
     sizes = {b: specs[b].nbytes for bufs in step_buffers for b in bufs}
     plan = plan_memory(step_buffers, sizes, {b: device for b in sizes}, external,  # arena keyed by the target
                        {storage[o] for o in graph.outputs})
-    scratch = max([max([sum(align(s.nbytes) for s in k.scratch_specs) for k in ks] + [0]) for ks in step_kernels]
-                  + [0])
+    scratch = scratch_bytes(step_kernels)
     return Program(dict(graph.inputs), list(graph.outputs), specs, consts, steps, storage, plan, scratch,
                    config, device, dict(graph.metadata), dict(held), step_kernels)
+
+
+def scratch_bytes(step_kernels: list[list[Kernel]]) -> int:
+    """Steps run one after another, so they share one scratch region sized for the hungriest kernel."""
+    return max([sum(align(s.nbytes) for s in k.scratch_specs) for ks in step_kernels for k in ks] + [0])
 
 
 def aligned_bytes(nbytes: int, alloc=None) -> np.ndarray:

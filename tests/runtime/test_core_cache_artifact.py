@@ -169,3 +169,24 @@ def test_linked_program_from_artifact_runs_without_recompiling_passes(tmp_path, 
     L.inputs["x"][...] = X
     L.run()
     np.testing.assert_array_equal(L.outputs["y0"], r(x=X)["y0"])
+
+
+def test_artifact_scratch_size_comes_from_the_kernels_built_at_load(tmp_path):
+    """An artifact written by an older build may record a smaller scratch region than today's kernels need."""
+    r = OnnxRunner(model_bytes(), cache=CompileCache(use_disk=False))
+    path = str(tmp_path / "m.pmart")
+    artifact.save(r.program, path, model_hash=r.model_hash)
+    with zipfile.ZipFile(path) as z:
+        members = {n: z.read(n) for n in z.namelist()}
+    header = json.loads(members["header.json"])
+    assert header["scratch_bytes"] > 0
+    header["scratch_bytes"] = 0
+    with zipfile.ZipFile(path, "w") as z:
+        for n, data in members.items():
+            z.writestr(n, json.dumps(header) if n == "header.json" else data)
+    p = artifact.load(path)
+    assert p.scratch_bytes == r.program.scratch_bytes
+    L = link(p)
+    L.inputs["x"][...] = X
+    L.run()
+    np.testing.assert_array_equal(L.outputs["y0"], r(x=X)["y0"])
