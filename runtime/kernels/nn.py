@@ -490,31 +490,39 @@ def pool(op, attrs, specs, consts):
     if not padded and list(strides) == K and all(d == 1 for d in dil) and all(k == 1 for k in K[:-1]) \
             and out_sp[-1] * K[-1] == S[-1]:
         return _row_pool(op, is_max, x, K[-1], out_spec)
-    scratch = [Spec((C,) + pad_shape, x.dtype)] if padded else []
+    # separable: reduce one spatial axis at a time (sum of k_d taps per axis instead of their product)
+    stage_shapes = [(C,) + tuple(out_sp[:d + 1]) + pad_shape[d + 1:] for d in range(len(K) - 1)]
+    scratch = ([Spec((C,) + pad_shape, x.dtype)] if padded else []) + [Spec(sh, x.dtype) for sh in stage_shapes]
 
     def bind(ins, outs, scr):
         xa, o = ins[0], outs[0]
         pad = PaddedCopy(scr[0], pb, S, fill) if padded else None
+        stages = scr[1:] if padded else scr
+        red = np.maximum if is_max else np.add
         per_n = []
         for n in range(N):
-            base = scr[0] if padded else xa[n]
-            win = windows(base, K, out_sp, strides, dil, (C,))
-            taps = [win[(slice(None),) + np.unravel_index(k, K)] for k in range(KK)]
-            per_n.append((n, taps, o[n]))
-        red = np.maximum if is_max else np.add
+            src = scr[0] if padded else xa[n]
+            plan = []
+            for d, (k, st, dl, od) in enumerate(zip(K, strides, dil, out_sp)):
+                dst = o[n] if d == len(K) - 1 else stages[d]
+                ax = 1 + d
+                taps = [src[(slice(None),) * ax + (slice(t * dl, t * dl + (od - 1) * st + 1, st),)] for t in range(k)]
+                plan.append((dst, taps))
+                src = dst
+            per_n.append((n, plan))
 
         def run():
-            for n, taps, on in per_n:
+            for n, plan in per_n:
                 if pad is not None:
                     pad(xa[n])
-                np.copyto(on, taps[0])
-                for t in taps[1:]:
-                    red(on, t, out=on)
+                for dst, taps in plan:
+                    np.copyto(dst, taps[0])
+                    for t in taps[1:]:
+                        red(dst, t, out=dst)
             if recip is not None:
                 np.multiply(o, recip, out=o)
         return run
-    outs = [out_spec]
-    return Kernel(op, outs, bind, scratch, flops=numel(out_spec.shape) * KK)
+    return Kernel(op, [out_spec], bind, scratch, flops=numel(out_spec.shape) * KK)
 
 
 def _row_pool(op, is_max, x, k, out_spec):
