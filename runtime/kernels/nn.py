@@ -156,8 +156,10 @@ def conv(op, attrs, specs, consts):
         strategy = "pointwise"
     elif Cg == 1 and Mg == 1 and G > 1:
         strategy = "depthwise"
-    elif G == 1 and nd == 2 and all(s == 1 for s in strides) and (3 * M <= 2 * C or (M <= C and O >= 2500)):
-        # fewer output than input channels (or large images): per-tap GEMMs move less memory than im2col
+    elif G == 1 and nd == 2 and all(s == 1 for s in strides) and C >= 16 and \
+            (3 * M <= 2 * C or (M <= C and O >= 2500)):
+        # fewer output than input channels (or large images): per-tap GEMMs move less memory than im2col;
+        # with few input channels each per-tap GEMM is too thin to pay off
         strategy = "shifted"
     else:
         strategy = "im2col"
