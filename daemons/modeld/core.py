@@ -254,7 +254,6 @@ class Modeld:
       b.frameDropPerc, b.modelExecutionTime = frame.frame_drop_ratio * 100, exec_s
       b.modelName, b.fallbackReason = model_name, self.fallback_reason
       fill_timings(b, timings)
-    mv2.modelV2.rawPredictions = b""
     o = odo.cameraOdometry
     o.frameId, o.timestampSof, o.timestampEof = frame.frame_id, frame.timestamp_sof, frame.timestamp_eof
     fill_timings(o, timings)

@@ -146,8 +146,8 @@ def fill_model_msg(event, outs: dict, action: Action, ps: PublishState, frame: F
   dp.brakePressProbs = _floats(meta[Meta.BRAKE_PRESS])
   md.hardBrakePredicted = update_hard_brake(ps, meta)
   m.confidence = update_confidence(ps, meta, frame.frame_id)
-  # always set (empty when off): a null Data pointer trips cereal's strict decoder
-  m.rawPredictions = b"" if raw_pred is None else np.asarray(raw_pred, dtype=np.float32).tobytes()
+  if raw_pred is not None:
+    m.rawPredictions = np.asarray(raw_pred, dtype=np.float32).tobytes()
   return m
 
 
