@@ -100,7 +100,9 @@ class Progress:
 
 def run_tasks(tasks, jobs: int = 1, ray_address: str | None = None, seconds: float | None = None,
               env: dict | None = None, progress: Progress | None = None) -> list[TaskResult]:
-  """Run (route_path, proc) tasks inline (jobs=1), in a process pool or on Ray; results in task order."""
+  """Run (route_path, proc) tasks inline (jobs=1), in a process pool or on Ray; results in task order.
+  The pool spawns its workers (no fork of a process holding sockets and threads), so a script that calls
+  this with jobs > 1 needs the usual `if __name__ == "__main__":` guard."""
   results: dict[int, TaskResult] = {}
 
   def done(i: int, r: TaskResult) -> None:
