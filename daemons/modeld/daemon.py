@@ -157,6 +157,7 @@ def main(argv=None) -> int:
   pm = messaging.PubMaster(["modelV2", "drivingModelData", "cameraOdometry"], process="modeld")
   sm = messaging.SubMaster(SUBSCRIPTIONS)
   buf_extra = None
+  last_status = ("", "")
   current_geometry = (_geometry(vipc_main), _geometry(vipc_extra) if vipc_extra is not None else None)
   while not stop.is_set():
     buf_main = vipc_main.recv(100)
@@ -185,4 +186,11 @@ def main(argv=None) -> int:
     result = modeld.step(_frame(buf_main), _frame(buf_extra) if vipc_extra is not None else None, car_inputs(sm))
     for service, msg in result.events:
       pm.send(service, msg)
+    # log changes of model state, not every frame
+    status = (modeld.fallback_reason, next((r for r in result.reasons if r.startswith("small model failed")), ""))
+    if status != last_status:
+      for old, new in zip(last_status, status):
+        if new and new != old:
+          print(f"modeld: frame {buf_main.frame_id}: {new}", flush=True)
+      last_status = status
   return 0

@@ -42,3 +42,4 @@ def test_big_model_then_injected_hang_falls_back_to_small():
   assert all(m.valid or warming_up(m) or LOAD_REASONS.search(m.invalidReason) for m in small[5:]), \
     [m.invalidReason for m in small[5:]]
   assert "big model loading on USB+AMD" in output and "big model loaded" in output
+  assert f"frame {small[0].modelV2.frameId}: big model failed: DeviceTimeout" in output
