@@ -92,7 +92,8 @@ def test_dropped_overwritten_and_unsynced_frames_are_invalid(small_runner):
   i = warm(md, frame, 12)
   r = step(md, frame, i + 3)          # frames i, i+1, i+2 never arrived
   assert not r.valid and "3 frames dropped before frame 15" in r.reasons
-  assert r.events[0][1].modelV2.frameDropPerc > 0
+  x = 3 * 0.05 / 10.05          # FirstOrderFilter(rc=10 s, dt=50 ms) after one update with 3 drops
+  assert r.events[0][1].modelV2.frameDropPerc == pytest.approx(100 * x / (1 + x), rel=1e-5)
   assert step(md, frame, i + 4).valid
   r = step(md, frame, i + 5, still_valid=lambda: False)
   assert r.reasons == ["frame overwritten while it was warped"]
@@ -224,3 +225,12 @@ def test_lane_change_state_reaches_the_messages_and_the_next_desire(small_runner
   assert md.desire_helper.desire == 3          # laneChangeLeft goes into the next frame's desire pulse
   step(md, frame, i + 4, CarInputs(left_blinker=True, **drive))
   assert md.small.history.prev_desire[3] == 1
+
+
+def test_drop_filter_warms_up_for_ten_frames(small_runner):
+  md, frame = make(small_runner)
+  step(md, frame, 0)
+  r = step(md, frame, 4)
+  assert "3 frames dropped before frame 4" in r.reasons
+  assert r.events[0][1].modelV2.frameDropPerc == 0.0        # the filter is held at 0 for the first 10 runs
+  assert not r.events[2][1].valid                            # cameraOdometry too
