@@ -29,7 +29,8 @@ def _load():
             continue
         for prefix, suffix in (("scipy_openblas_", "64_"), ("openblas_", ""), ("scipy_openblas_", ""),
                                ("openblas_", "64_")):
-            s, g = getattr(lib, f"{prefix}set_num_threads{suffix}", None), getattr(lib, f"{prefix}get_num_threads{suffix}", None)
+            s = getattr(lib, f"{prefix}set_num_threads{suffix}", None)
+            g = getattr(lib, f"{prefix}get_num_threads{suffix}", None)
             if s is not None and g is not None:
                 s.argtypes, g.restype = [ctypes.c_int], ctypes.c_int
                 _lib, _set, _get = lib, s, g

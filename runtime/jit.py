@@ -91,7 +91,8 @@ def _collect_outputs(ret):
     if isinstance(ret, (list, tuple)):
         for v in ret:
             if not isinstance(v, Tensor):
-                raise JitError(f"JIT return values must be Tensors (or a list/tuple/dict of them), got {type(v).__name__}")
+                raise JitError(f"JIT return values must be Tensors (or a list/tuple/dict of them), "
+                               f"got {type(v).__name__}")
         return list(ret), lambda vals, typ=type(ret): typ(vals)
     if isinstance(ret, dict):
         keys = list(ret)

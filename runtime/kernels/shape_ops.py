@@ -403,7 +403,8 @@ def resize(op, attrs, specs, consts):
     opset = int(attrs.get("_opset", 13))
     sizes = None
     if op == "Upsample":
-        scales = list(attrs["scales"]) if "scales" in attrs else [float(v) for v in need_const(consts, 1, "Upsample scales")]
+        scales = list(attrs["scales"]) if "scales" in attrs else \
+            [float(v) for v in need_const(consts, 1, "Upsample scales")]
         ctm = "asymmetric"
         nearest_mode = "floor"
     else:
