@@ -4,10 +4,11 @@ Models: the onnx package's light models (onnx/backend/test/data/light) and the d
 Both engines get the same random input; timings alternate between the engines so load changes on a shared
 machine hit both alike. Our time is a full OnnxRunner call (upload, program, readback).
 
-    python bench/runtime_vs_ort.py [--threads 2] [--iters 15] [--models squeezenet,resnet50]
+    python bench/runtime_vs_ort.py [--threads 1] [--iters 15] [--models squeezenet,resnet50]
 
---threads sets onnxruntime's intra-op threads and our BLAS threads alike (the runtime's default is 1: on a
-loaded 2-core machine a multi-threaded BLAS waits on descheduled workers at every call)."""
+--threads sets onnxruntime's intra-op threads and our BLAS threads alike. It defaults to 1, the runtime's own
+default (on a loaded 2-core machine a multi-threaded BLAS waits on descheduled workers at every call, and the
+daemons run with everything else on those cores); --threads 2 compares both engines at two threads."""
 import argparse
 import glob
 import os
@@ -16,7 +17,7 @@ import sys
 
 def parse():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--iters", type=int, default=15)
     ap.add_argument("--models", default="", help="comma-separated substrings of model names to run")
     return ap.parse_args()
