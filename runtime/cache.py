@@ -74,8 +74,9 @@ class CacheStats:
 class CompileCache:
     disk_dir: str | None = None
     use_disk: bool = True
-    programs: dict[str, Program] = field(default_factory=dict)
+    programs: dict[str, Program] = field(default_factory=dict)  # insertion order = least recently used first
     stats: CacheStats = field(default_factory=CacheStats)
+    max_programs: int = 8  # programs hold their (folded) weights: keep the in-process layer bounded
 
     def _disk_path(self, key: str) -> str:
         return os.path.join(self.disk_dir or default_cache_dir(), f"{key}.pmart")
@@ -87,6 +88,7 @@ class CompileCache:
         if key in self.programs:
             self.stats.memory_hits += 1
             self.stats.last = "memory"
+            self.programs[key] = self.programs.pop(key)  # most recently used moves to the end
             return self.programs[key], key
         self.stats.memory_misses += 1
         disk = self.use_disk and os.environ.get("PYMODELD_DISK_CACHE", "1") != "0" and not graph.held
@@ -112,6 +114,8 @@ class CompileCache:
                 except OSError:
                     pass  # a read-only or full cache dir must not stop the model from running
         self.programs[key] = program
+        while len(self.programs) > self.max_programs:
+            self.programs.pop(next(iter(self.programs)))
         return program, key
 
 

@@ -13,7 +13,6 @@ from runtime.cache import CompileCache
 
 from rt_helpers import ONNX_DATA, ort_run
 
-NO_DISK = CompileCache(use_disk=False)
 # models with 60-140 M weights (mostly fully connected): a second engine on them costs ~10 s each
 HEAVY = ("vgg19", "bvlc_alexnet", "zfnet512")
 
@@ -39,8 +38,8 @@ def _check(runner, inputs, expected, rtol, atol):
 
 
 def _load(path):
-    try:
-        return OnnxRunner(path, cache=NO_DISK)
+    try:  # a fresh in-memory cache per model: the light models' weights total over 1 GB
+        return OnnxRunner(path, cache=CompileCache(use_disk=False))
     except UnsupportedOpError as e:
         pytest.skip(f"unsupported: {e}")
 

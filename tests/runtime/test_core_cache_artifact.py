@@ -190,3 +190,15 @@ def test_artifact_scratch_size_comes_from_the_kernels_built_at_load(tmp_path):
     L.inputs["x"][...] = X
     L.run()
     np.testing.assert_array_equal(L.outputs["y0"], r(x=X)["y0"])
+
+
+def test_memory_layer_is_bounded_lru():
+    c = CompileCache(use_disk=False, max_programs=2)
+    a, b, d = model_bytes(1), model_bytes(2), model_bytes(3)
+    OnnxRunner(a, cache=c)
+    OnnxRunner(b, cache=c)
+    assert OnnxRunner(a, cache=c).cache_source == "memory"  # a is now the most recently used
+    OnnxRunner(d, cache=c)  # evicts b
+    assert len(c.programs) == 2
+    assert OnnxRunner(a, cache=c).cache_source == "memory"
+    assert OnnxRunner(b, cache=c).cache_source == "compile"
