@@ -10,6 +10,8 @@ For each mode, in a fresh bus namespace, reports:
 - dropped frames: camera frames with no modelV2, and the share of modelV2 marked invalid.
 The big mode waits until modeld reports modelName "big" before measuring; the device is a simulator
 (USB link latency/bandwidth modelled, kernels run on this CPU), so big/small ratios are the figure to read.
+Then, unless --no-interleaved, both models' runs alone, interleaved in this process on the same inputs (small
+on CPU, big on the simulated device), so their ratio is not skewed by load changing between the two modes.
 Target (DESIGN.md): small p50 <= 25 ms on 2 cores with everything running; < 1 % dropped frames.
 """
 import argparse
@@ -18,7 +20,10 @@ import subprocess
 import sys
 import time
 
-import numpy as np
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):   # as modeld itself: one BLAS thread (before numpy)
+  os.environ.setdefault(_var, "1")
+
+import numpy as np  # noqa: E402
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
@@ -134,12 +139,47 @@ def report(mode: str, res: dict) -> dict:
   return summary
 
 
+def interleaved(n: int) -> None:
+  """Model runs only (upload, compute, readback), small and big alternating, same inputs."""
+  from daemons.modeld.model_state import MODEL_PATHS
+  from daemons.modeld.runner import runtime_runner
+  from runtime import usb_amd
+  from runtime.device import Device
+  with Namespace():
+    usb_amd.plug()
+    try:
+      runners = {"small (CPU)": runtime_runner(MODEL_PATHS["small"], "CPU"),
+                 "big (USB+AMD sim)": runtime_runner(MODEL_PATHS["big"], "USB+AMD")}
+      rng = np.random.default_rng(0)
+      feeds = {"img": rng.integers(0, 256, (1, 12, 128, 256), dtype=np.uint8),
+               "big_img": rng.integers(0, 256, (1, 12, 128, 256), dtype=np.uint8),
+               "features_buffer": rng.uniform(-1, 1, (1, 24, 512)).astype(np.float32),
+               "desire_pulse": np.zeros((1, 25, 8), np.float32),
+               "traffic_convention": np.array([[1, 0]], np.float32), "action_t": np.array([[0.3, 0.5]], np.float32)}
+      times = {k: [] for k in runners}
+      for i in range(n + 5):
+        for name, run in runners.items():
+          t0 = time.perf_counter()
+          run(feeds)
+          if i >= 5:
+            times[name].append((time.perf_counter() - t0) * 1e3)
+    finally:
+      Device.close("USB+AMD")
+      usb_amd.unplug()
+  print(f"\nmodel runs alone, interleaved, {n} each:")
+  for name, ts in times.items():
+    print(f"  {name:<20} p50 {pct(ts, 50):7.2f} ms  p99 {pct(ts, 99):7.2f} ms")
+  small, big = (pct(ts, 50) for ts in times.values())
+  print(f"  big / small p50: {big / small:.2f}x")
+
+
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--duration", type=float, default=30.0, help="seconds to measure per mode (after warm-up)")
   ap.add_argument("--warmup", type=float, default=5.0, help="seconds ignored at the start of each mode")
   ap.add_argument("--camera", choices=["tici", "mici"], default="tici")
   ap.add_argument("--modes", default="small,big", help="comma-separated: small, big")
+  ap.add_argument("--interleaved", type=int, default=100, help="interleaved model-only runs per model (0: skip)")
   args = ap.parse_args(argv)
   summaries = {}
   for mode in [m.strip() for m in args.modes.split(",") if m.strip()]:
@@ -149,6 +189,8 @@ def main(argv=None):
   if summaries.get("small") and summaries.get("big"):
     print("\nbig / small (p50):", "  ".join(f"{k.replace('Ms', '')} {summaries['big'][k][0] / summaries['small'][k][0]:.2f}x"
                                             for k in ("e2e", "exec", "modelMs") if summaries["small"][k][0] > 0))
+  if args.interleaved > 0:
+    interleaved(args.interleaved)
   if summaries.get("small"):
     p50 = summaries["small"]["e2e"][0]
     print(f"small frame -> modelV2 p50 {p50:.2f} ms (target <= 25 ms): {'met' if p50 <= 25 else 'NOT met'}")
