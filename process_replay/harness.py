@@ -7,13 +7,15 @@ Invariants:
   messages (and the frames of camera states, over VisionIPC, with the logged frameId and timestamps), opens
   the gate once and waits until the process parks again. Everything it published in between is the step's
   output, stamped logMonoTime = trigger's logMonoTime + processing_time.
-- Frames are decoded ahead, in send order, on one background thread (zstd releases the GIL), so decoding
-  overlaps with the daemon's work instead of adding to every step.
+- Frames are decoded ahead, in send order, on one background thread (zstd releases the GIL), and the next
+  step's frames are copied into free VisionIPC buffers right after a gate opens (announced only at their own
+  step), so decoding and copying overlap with the daemon's work instead of adding to every step.
 - A process that exits, or does not park again within `cfg.timeout` s, is a ReplayError naming the process,
   the step and the tail of its output; the harness never waits without a deadline and always kills the child.
 """
 from __future__ import annotations
 
+import collections
 import os
 import queue
 import signal
@@ -25,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
+import numpy as np
 from cereal import log
 from cereal.messaging import PubMaster, log_from_bytes, sub_sock
 from msgq import EventTimeoutError, fake_event_handle, wait_for_one_event
@@ -96,11 +99,13 @@ class ReplayResult:
 
 
 class FramePrefetcher:
-  """Decodes the frames of camera-state messages in order on a background thread; next() hands them out."""
+  """Decodes the frames of camera-state messages in order on a background thread; next() hands them out
+  as (key, frame) and returns None once every job was handed out."""
 
   def __init__(self, jobs: list, depth: int = 6):
     self._queue: queue.Queue = queue.Queue(depth)
     self._stop = threading.Event()
+    self._done = False
     self._thread = threading.Thread(target=self._run, args=(jobs,), name="frame-prefetch", daemon=True)
     self._thread.start()
 
@@ -118,12 +123,22 @@ class FramePrefetcher:
           continue
       if self._stop.is_set():
         return
+    while not self._stop.is_set():
+      try:
+        self._queue.put(None, timeout=0.1)
+        return
+      except queue.Full:
+        continue
 
   def next(self, timeout: float):
+    if self._done:
+      return None
     try:
-      return self._queue.get(timeout=timeout)
+      item = self._queue.get(timeout=timeout)
     except queue.Empty:
       raise ReplayError(f"frame decoding produced nothing within {timeout:g} s") from None
+    self._done = item is None
+    return item
 
   def close(self) -> None:
     self._stop.set()
@@ -142,6 +157,7 @@ class ProcessRunner:
     self._subs: dict = {}
     self._frames: dict = {}
     self._prefetch: FramePrefetcher | None = None
+    self._staged: collections.deque = collections.deque()   # (key, frame, filled VisionBuf) not yet announced
 
   # ---- lifecycle
 
@@ -198,6 +214,7 @@ class ProcessRunner:
     if self._prefetch is not None:
       self._prefetch.close()
       self._prefetch = None
+    self._staged.clear()
     if self.proc is not None and self.proc.poll() is None:
       os.killpg(self.proc.pid, signal.SIGKILL)
     if self.proc is not None:
@@ -252,11 +269,29 @@ class ProcessRunner:
         raise ReplayError(f"{self.cfg.name} hung: no gated receive on {self.cfg.main_pub!r} within {timeout:g} s "
                           f"{when}; its last output:\n{self.output_tail()}")
 
+  def _stage_next(self) -> bool:
+    """Copy the next decoded frame into the next buffer of its stream; it is announced by _send_frame at its
+    own step. False when no frame is left. At most one step ahead, so a buffer the daemon may still read
+    (the current frame of each stream) is never refilled."""
+    item = self._prefetch.next(self.cfg.timeout)
+    if item is None:
+      return False
+    key, frame = item
+    buf = None
+    if frame is not None and not isinstance(frame, Exception):
+      buf = self._vipc.get_buffer(self._frames[key[0]][0])
+      np.frombuffer(buf.data, np.uint8)[:] = np.frombuffer(frame.data, np.uint8)
+    self._staged.append((key, frame, buf))
+    return True
+
   def _send_frame(self, msg: LogMessage) -> None:
     stream, reader, index = self._frames[msg.which]
     state = getattr(log_from_bytes(msg.data), msg.which)
+    buf = None
     if self._prefetch is not None:
-      key, frame = self._prefetch.next(self.cfg.timeout)
+      if not self._staged and not self._stage_next():
+        raise ReplayError(f"{msg.which} frameId {state.frameId}: no decoded frame left for it")
+      key, frame, buf = self._staged.popleft()
       if key != (msg.which, state.frameId):
         raise ReplayError(f"frame prefetch out of order: expected {(msg.which, state.frameId)}, got {key}")
       if isinstance(frame, Exception):
@@ -267,7 +302,10 @@ class ProcessRunner:
     if frame is None:
       raise ReplayError(f"{msg.which} frameId {state.frameId} has no frame in the route's "
                         f"{VISION_STREAMS[msg.which][0]} frame file")
-    self._vipc.send(stream, frame.data, state.frameId, state.timestampSof, state.timestampEof)
+    if buf is not None:
+      self._vipc.send_buffer(buf, state.frameId, state.timestampSof, state.timestampEof)
+    else:
+      self._vipc.send(stream, frame.data, state.frameId, state.timestampSof, state.timestampEof)
 
   def step(self, queue: list[LogMessage]) -> list[bytes]:
     """Deliver `queue` (the last message is the trigger), open the gate once, return the stamped outputs."""
@@ -278,6 +316,10 @@ class ProcessRunner:
     called, ready = self._handle.recv_called_event, self._handle.recv_ready_event
     called.clear()
     ready.set()
+    if self._prefetch is not None:   # the daemon works on this step now: fill the next step's buffers meanwhile
+      for _ in range(len(self._frames) - len(self._staged)):
+        if not self._stage_next():
+          break
     trigger = queue[-1]
     self.steps += 1
     self._wait_parked(f"at step {self.steps} ({trigger.which} at logMonoTime {trigger.log_mono_time})",
