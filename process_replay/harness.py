@@ -148,8 +148,10 @@ class FramePrefetcher:
 class ProcessRunner:
   """One daemon under replay: start(), step(queue) -> outputs, stop(). Use as a context manager."""
 
-  def __init__(self, cfg: ProcessConfig, route: Route, extra_args=(), env: dict | None = None):
-    self.cfg, self.route = cfg, route
+  def __init__(self, cfg: ProcessConfig, route: Route, extra_args=(), env: dict | None = None,
+               messages: list[LogMessage] | None = None):
+    """`messages`: the inputs step() will be given, in order; their frames are decoded from launch on."""
+    self.cfg, self.route, self._messages = cfg, route, messages
     self.extra_args, self.extra_env = tuple(extra_args), dict(env or {})
     self.proc: subprocess.Popen | None = None
     self.steps = 0
@@ -168,6 +170,8 @@ class ProcessRunner:
     self._subs = {s: sub_sock(s) for s in cfg.subs}   # before launch: a late joiner would miss outputs
     self._pm = PubMaster(list(cfg.pubs), allow_foreign=True)
     self._start_vipc()
+    if self._messages is not None and self._frames:
+      self.prefetch(self._messages)   # decode while the daemon starts up
     self._log = tempfile.TemporaryFile()
     env = {**os.environ, "CEREAL_FAKE": "1", "CEREAL_FAKE_PREFIX": cfg.name, "REPLAY": "1",
            # an orphaned child (harness killed) gives up at its gate instead of waiting forever
@@ -343,8 +347,7 @@ def replay(cfg: ProcessConfig, route: Route, seconds: float | None = None, extra
   route_s = (msgs[-1].log_mono_time - msgs[0].log_mono_time) / 1e9 if msgs else 0.0
   outputs: list[bytes] = []
   t0 = time.monotonic()
-  with ProcessRunner(cfg, route, extra_args, env) as runner:
-    runner.prefetch(inputs)
+  with ProcessRunner(cfg, route, extra_args, env, inputs) as runner:
     t1 = time.monotonic()
     queue: list[LogMessage] = []
     pending = set(cfg.trigger)
