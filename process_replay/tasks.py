@@ -29,12 +29,17 @@ class TaskResult:
   steps: int = 0
   route_s: float = 0.0
   wall_s: float = 0.0
+  step_s: float = 0.0        # of wall_s, the time spent stepping (launch and loading excluded)
   end_ns: int = 0            # replayed inputs end here (references are cut to it for --seconds)
   error: str = ""
 
   @property
   def realtime_factor(self) -> float:
     return self.route_s / self.wall_s if self.wall_s > 0 else 0.0
+
+  @property
+  def step_realtime_factor(self) -> float:
+    return self.route_s / self.step_s if self.step_s > 0 else 0.0
 
 
 def run_task(route_path: str, proc: str, seconds: float | None = None, env: dict | None = None,
@@ -55,7 +60,8 @@ def run_task(route_path: str, proc: str, seconds: float | None = None, env: dict
   except (ReplayError, RouteError) as e:
     return TaskResult(name, proc, error=f"{type(e).__name__}: {e}", wall_s=time.monotonic() - t0)
   end_ns = msgs[0].log_mono_time + int(seconds * 1e9) if seconds is not None and msgs else 0
-  return TaskResult(name, proc, result.outputs, result.steps, result.route_s, time.monotonic() - t0, end_ns)
+  return TaskResult(name, proc, result.outputs, result.steps, result.route_s, time.monotonic() - t0, result.step_s,
+                    end_ns)
 
 
 def resolve_routes(names) -> list[str]:
@@ -173,20 +179,23 @@ def judge(results: list[TaskResult], refs_dir: str, update: bool, extra_ignore=(
 
 
 def summary_table(outcomes: list[Outcome]) -> str:
-  head = f"{'route':10s} {'process':18s} {'steps':>6s} {'outputs':>8s} {'result':8s} {'diffs':>6s} {'wall s':>7s} {'x real':>7s}"
+  head = (f"{'route':10s} {'process':18s} {'steps':>6s} {'outputs':>8s} {'result':8s} {'diffs':>6s} {'wall s':>7s} "
+          f"{'x real':>7s} {'x step':>7s}")
   lines = [head, "-" * len(head)]
   for o in outcomes:
     r = o.result
     lines.append(f"{r.route:10s} {r.proc:18s} {r.steps:6d} {len(r.outputs):8d} {o.status:8s} {len(o.diffs):6d} "
-                 f"{r.wall_s:7.1f} {r.realtime_factor:7.2f}")
+                 f"{r.wall_s:7.1f} {r.realtime_factor:7.2f} {r.step_realtime_factor:7.2f}")
   by_proc: dict = {}
   for o in outcomes:
     if not o.result.error:
       by_proc.setdefault(o.result.proc, []).append(o.result)
   if by_proc:
-    factors = ", ".join(f"{p} {sum(r.route_s for r in rs) / sum(r.wall_s for r in rs):.2f}x"
+    factors = ", ".join(f"{p} {sum(r.route_s for r in rs) / sum(r.wall_s for r in rs):.2f}x "
+                        f"({sum(r.route_s for r in rs) / max(sum(r.step_s for r in rs), 1e-9):.2f}x stepping)"
                         for p, rs in by_proc.items())
-    lines.append(f"achieved real-time factor per worker (launch included): {factors}")
+    lines.append(f"achieved real-time factor per worker, launch included (stepping only): {factors}")
+    lines.append("x real: route seconds per wall second of the whole task; x step: the same while stepping")
   return "\n".join(lines)
 
 
