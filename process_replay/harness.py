@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
 import numpy as np
+
 from cereal import log
 from cereal.messaging import PubMaster, log_from_bytes, sub_sock
 from msgq import EventTimeoutError, fake_event_handle, wait_for_one_event
@@ -146,7 +147,7 @@ class FramePrefetcher:
 
 
 class ProcessRunner:
-  """One daemon under replay: start(), step(queue) -> outputs, stop(). Use as a context manager."""
+  """One daemon under replay: start(), step(messages) -> outputs, stop(). Use as a context manager."""
 
   def __init__(self, cfg: ProcessConfig, route: Route, extra_args=(), env: dict | None = None,
                messages: list[LogMessage] | None = None):
@@ -311,9 +312,9 @@ class ProcessRunner:
     else:
       self._vipc.send(stream, frame.data, state.frameId, state.timestampSof, state.timestampEof)
 
-  def step(self, queue: list[LogMessage]) -> list[bytes]:
-    """Deliver `queue` (the last message is the trigger), open the gate once, return the stamped outputs."""
-    for msg in queue:
+  def step(self, messages: list[LogMessage]) -> list[bytes]:
+    """Deliver `messages` (the last one is the trigger), open the gate once, return the stamped outputs."""
+    for msg in messages:
       self._pm.send(msg.which, msg.data)
       if msg.which in self._frames:
         self._send_frame(msg)
@@ -324,7 +325,7 @@ class ProcessRunner:
       for _ in range(len(self._frames) - len(self._staged)):
         if not self._stage_next():
           break
-    trigger = queue[-1]
+    trigger = messages[-1]
     self.steps += 1
     self._wait_parked(f"at step {self.steps} ({trigger.which} at logMonoTime {trigger.log_mono_time})",
                       self.cfg.timeout)
@@ -349,17 +350,17 @@ def replay(cfg: ProcessConfig, route: Route, seconds: float | None = None, extra
   t0 = time.monotonic()
   with ProcessRunner(cfg, route, extra_args, env, inputs) as runner:
     t1 = time.monotonic()
-    queue: list[LogMessage] = []
+    batch: list[LogMessage] = []   # inputs since the last step
     pending = set(cfg.trigger)
     for msg in inputs:
-      queue.append(msg)
+      batch.append(msg)
       pending.discard(msg.which)
       if pending:
         continue
       if on_step is not None:
         on_step(runner.steps, runner)
-      outputs += runner.step(queue)
-      queue, pending = [], set(cfg.trigger)
+      outputs += runner.step(batch)
+      batch, pending = [], set(cfg.trigger)
     t2 = time.monotonic()
     tail = runner.output_tail()
   counts: dict = {}
