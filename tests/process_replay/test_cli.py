@@ -110,3 +110,16 @@ def test_progress_bar_reports_tasks_and_steps():
   bar.step("x/y", 10, 20)
   bar.update("x/y")
   assert log.getvalue() == f"[{'#' * 30}] 1/1 x/y\n"
+
+
+def test_send_raw_pred_runs_the_daemon_with_raw_predictions_and_skips_them_in_the_comparison(tici_route_path,
+                                                                                              tmp_path):
+  refs = tmp_path / "refs"
+  ref = run_tasks([(tici_route_path, "dmonitoringmodeld")], seconds=1.0)[0]
+  assert ref.outputs and all(len(log_from_bytes(d).driverStateV2.rawPredictions) == 0 for d in ref.outputs)
+  save_ref(str(refs), "tici", "dmonitoringmodeld", ref.outputs)
+  raw = run_tasks([(tici_route_path, "dmonitoringmodeld")], seconds=1.0, env={"SEND_RAW_PRED": "1"})[0]
+  assert all(len(log_from_bytes(d).driverStateV2.rawPredictions) > 0 for d in raw.outputs)
+  r = cli("--routes", tici_route_path, "--procs", "dmonitoringmodeld", "--seconds", "1", "--send-raw-pred",
+          "--refs-dir", str(refs), "--report", str(tmp_path / "diff.txt"), cwd=tmp_path)
+  assert r.returncode == 0 and "1/1 passed" in r.stdout, r.stdout + r.stderr
