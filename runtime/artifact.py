@@ -22,7 +22,7 @@ from .memory_plan import Plan
 from .program import Program
 
 FORMAT = "pymodeld-runtime-artifact"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 RUNTIME_VERSION = "0.1.0"
 
 
@@ -40,6 +40,7 @@ def save(program: Program, path: str, *, model_hash: str, program_key: str = "")
         "specs": {n: s.to_json() for n, s in program.specs.items()},
         "steps": [[n.to_json() for n in nodes] for nodes in program.steps],
         "storage": program.storage,
+        "storage_offset": program.storage_offset,
         "plan": {"offsets": {b: [d, o] for b, (d, o) in program.plan.offsets.items()},
                  "arena_bytes": program.plan.arena_bytes, "naive_bytes": program.plan.naive_bytes},
         "scratch_bytes": program.scratch_bytes,
@@ -105,6 +106,7 @@ def load(path: str, *, model_hash: str | None = None, device: str | None = None,
         consts=consts,
         steps=[[Node.from_json(n) for n in nodes] for nodes in header["steps"]],
         storage=dict(header["storage"]),
+        storage_offset={v: int(o) for v, o in header["storage_offset"].items()},
         plan=Plan({b: (d, int(o)) for b, (d, o) in plan["offsets"].items()},
                   {d: int(v) for d, v in plan["arena_bytes"].items()}, int(plan["naive_bytes"])),
         scratch_bytes=int(header["scratch_bytes"]),

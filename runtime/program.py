@@ -5,6 +5,11 @@ Invariants:
   (the chain writes into that kernel's output buffer; legal only when nothing else reads the old value).
 - View ops (Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout) never copy: their output aliases the
   input's storage, and the storage lives as long as any alias is used.
+- Zero-copy concat: when a Concat input's only reader is the Concat and its slice of the output is one
+  contiguous byte range (every axis before the concat axis has length 1), the input's storage is placed
+  in that range (`storage_offset` gives its byte offset in the concat's root) and its producer writes
+  there directly; the Concat copies only the other inputs. Such a slice is not a planned buffer (only
+  planned roots are 256-byte aligned).
 - A linked program allocates everything once: one arena per device holds planned intermediates followed by
   one scratch region shared by all steps (steps run one after another). `run()` allocates nothing apart
   from the few rare ops that say so.
@@ -21,7 +26,7 @@ from .memory_plan import ALIGN, Plan, align, plan_memory
 from .passes import optimize
 from .schedule import StepDeps, schedule
 
-CODEGEN_DEFAULTS = {"fold_batchnorm": True, "fuse_elementwise": True}
+CODEGEN_DEFAULTS = {"fold_batchnorm": True, "fuse_elementwise": True, "zero_copy_concat": True}
 COMMUTATIVE = {"Add", "Mul", "Sum", "Max", "Min"}
 
 
@@ -40,6 +45,7 @@ class Program:
     metadata: dict = field(default_factory=dict)
     held: dict = field(default_factory=dict)  # name -> Spec of buffers bound at link time (mutable state)
     kernels: list[list[Kernel]] = field(default_factory=list)
+    storage_offset: dict = field(default_factory=dict)  # value -> byte offset in its root (absent: 0)
 
     @property
     def arena_bytes(self) -> int:
@@ -112,6 +118,22 @@ def lower(graph: Graph, config: dict | None = None, device: str = "CPU") -> Prog
         return (root is not None and root not in external and readers.get(group(x), 0) == 1
                 and specs[x].dtype == k.out_specs[0].dtype and specs[x].nbytes == k.out_specs[0].nbytes)
 
+    slices: dict[str, tuple[str, int]] = {}  # root placed inside a concat's root -> (that root, byte offset)
+
+    def place_in_concat(n: Node):
+        o = n.outputs[0]
+        shape = specs[o].shape
+        axis = int(n.attrs["axis"]) % max(len(shape), 1)
+        if any(d != 1 for d in shape[:axis]) or storage[o] != o:
+            return
+        roots = [storage[i] for i in n.inputs]
+        off = 0
+        for i, r in zip(n.inputs, roots):
+            if (r not in external and r not in slices and r != o and roots.count(r) == 1
+                    and readers.get(group(i), 0) == 1 and specs[r].nbytes == specs[i].nbytes):
+                slices[r] = (o, off)
+            off += specs[i].nbytes
+
     # every value is (storage root, version): externals are version 0, each write makes version + 1
     ver: dict[str, int] = {n: 0 for n in external}
     deps: list[StepDeps] = []
@@ -170,6 +192,18 @@ def lower(graph: Graph, config: dict | None = None, device: str = "CPU") -> Prog
             for o in n.outputs:
                 producer_step[o] = len(steps) - 1
             note(len(steps) - 1, n)
+            if n.op == "Concat" and config["zero_copy_concat"]:
+                place_in_concat(n)
+    # dependencies above name the original roots (a slice's producer writes it, the Concat reads it), which
+    # orders every access; storage itself now moves each slice into the root of its concat
+    storage_offset: dict[str, int] = {}
+    for v, r in list(storage.items()):
+        off = 0
+        while r in slices:
+            r, d = slices[r]
+            off += d
+        if off or r != storage[v]:
+            storage[v], storage_offset[v] = r, off
     order = schedule(deps)
     steps = [steps[i] for i in order]
     step_kernels = [step_kernels[i] for i in order]
@@ -181,7 +215,7 @@ def lower(graph: Graph, config: dict | None = None, device: str = "CPU") -> Prog
                        {storage[o] for o in graph.outputs})
     scratch = scratch_bytes(step_kernels)
     return Program(dict(graph.inputs), list(graph.outputs), specs, consts, steps, storage, plan, scratch,
-                   config, device, dict(graph.metadata), dict(held), step_kernels)
+                   config, device, dict(graph.metadata), dict(held), step_kernels, storage_offset)
 
 
 def scratch_bytes(step_kernels: list[list[Kernel]]) -> int:
@@ -243,7 +277,7 @@ def link(program: Program, alloc=None, held: dict | None = None) -> Linked:
             root = program.storage[v]
             spec = program.specs[v]
             if root in roots:
-                arrays[v] = view_as(roots[root], spec)
+                arrays[v] = view_as(roots[root][program.storage_offset.get(v, 0):], spec)
             else:  # alias of an input, const or held buffer
                 arrays[v] = value(root).reshape(spec.shape)
         return arrays[v]

@@ -151,11 +151,21 @@ def concat(op, attrs, specs, consts):
             parts.append((o[(slice(None),) * axis + (slice(start, start + n),)], a))
             start += n
 
+        # a producer the lowering placed directly in its slice of the output (zero-copy concat) has
+        # nothing left to copy
+        parts = [(dst, src) for dst, src in parts if not _same_view(dst, src)]
+
         def run():
             for dst, src in parts:
                 np.copyto(dst, src)
         return run
     return Kernel(op, [Spec(tuple(shape), specs[0].dtype)], bind)
+
+
+def _same_view(a: np.ndarray, b: np.ndarray) -> bool:
+    """Same memory, same layout (strides of length-1 axes do not matter, hence contiguity, not strides)."""
+    return (a.ctypes.data == b.ctypes.data and a.shape == b.shape and a.flags.c_contiguous
+            and b.flags.c_contiguous)
 
 
 @register("Split")
