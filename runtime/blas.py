@@ -3,7 +3,11 @@
 Why: on a 2-core machine shared with other processes, a multi-threaded BLAS waits for a descheduled
 worker thread on every call, which made whole models several times slower; the runtime therefore runs its
 kernels with an explicit thread count (default 1, env PYMODELD_RUNTIME_THREADS). Where the library cannot
-be found, `set_threads` is a no-op and `available()` is False."""
+be found, `set_threads` is a no-op and `available()` is False.
+
+`gemm_call` binds a float32 C = A @ B + beta * C on fixed arrays straight to cblas_sgemm: numpy's matmul
+has no beta, and accumulating GEMMs (beta = 1) save a temporary and an add pass per call. Where sgemm
+cannot be found, `gemm_call` returns None and callers keep their numpy path."""
 from __future__ import annotations
 
 import ctypes
@@ -13,11 +17,12 @@ import os
 import numpy as np
 
 _lib = None
-_set = _get = None
+_set = _get = _sgemm = None
+ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112  # CBLAS enums
 
 
 def _load():
-    global _lib, _set, _get
+    global _lib, _set, _get, _sgemm
     if _lib is not None:
         return
     _lib = False
@@ -34,6 +39,14 @@ def _load():
             if s is not None and g is not None:
                 s.argtypes, g.restype = [ctypes.c_int], ctypes.c_int
                 _lib, _set, _get = lib, s, g
+                cblas = "scipy_cblas_sgemm" if prefix.startswith("scipy") else "cblas_sgemm"
+                gemm = getattr(lib, cblas + ("64_" if suffix else ""), None)
+                if gemm is not None:
+                    integer = ctypes.c_int64 if suffix else ctypes.c_int
+                    gemm.restype = None
+                    gemm.argtypes = ([ctypes.c_int] * 3 + [integer] * 3 + [ctypes.c_float, ctypes.c_void_p, integer,
+                                     ctypes.c_void_p, integer, ctypes.c_float, ctypes.c_void_p, integer])
+                    _sgemm = (gemm, integer)
                 return
 
 
@@ -64,3 +77,39 @@ def set_threads(n: int) -> None:
     _load()
     if _lib and _get() != n:
         _set(n)
+
+
+def gemm_available() -> bool:
+    _load()
+    return _sgemm is not None
+
+
+def _operand(a: np.ndarray):
+    """(transpose flag, leading dimension) of a 2-D float32 view BLAS can read in place, or None."""
+    if a.ndim != 2 or a.dtype != np.float32:
+        return None
+    (s0, s1), item = a.strides, a.itemsize
+    if (s1 == item or a.shape[1] == 1) and s0 % item == 0 and s0 // item >= max(a.shape[1], 1):
+        return NO_TRANS, s0 // item
+    if (s0 == item or a.shape[0] == 1) and s1 % item == 0 and s1 // item >= max(a.shape[0], 1):
+        return TRANS, s1 // item
+    return None
+
+
+def gemm_call(A: np.ndarray, B: np.ndarray, C: np.ndarray, beta: float = 0.0):
+    """A zero-argument callable computing C = A @ B + beta * C in place, or None when sgemm is unavailable
+    or an operand's layout is not one BLAS reads directly. The arrays must outlive the callable."""
+    _load()
+    if _sgemm is None:
+        return None
+    ops = [_operand(A), _operand(B), _operand(C)]
+    if any(o is None for o in ops) or ops[2][0] != NO_TRANS:
+        return None
+    (m, k), (k2, n) = A.shape, B.shape
+    if C.shape != (m, n) or k != k2:
+        raise ValueError(f"gemm shapes differ: A {A.shape} @ B {B.shape} -> C {C.shape}")
+    fn, integer = _sgemm
+    args = (ROW_MAJOR, ops[0][0], ops[1][0], integer(m), integer(n), integer(k), ctypes.c_float(1.0),
+            ctypes.c_void_p(A.ctypes.data), integer(ops[0][1]), ctypes.c_void_p(B.ctypes.data), integer(ops[1][1]),
+            ctypes.c_float(beta), ctypes.c_void_p(C.ctypes.data), integer(ops[2][1]))
+    return lambda: fn(*args)

@@ -10,6 +10,7 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from .. import blas
 from ..errors import ModelError, UnsupportedOpError
 from ..graph import Spec
 from .base import Kernel, broadcast_shape, need_const, norm_axis, numel, opt, register
@@ -261,7 +262,8 @@ def _shifted_conv(op, x, W, bias, K, out_sp, pb, need_end, dil):
     In the zero-padded input P (C, Hp + 1, Wp) flattened per channel, tap (kh, kw) of output (i, j) reads
     flat index (i + kh*dh) * Wp + j + kw*dw: for every output row computed over the full padded width, a
     tap is one contiguous column range of P. The Wp - OW extra columns per row are junk (they may read the
-    spare row) and are dropped by the final copy, which also adds the bias."""
+    spare row) and are dropped by the final copy, which also adds the bias. Where cblas_sgemm is reachable the
+    taps accumulate inside BLAS (beta = 1) instead of through a temporary and an add pass each."""
     N, C, H, Wd = x.shape
     M = W.shape[0]
     OH, OW = out_sp
@@ -270,23 +272,31 @@ def _shifted_conv(op, x, W, bias, K, out_sp, pb, need_end, dil):
     offsets = [kh * dil[0] * Wp + kw * dil[1] for kh in range(K[0]) for kw in range(K[1])]
     Wt = np.ascontiguousarray(W.transpose(2, 3, 0, 1).reshape(len(offsets), M, C))
     dt = x.dtype
-    scratch = [Spec((C, Hp + 1, Wp), dt), Spec((M, L), dt), Spec((M, L), dt)]
+    accumulate = dt == np.float32 and blas.gemm_available()
+    scratch = [Spec((C, Hp + 1, Wp), dt), Spec((M, L), dt)] + ([] if accumulate else [Spec((M, L), dt)])
 
     def bind(ins, outs, scr):
         xa, o = ins[0], outs[0]
-        P, acc, tmp = scr
+        P, acc = scr[:2]
         pad = PaddedCopy(P, pb, (H, Wd), 0)
         flat = P.reshape(C, -1)
         taps = [flat[:, off:off + L] for off in offsets]
         valid = acc.reshape(M, OH, Wp)[:, :, :OW]
+        gemms = [blas.gemm_call(wt, a, acc, beta=float(i > 0)) for i, (wt, a) in enumerate(zip(Wt, taps))] \
+            if accumulate else None
 
         def run():
             for n in range(N):
                 pad(xa[n])
-                np.matmul(Wt[0], taps[0], out=acc)
-                for wt, a in zip(Wt[1:], taps[1:]):
-                    np.matmul(wt, a, out=tmp)
-                    np.add(acc, tmp, out=acc)
+                if gemms is not None:
+                    for g in gemms:
+                        g()
+                else:
+                    tmp = scr[2]
+                    np.matmul(Wt[0], taps[0], out=acc)
+                    for wt, a in zip(Wt[1:], taps[1:]):
+                        np.matmul(wt, a, out=tmp)
+                        np.add(acc, tmp, out=acc)
                 if bias is None:
                     np.copyto(o[n], valid)
                 else:
