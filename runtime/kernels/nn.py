@@ -126,9 +126,13 @@ def channels_last_windows(P, kernel, out, strides, dil, tap=None):
                       strides=tuple(s * t for s, t in zip(sp, strides)) + (cs,), writeable=False)
 
 
+DEPTHWISE_CHUNK_BYTES = 1 << 20  # tap rows copied per chunk of channels: stays in the per-core cache
+
+
 @register("Conv")
 def conv(op, attrs, specs, consts):
-    """Strategies: pointwise (1x1: one matmul on the input itself), depthwise (per-tap multiply-add),
+    """Strategies: pointwise (1x1: one matmul on the input itself), stride-1 depthwise (a GEMV per channel),
+    other depthwise (per-tap multiply-add),
     im2col (columns copied into scratch, then one BLAS matmul per image and group). Depthwise and im2col
     use a channels-last scratch when channels outnumber the output row length (long contiguous runs),
     channels-first otherwise."""
@@ -155,6 +159,9 @@ def conv(op, attrs, specs, consts):
     pad_shape = tuple(s + b + e for s, b, e in zip(S, pb, need_end))
     if KK == 1 and not padded and all(s == 1 for s in strides):
         strategy = "pointwise"
+    elif Cg == 1 and Mg == 1 and G > 1 and nd == 2 and all(s == 1 for s in strides) and \
+            out_sp[0] * pad_shape[1] >= 128:  # shorter rows: the per-channel call overhead wins over the taps
+        return _depthwise_stride1(op, x, W, bias, K, out_sp, pb, need_end, dil)
     elif Cg == 1 and Mg == 1 and G > 1:
         strategy = "depthwise"
     elif G == 1 and nd == 2 and all(s == 1 for s in strides) and C >= 16 and \
@@ -216,7 +223,8 @@ def conv(op, attrs, specs, consts):
             if strategy == "depthwise" and channels_last:
                 taps = [channels_last_windows(P, K, out_sp, strides, dil, t) for t in tap_index]
                 acc = scr[-2]
-                calls.append(_depthwise(taps, Wk, acc, work, (on, np.moveaxis(acc, -1, 0))))
+                final = (on, np.moveaxis(acc, -1, 0), bias)  # copied back with the bias added on the way
+                calls.append(_depthwise(taps, Wk, acc, work, final))
             elif strategy == "depthwise":
                 win = windows(P, K, out_sp, strides, dil, (C,))
                 taps = [win[(slice(None),) + t] for t in tap_index]
@@ -246,7 +254,7 @@ def conv(op, attrs, specs, consts):
                     else:
                         np.matmul(Wk, col, out=c)
                 calls.append(im2col_cf)
-        if bias is not None and not bias_in_mm:
+        if bias is not None and not bias_in_mm and not (strategy == "depthwise" and channels_last):
             calls.append(lambda: np.add(o, bias, out=o))
 
         def run():
@@ -305,15 +313,62 @@ def _shifted_conv(op, x, W, bias, K, out_sp, pb, need_end, dil):
     return Kernel(op, [Spec((N, M, OH, OW), dt)], bind, scratch, flops=2 * N * M * OH * OW * C * len(offsets))
 
 
+def _depthwise_stride1(op, x, W, bias, K, out_sp, pb, need_end, dil):
+    """Stride-1 2-D depthwise conv as one tiny GEMV per channel (numpy's stacked matmul loops over them in C),
+    about twice as fast as a multiply and an add pass per tap. As in _shifted_conv, tap (kh, kw) of channel c
+    is one contiguous range of c's flattened zero-padded plane, so the taps of a chunk of channels are copied
+    as rows of (taps, OH * Wp) matrices and out_c = w_c @ taps_c; the final copy drops the Wp - OW junk
+    columns per row and adds the bias."""
+    N, C, H, Wd = x.shape
+    OH, OW = out_sp
+    Hp, Wp = H + pb[0] + need_end[0], Wd + pb[1] + need_end[1]
+    L, KK, dt = OH * Wp, K[0] * K[1], x.dtype
+    chunk = max(1, min(C, DEPTHWISE_CHUNK_BYTES // (KK * L * dt.itemsize)))
+    Wc = np.ascontiguousarray(W.reshape(C, 1, KK))
+    scratch = [Spec((C, Hp + 1, Wp), dt), Spec((chunk, KK, L), dt), Spec((C, 1, L), dt)]
+
+    def bind(ins, outs, scr):
+        xa, o = ins[0], outs[0]
+        P, cols, acc = scr
+        pad = PaddedCopy(P, pb, (H, Wd), 0)
+        flat = P.reshape(C, -1)
+        s0, s1 = flat.strides
+        taps = as_strided(flat, shape=(C, K[0], K[1], L), strides=(s0, dil[0] * Wp * s1, dil[1] * s1, s1),
+                          writeable=False)
+        chunks = []
+        for c in range(0, C, chunk):
+            n = min(chunk, C - c)
+            chunks.append((taps[c:c + n], cols[:n].reshape(n, K[0], K[1], L), cols[:n], Wc[c:c + n], acc[c:c + n]))
+        valid = acc.reshape(C, OH, Wp)[:, :, :OW]
+
+        def run():
+            for n in range(N):
+                pad(xa[n])
+                for src, rows, mat, w, dst in chunks:
+                    np.copyto(rows, src)
+                    np.matmul(w, mat, out=dst)
+                if bias is None:
+                    np.copyto(o[n], valid)
+                else:
+                    np.add(valid, bias, out=o[n])
+        return run
+    return Kernel(op, [Spec((N, C, OH, OW), dt)], bind, scratch, flops=2 * N * C * OH * OW * KK)
+
+
 def _depthwise(taps, w, dst, tmp, final=None):
-    """dst = sum over taps of window * per-channel weight; `final` = (out, view) copies the result out."""
+    """dst = sum over taps of window * per-channel weight; `final` = (out, view of dst, bias or None) copies
+    the result out, adding the bias in the same pass."""
     def run():
         np.multiply(taps[0], w[0], out=dst)
         for t, wt in zip(taps[1:], w[1:]):
             np.multiply(t, wt, out=tmp)
             np.add(dst, tmp, out=dst)
         if final is not None:
-            np.copyto(*final)
+            out, src, bias = final
+            if bias is None:
+                np.copyto(out, src)
+            else:
+                np.add(src, bias, out=out)
     return run
 
 
@@ -528,8 +583,11 @@ def pool(op, attrs, specs, consts):
                 if pad is not None:
                     pad(xa[n])
                 for dst, taps in plan:
-                    np.copyto(dst, taps[0])
-                    for t in taps[1:]:
+                    if len(taps) == 1:
+                        np.copyto(dst, taps[0])
+                        continue
+                    red(taps[0], taps[1], out=dst)  # the first two taps start the reduction: no copy pass
+                    for t in taps[2:]:
                         red(dst, t, out=dst)
             if recip is not None:
                 np.multiply(o, recip, out=o)
