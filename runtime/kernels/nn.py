@@ -6,6 +6,7 @@ is re-filled on every call instead of being assumed to stay zero."""
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -557,42 +558,83 @@ def pool(op, attrs, specs, consts):
     if not padded and list(strides) == K and all(d == 1 for d in dil) and all(k == 1 for k in K[:-1]) \
             and out_sp[-1] * K[-1] == S[-1]:
         return _row_pool(op, is_max, x, K[-1], out_spec)
-    # separable: reduce one spatial axis at a time (sum of k_d taps per axis instead of their product)
-    stage_shapes = [(C,) + tuple(out_sp[:d + 1]) + pad_shape[d + 1:] for d in range(len(K) - 1)]
-    scratch = ([Spec((C,) + pad_shape, x.dtype)] if padded else []) + [Spec(sh, x.dtype) for sh in stage_shapes]
+    # separable: reduce one spatial axis at a time (sum of k_d taps per axis instead of their product).
+    # Padding is skipped rather than materialised (a tap then only touches the outputs whose window position
+    # is inside the input, as padding with the reduction's identity would give) where every axis keeps two
+    # taps that reach all outputs to start the reduction; otherwise a padded copy is cheaper.
+    copy_pad = padded and any(len(_full_taps(n, k, st, dl, od, b)) < 2 and k > 1
+                              for n, k, st, dl, od, b in zip(S, K, strides, dil, out_sp, pb))
+    src_sp, src_pb = (pad_shape, [0] * len(K)) if copy_pad else (tuple(S), pb)
+    stage_shapes = [(C,) + tuple(out_sp[:d + 1]) + tuple(src_sp[d + 1:]) for d in range(len(K) - 1)]
+    scratch = [Spec(sh, x.dtype) for sh in stage_shapes] + ([Spec((C,) + pad_shape, x.dtype)] if copy_pad else [])
 
     def bind(ins, outs, scr):
         xa, o = ins[0], outs[0]
-        pad = PaddedCopy(scr[0], pb, S, fill) if padded else None
-        stages = scr[1:] if padded else scr
         red = np.maximum if is_max else np.add
-        per_n = []
+        plan = []
         for n in range(N):
-            src = scr[0] if padded else xa[n]
-            plan = []
+            src = xa[n]
+            if copy_pad:
+                plan.append(partial(PaddedCopy(scr[-1], pb, S, fill), src))
+                src = scr[-1]
             for d, (k, st, dl, od) in enumerate(zip(K, strides, dil, out_sp)):
-                dst = o[n] if d == len(K) - 1 else stages[d]
-                ax = 1 + d
-                taps = [src[(slice(None),) * ax + (slice(t * dl, t * dl + (od - 1) * st + 1, st),)] for t in range(k)]
-                plan.append((dst, taps))
+                dst = o[n] if d == len(K) - 1 else scr[d]
+                plan += _pool_axis_plan(src, dst, 1 + d, k, st, dl, od, src_pb[d], red, fill)
                 src = dst
-            per_n.append((n, plan))
 
         def run():
-            for n, plan in per_n:
-                if pad is not None:
-                    pad(xa[n])
-                for dst, taps in plan:
-                    if len(taps) == 1:
-                        np.copyto(dst, taps[0])
-                        continue
-                    red(taps[0], taps[1], out=dst)  # the first two taps start the reduction: no copy pass
-                    for t in taps[2:]:
-                        red(dst, t, out=dst)
+            for call in plan:
+                call()
             if recip is not None:
                 np.multiply(o, recip, out=o)
         return run
     return Kernel(op, [out_spec], bind, scratch, flops=numel(out_spec.shape) * KK)
+
+
+def _tap_ranges(n, k, st, dl, od, pad_begin):
+    """(tap, first output, last output) for each tap of a pooling axis that reads the input anywhere."""
+    ranges = []
+    for t in range(k):
+        first = max(0, -(-(pad_begin - t * dl) // st))
+        last = min(od - 1, (n - 1 + pad_begin - t * dl) // st)
+        if first <= last:
+            ranges.append((t, first, last))
+    return ranges
+
+
+def _full_taps(n, k, st, dl, od, pad_begin):
+    return [t for t, first, last in _tap_ranges(n, k, st, dl, od, pad_begin) if first == 0 and last == od - 1]
+
+
+def _pool_axis_plan(src, dst, ax, k, st, dl, od, pad_begin, red, fill):
+    """Zero-argument calls reducing axis `ax` of src into dst: output i, tap t reads input
+    i * st + t * dl - pad_begin where that lies inside src (outside is padding, the reduction's identity)."""
+    def axis(sl):
+        return (slice(None),) * ax + (sl,)
+    full, some = [], []  # taps reaching every output / only some
+    for t, first, last in _tap_ranges(src.shape[ax], k, st, dl, od, pad_begin):
+        i0 = first * st + t * dl - pad_begin
+        tap = src[axis(slice(i0, i0 + (last - first) * st + 1, st))]
+        if first == 0 and last == od - 1:
+            full.append(tap)
+        else:
+            some.append((first, last + 1, tap))
+    ops = []
+    if len(full) >= 2:
+        ops.append(partial(red, full[0], full[1], out=dst))  # two taps start the reduction: no copy or fill pass
+        ops += [partial(red, dst, t, out=dst) for t in full[2:]]
+    elif full and some:  # pair the full tap with a partial one; copy it where that one does not reach
+        a, b, t = some.pop(0)
+        ops.append(partial(red, full[0][axis(slice(a, b))], t, out=dst[axis(slice(a, b))]))
+        for sl in (slice(0, a), slice(b, od)):
+            if sl.stop > sl.start:
+                ops.append(partial(np.copyto, dst[axis(sl)], full[0][axis(sl)]))
+    elif full:
+        ops.append(partial(np.copyto, dst, full[0]))
+    else:
+        ops.append(partial(dst.fill, fill))
+    ops += [partial(red, dst[axis(slice(a, b))], t, out=dst[axis(slice(a, b))]) for a, b, t in some]
+    return ops
 
 
 def _row_pool(op, is_max, x, k, out_spec):
