@@ -44,8 +44,11 @@ def send_raw_pred_enabled(value: str | None = None) -> bool:
 
 
 def _event(service: str, valid: bool, reason: str):
-  # built directly from the schema so the pure step needs no bus; same stamping as cereal.messaging.new_message
-  msg = log.Event.new_message(logMonoTime=time.monotonic_ns(), valid=valid, invalidReason=reason)
+  # built directly from the schema so the pure step needs no bus; same stamping as cereal.messaging.new_message.
+  # invalidReason is set as an attribute: pycapnp given a text field as a keyword builds a schema object with a
+  # reference cycle (21 objects per call) that only the cyclic GC frees
+  msg = log.Event.new_message(logMonoTime=time.monotonic_ns(), valid=valid)
+  msg.invalidReason = reason
   msg.init(service)
   return msg
 
