@@ -163,7 +163,7 @@ def conv(op, attrs, specs, consts):
     elif Cg == 1 and Mg == 1 and G > 1 and nd == 2 and all(s == 1 for s in strides) and \
             out_sp[0] * pad_shape[1] >= 128:  # shorter rows: the per-channel call overhead wins over the taps
         return _depthwise_stride1(op, x, W, bias, K, out_sp, pb, need_end, dil)
-    elif Cg == 1 and Mg == 1 and G > 1:
+    elif Cg == 1 and Mg == 1 and G > 1 and O < 400:  # larger outputs: grouped im2col (one GEMV per channel)
         strategy = "depthwise"
     elif G == 1 and nd == 2 and all(s == 1 for s in strides) and C >= 16 and \
             (3 * M <= 2 * C or (M <= C and O >= 2500)):

@@ -89,6 +89,8 @@ CASES += [
     case("Conv", {"x": f32(2, 4, 12, 14)}, {"w": f32(4, 1, 3, 3), "b": f32(4)},
          {"group": 4, "pads": [1, 2, 0, 1], "dilations": [1, 2]}, id="Conv-depthwise-gemv-dilated-bias"),
     case("Conv", {"x": f32(1, 3, 16, 16)}, {"w": f32(3, 1, 5, 3)}, {"group": 3}, id="Conv-depthwise-gemv-unpadded"),
+    case("Conv", {"x": f32(1, 3, 44, 40)}, {"w": f32(3, 1, 3, 3), "b": f32(3)},
+         {"group": 3, "strides": [2, 2], "pads": [1, 1, 1, 1]}, id="Conv-depthwise-strided-grouped-im2col"),
     case("Conv", {"x": f32(1, 4, 7, 6)}, {"w": f32(3, 4, 1, 1), "b": f32(3)}, id="Conv-1x1"),
     case("Conv", {"x": f32(2, 18, 7, 8)}, {"w": f32(3, 18, 3, 2), "b": f32(3)},
          {"pads": [1, 0, 2, 1], "dilations": [2, 1]}, id="Conv-few-outputs-shifted"),
