@@ -1,4 +1,5 @@
 """new_message: one clock, valid by default, every service, clear errors."""
+import gc
 import time
 
 import pytest
@@ -37,3 +38,14 @@ def test_unknown_service_is_named():
 def test_size_on_a_struct_service_is_a_type_error():
   with pytest.raises(TypeError, match="'modelV2'"):
     new_message("modelV2", 3)
+
+
+def test_new_message_with_a_text_field_leaves_no_cyclic_garbage():
+  gc.collect()
+  gc.disable()
+  try:
+    for _ in range(20):
+      new_message("driverStateV2", valid=False, invalidReason="calibration missing")
+    assert gc.collect() == 0
+  finally:
+    gc.enable()
