@@ -19,27 +19,12 @@ import time
 
 import numpy as np
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO_ROOT)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from cereal.messaging import log_from_bytes, sub_sock  # noqa: E402
+from cereal.messaging import sub_sock  # noqa: E402
 from msgq.namespace import Namespace  # noqa: E402
+from stacklib import REPO_ROOT, drain, pct, start  # noqa: E402
 
-
-def start(module, *args):
-  return subprocess.Popen([sys.executable, "-m", module, *args], cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL)
-
-
-def drain(sock):
-  out = []
-  while (dat := sock.receive(non_blocking=True)) is not None:
-    out.append(log_from_bytes(dat))
-  return out
-
-
-def pct(values, q):
-  return float(np.percentile(values, q)) if values else float("nan")
 
 
 def bench_warp(rounds: int = 30) -> None:

@@ -25,30 +25,15 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):   # as modeld itself: o
 
 import numpy as np  # noqa: E402
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO_ROOT)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from cereal.messaging import log_from_bytes, sub_sock  # noqa: E402
+from cereal.messaging import sub_sock  # noqa: E402
 from msgq.namespace import Namespace  # noqa: E402
+from stacklib import drain, pct, start  # noqa: E402
 from visionipc import VISION_STREAM_NARROW_ROAD, VISION_STREAM_WIDE_ROAD, VisionIpcClient  # noqa: E402
 
 STAGES = ("warpMs", "uploadMs", "modelMs", "readbackMs", "parseMs")
 
-
-def start(module, *args):
-  return subprocess.Popen([sys.executable, "-m", module, *args], cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL)
-
-
-def drain(sock):
-  out = []
-  while (dat := sock.receive(non_blocking=True)) is not None:
-    out.append(log_from_bytes(dat))
-  return out
-
-
-def pct(values, q):
-  return float(np.percentile(values, q)) if len(values) else float("nan")
 
 
 def run_mode(mode: str, args) -> dict:
