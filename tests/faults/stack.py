@@ -15,6 +15,7 @@ import sys
 import time
 
 from cereal import messaging
+from procfs import proc_stats
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GENEROUS_S = 90.0    # "something should happen": a loaded 2-core machine may need a long time
@@ -129,15 +130,4 @@ class Recorder:
 
 def zombies_of(pid: int) -> list[int]:
   """Zombie children of `pid` (state Z in /proc)."""
-  out = []
-  for entry in os.listdir("/proc"):
-    if not entry.isdigit():
-      continue
-    try:
-      with open(f"/proc/{entry}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-      continue
-    if fields[0] == "Z" and int(fields[1]) == pid:
-      out.append(int(entry))
-  return out
+  return [child for child, state, ppid, _ in proc_stats() if state == "Z" and ppid == pid]

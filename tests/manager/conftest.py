@@ -8,24 +8,14 @@ import time
 from types import SimpleNamespace
 
 import pytest
+from procfs import proc_stats
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def live_in_groups(pgids):
   """pids of live (non-zombie) processes in these process groups (each managed child leads its own)."""
-  pids = []
-  for entry in os.listdir("/proc"):
-    if not entry.isdigit():
-      continue
-    try:
-      with open(f"/proc/{entry}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-      continue
-    if fields[0] != "Z" and int(fields[2]) in pgids:
-      pids.append(int(entry))
-  return pids
+  return [pid for pid, state, _, pgid in proc_stats() if state != "Z" and pgid in pgids]
 
 
 def child_pids(text):
