@@ -12,6 +12,7 @@ import numpy as np
 from ..errors import ModelError, UnsupportedOpError
 from ..graph import Spec, dtype_from_onnx
 from .base import Kernel, broadcast_shape, numel, opt, register
+from .rowconst import bound_const_op
 
 FLOATS = (np.float16, np.float32, np.float64)
 
@@ -148,6 +149,8 @@ def unary(op, attrs, specs, consts):
 
     def bind(ins, outs, scr):
         s, d, t = ins[0], outs[0], (scr[0] if scr else None)
+        if op == "Relu":  # the most common activation: the vectorised max against a row of zeros
+            return bound_const_op(np.maximum, s, 0, d)
         return lambda: fn(s, d, t)
     return Kernel(op, [x], bind, scratch, flops=numel(x.shape), elementwise=True)
 
@@ -323,6 +326,9 @@ def clip(op, attrs, specs, consts):
     def bind(ins, outs, scr):
         s, d = ins[0], outs[0]
         dyn = [(ins[i], w) for i, w in dynamic]
+        if not dyn and (lo_v is None) != (hi_v is None):  # one constant bound: the vectorised max or min
+            return bound_const_op(np.maximum, s, lo_v, d) if hi_v is None else \
+                bound_const_op(np.minimum, s, hi_v, d)
 
         def run():
             lo_now, hi_now = lo_v, hi_v
