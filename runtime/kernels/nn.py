@@ -15,6 +15,9 @@ from .. import blas
 from ..errors import ModelError, UnsupportedOpError
 from ..graph import Spec
 from .base import Kernel, broadcast_shape, need_const, norm_axis, numel, opt, register
+from .flatpool import bind_flat_pool, flat_pool_scratch
+
+FLAT_POOL = True
 
 
 # ---------------------------------------------------------------- geometry shared by conv and pools
@@ -558,6 +561,10 @@ def pool(op, attrs, specs, consts):
     if not padded and list(strides) == K and all(d == 1 for d in dil) and all(k == 1 for k in K[:-1]) \
             and out_sp[-1] * K[-1] == S[-1]:
         return _row_pool(op, is_max, x, K[-1], out_spec)
+    # whole-plane shifted passes (flatpool.py) beat per-axis taps at stride 1, and for strided max pools
+    # without pads (the taps' strided max has no SIMD path); strided sums and padded copies favour the taps
+    if FLAT_POOL and (all(st == 1 for st in strides) or (is_max and not padded)):
+        return _flat_pool(op, is_max, x, K, strides, dil, out_sp, pb, padded, pad_shape, fill, recip, out_spec)
     # separable: reduce one spatial axis at a time (sum of k_d taps per axis instead of their product).
     # Padding is skipped rather than materialised (a tap then only touches the outputs whose window position
     # is inside the input, as padding with the reduction's identity would give) where every axis keeps two
@@ -589,6 +596,23 @@ def pool(op, attrs, specs, consts):
                 np.multiply(o, recip, out=o)
         return run
     return Kernel(op, [out_spec], bind, scratch, flops=numel(out_spec.shape) * KK)
+
+
+def _flat_pool(op, is_max, x, K, strides, dil, out_sp, pb, padded, pad_shape, fill, recip, out_spec):
+    """Pool as whole-array shifted reductions (see flatpool.py)."""
+    N, C, *S = x.shape
+    scratch = flat_pool_scratch(N * C, pad_shape, x.dtype, padded)
+
+    def bind(ins, outs, scr):
+        xa = ins[0]
+        planes = xa.reshape((N * C,) + tuple(S))
+        pads = None
+        if padded:
+            def pads(first, stop):
+                return partial(PaddedCopy(scr[0][:stop - first], pb, S, fill), planes[first:stop])
+        return bind_flat_pool(xa, outs[0], scr, pads, np.maximum if is_max else np.add, K, strides, dil, out_sp,
+                              recip)
+    return Kernel(op, [out_spec], bind, scratch, flops=numel(out_spec.shape) * numel(K))
 
 
 def _tap_ranges(n, k, st, dl, od, pad_begin):

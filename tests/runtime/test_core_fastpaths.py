@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from runtime import OnnxRunner
+from runtime.cache import CompileCache
 from runtime.kernels.rowconst import ROW, bound_const_op, const_row
 
 from rt_helpers import ort_run, tiny_model
@@ -70,3 +71,50 @@ def test_relu_and_one_sided_clip_match_onnxruntime_across_rows(shape):
     _parity(tiny_model("Relu", {"x": x}), {"x": x})
     _parity(tiny_model("Clip", {"x": x}, consts={"lo": np.array(-0.3, np.float32)}), {"x": x})
     _parity(tiny_model("Clip", {"x": x}, attrs={"max": 0.4}, opset=6), {"x": x})
+
+
+# ---- pools as whole-plane shifted passes (runtime/kernels/flatpool.py), chunked by planes
+
+POOLS = [
+    ("MaxPool", (2, 40, 30, 30), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),  # several chunks + a remainder
+    ("AveragePool", (2, 40, 30, 30), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+    ("AveragePool", (1, 5, 9, 11), {"kernel_shape": [3, 2], "pads": [2, 0, 1, 1], "count_include_pad": 1}),
+    ("MaxPool", (1, 4, 12, 13), {"kernel_shape": [3, 3], "dilations": [2, 3], "pads": [2, 1, 0, 2]}),
+    ("MaxPool", (1, 70, 64, 64), {"kernel_shape": [2, 2], "strides": [2, 2]}),  # strided, no pads
+    ("MaxPool", (1, 3, 11, 13), {"kernel_shape": [3, 2], "strides": [2, 3]}),  # strides that skip tail columns
+    ("MaxPool", (2, 3, 17), {"kernel_shape": [4], "pads": [1, 2]}),  # 1-D
+    ("AveragePool", (1, 2, 5, 6, 7), {"kernel_shape": [2, 3, 2], "pads": [1, 0, 1, 0, 1, 1]}),  # 3-D
+    ("MaxPool", (1, 6, 8, 8), {"kernel_shape": [1, 3], "pads": [0, 1, 0, 1]}),  # a window of one along H
+]
+
+
+@pytest.mark.parametrize("op,shape,attrs", POOLS, ids=[f"{p[0]}-{i}" for i, p in enumerate(POOLS)])
+def test_flat_pools_match_onnxruntime(op, shape, attrs):
+    x = R.standard_normal(shape).astype(np.float32)
+    _parity(tiny_model(op, {"x": x}, attrs=attrs), {"x": x}, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op,shape,attrs", POOLS[:5], ids=[f"{p[0]}-{i}" for i, p in enumerate(POOLS[:5])])
+def test_flat_pools_agree_with_the_per_axis_taps(op, shape, attrs, monkeypatch):
+    import runtime.kernels.nn as nn
+    x = R.standard_normal(shape).astype(np.float32)
+    if op == "MaxPool":
+        x[0, 0, 0, :3] = [np.nan, np.inf, -np.inf]  # max propagates NaN on both paths
+    model = tiny_model(op, {"x": x}, attrs=attrs)
+    flat = OnnxRunner(model, cache=CompileCache(use_disk=False))(x=x)["y0"]
+    monkeypatch.setattr(nn, "FLAT_POOL", False)
+    taps = OnnxRunner(model, cache=CompileCache(use_disk=False))(x=x)["y0"]
+    if op == "MaxPool":
+        assert flat.tobytes() == taps.tobytes()
+    else:
+        np.testing.assert_allclose(flat, taps, rtol=1e-5, atol=1e-6)
+
+
+def test_flat_pool_reads_new_input_values_on_every_call():
+    x = R.standard_normal((1, 8, 20, 20)).astype(np.float32)
+    runner = OnnxRunner(tiny_model("MaxPool", {"x": x}, attrs={"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}))
+    first = runner(x=x)["y0"]
+    second = runner(x=-x)["y0"]
+    ref = ort_run(tiny_model("MaxPool", {"x": x}, attrs={"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}), {"x": -x})
+    np.testing.assert_array_equal(second, ref[0])
+    assert not np.array_equal(first, second)
