@@ -76,14 +76,15 @@ def _act(op: str, attrs: dict):
         alpha = float(attrs.get("alpha", {"Elu": 1.0, "Selu": 1.67326319217681884765625, "Celu": 1.0}[op]))
         gamma = float(attrs.get("gamma", 1.05070102214813232421875)) if op == "Selu" else 1.0
         def elu(s, d, t):
+            # alpha * (exp(min(s, 0)) - 1) is 0 where s >= 0; numpy's float32 expm1 has no SIMD loop and
+            # is ~7x slower than exp (onnxruntime computes exp(x) - 1 as well)
+            np.minimum(s, 0, out=t)
             if op == "Celu":
-                np.divide(s, alpha, out=t)
-                np.expm1(t, out=t)
-            else:
-                np.expm1(s, out=t)
+                t /= alpha
+            np.exp(t, out=t)
+            t -= 1
             t *= alpha
             np.maximum(s, 0, out=d)
-            np.minimum(t, 0, out=t)  # expm1 <= 0 exactly where s <= 0
             d += t
             if gamma != 1.0:
                 d *= gamma

@@ -118,3 +118,11 @@ def test_flat_pool_reads_new_input_values_on_every_call():
     ref = ort_run(tiny_model("MaxPool", {"x": x}, attrs={"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}), {"x": -x})
     np.testing.assert_array_equal(second, ref[0])
     assert not np.array_equal(first, second)
+
+
+@pytest.mark.parametrize("op,attrs", [("Elu", {"alpha": 0.7}), ("Selu", {}), ("Celu", {"alpha": 1.6}, )])
+def test_elu_family_via_exp_matches_onnxruntime_including_extremes(op, attrs):
+    x = (R.standard_normal((3, 5000)) * 4).astype(np.float32)
+    x[0, :7] = [np.inf, -np.inf, 100.0, -100.0, -1e-6, 0.0, -0.0]
+    opset = 12 if op == "Celu" else 17
+    _parity(tiny_model(op, {"x": x}, attrs=attrs, opset=opset), {"x": x}, rtol=1e-5, atol=1e-6)
