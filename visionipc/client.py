@@ -7,6 +7,9 @@ Invariants:
   already overwritten (a slow in-order reader) is skipped and counted in `skipped_overwritten`.
 - An announcement from another server_id means the server restarted: recv() reconnects by itself (no
   blocking) and continues; ids of replaced servers are remembered so their leftover announcements are dropped.
+- With periodic frames the client sleeps until just before the next one is due and polls from there
+  (pacing.py), so the hand-off does not pay an idle CPU's wake-up. Never under the fake (gated) backend,
+  whose every receive() is a replay step.
 - Nothing from the peer is trusted: descriptors, fds and announcements are validated before use, and a bad
   one is a ProtocolError (connect) or a counted, dropped announcement (recv) — never a read past a buffer.
 """
@@ -16,10 +19,12 @@ import socket
 import time
 
 from msgq import sub_sock
+from msgq.fake import fake_enabled
 from visionipc import protocol
 from visionipc.buffer import BufferMapping, VisionBuf
 from visionipc.endpoints import announce_endpoint, check_name, check_stream, control_socket_path
 from visionipc.errors import ProtocolError, UnknownStreamError, VisionIpcError
+from visionipc.pacing import DEFAULT_LEAD_S, ArrivalPacing
 
 _RETRY_S = 0.02
 _CONTROL_TIMEOUT_S = 2.0
@@ -70,11 +75,13 @@ def available_streams(name: str, block: bool = False, timeout: float | None = No
 
 
 class VisionIpcClient:
-  def __init__(self, name: str, stream: int, conflate: bool = False):
+  def __init__(self, name: str, stream: int, conflate: bool = False, spin_lead_s: float = DEFAULT_LEAD_S):
+    """spin_lead_s: how long before a periodic frame is due the client starts polling (0: always sleep)."""
     self.name = check_name(name)
     self.stream = check_stream(stream)
     self.conflate = conflate
     self._sub = sub_sock(announce_endpoint(name, self.stream), conflate=conflate)
+    self._pacing = ArrivalPacing(0.0 if fake_enabled() else spin_lead_s)
     self._buffers: list[BufferMapping] = []
     self.server_id: int | None = None
     self._replaced_servers: set[int] = set()
@@ -133,6 +140,7 @@ class VisionIpcClient:
       self.reconnects += 1
     self._drop_buffers()
     self._buffers, self.server_id = mappings, server_id
+    self._pacing.reset()  # a new server has its own phase
 
   def _drop_buffers(self) -> None:
     for m in self._buffers:
@@ -160,15 +168,41 @@ class VisionIpcClient:
           return None
         time.sleep(min(_RETRY_S, remaining))
         continue
-      remaining_ms = max(0, int((deadline - time.monotonic()) * 1000 + 0.999))
-      self._sub.setTimeout(remaining_ms)
-      msg = self._sub.receive()
+      msg = self._next_announcement(deadline)
       if msg is None:
         return None
+      self._pacing.arrived(time.monotonic())
       frame = self._frame_from(msg)
       if frame is not None:
         return frame
       # a skipped announcement: keep going (non-blocking once the deadline passed) until the queue is empty
+
+  def _next_announcement(self, deadline: float) -> bytes | None:
+    """The next announcement, or None at `deadline`. Periodic frames: sleep, then poll around the due time."""
+    window = self._pacing.poll_window()
+    if window is not None:
+      msg = self._sub.receive(non_blocking=True)
+      if msg is not None:
+        return msg
+      start, end = window
+      if time.monotonic() < start:
+        msg = self._sleep_for_announcement(min(start, deadline))
+      if msg is None:
+        msg = self._poll_for_announcement(min(end, deadline))
+      if msg is not None:
+        return msg
+    return self._sleep_for_announcement(deadline)
+
+  def _sleep_for_announcement(self, until: float) -> bytes | None:
+    self._sub.setTimeout(max(0.0, (until - time.monotonic()) * 1000))  # fractional ms: the lead is ~1 ms
+    return self._sub.receive()
+
+  def _poll_for_announcement(self, until: float) -> bytes | None:
+    while True:
+      msg = self._sub.receive(non_blocking=True)
+      if msg is not None or time.monotonic() >= until:
+        return msg
+      os.sched_yield()  # the producer may need this very core
 
   def _frame_from(self, msg: bytes) -> VisionBuf | None:
     try:

@@ -13,8 +13,15 @@ class ServerProcess:
     self.proc = proc
 
   def cmd(self, line: str) -> str:
+    self.begin(line)
+    return self.reply(line)
+
+  def begin(self, line: str) -> None:
+    """Send a command without waiting for its answer (collect it with reply())."""
     self.proc.stdin.write(line + "\n")
     self.proc.stdin.flush()
+
+  def reply(self, line: str) -> str:
     ready, _, _ = select.select([self.proc.stdout], [], [], REPLY_TIMEOUT_S)
     reply = self.proc.stdout.readline() if ready else ""
     if not reply.startswith("ok"):

@@ -1,10 +1,12 @@
 """A VisionIPC server in its own process, driven line by line over stdin (each command answers "ok ...").
 
 Commands: create STREAM N W H tight|padded · listen · send STREAM FRAME_ID (copying) ·
-zsend STREAM FRAME_ID (zero-copy) · id · quit. Frame contents come from frame_bytes(), so the test
+zsend STREAM FRAME_ID (zero-copy) · pace STREAM FIRST COUNT INTERVAL_MS GAP_MS (zero-copy frames FIRST..
+on a fixed schedule, the last one GAP_MS late; answers once all are sent) · id · quit. Frame contents come from frame_bytes(), so the test
 process can compute what it should receive.
 """
 import sys
+import time
 
 import numpy as np
 
@@ -44,6 +46,16 @@ def main() -> None:
         buf = server.get_buffer(stream)
         np.frombuffer(buf.data, np.uint8)[:] = data
         server.send_buffer(buf, frame_id, sof, eof, valid)
+    elif cmd == "pace":
+      stream, first, count = map(int, args[:3])
+      interval_s, gap_s = float(args[3]) / 1000, float(args[4]) / 1000
+      start = time.monotonic()
+      for k in range(count):
+        due = start + k * interval_s + (gap_s if k == count - 1 else 0.0)
+        time.sleep(max(0.0, due - time.monotonic()))
+        buf = server.get_buffer(stream)
+        np.frombuffer(buf.data, np.uint8)[:8] = first + k  # enough to tell frames apart
+        server.send_buffer(buf, first + k)
     elif cmd == "id":
       reply = str(server.server_id)
     elif cmd == "quit":
