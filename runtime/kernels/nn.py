@@ -1,12 +1,11 @@
 """Neural-network kernels: Conv (im2col + one BLAS matmul per image and group), ConvTranspose, Gemm, MatMul,
-pools, normalisations, LRN, Softmax.
+normalisations, LRN, Softmax (pools are in pool.py).
 
 Padded copies and im2col columns live in per-step scratch (shared between steps), so a conv's padding border
 is re-filled on every call instead of being assumed to stay zero."""
 from __future__ import annotations
 
 import math
-from functools import partial
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -15,9 +14,6 @@ from .. import blas
 from ..errors import ModelError, UnsupportedOpError
 from ..graph import Spec
 from .base import Kernel, broadcast_shape, need_const, norm_axis, numel, opt, register
-from .flatpool import bind_flat_pool, flat_pool_scratch
-
-FLAT_POOL = True
 
 
 # ---------------------------------------------------------------- geometry shared by conv and pools
@@ -526,170 +522,6 @@ def matmul(op, attrs, specs, consts):
         B = np.ascontiguousarray(Bc) if Bc is not None else ins[1]
         return lambda: np.matmul(A, B, out=o)
     return Kernel(op, [Spec(tuple(shape), a.dtype)], bind, flops=2 * numel(shape) * K)
-
-
-# ---------------------------------------------------------------- pooling
-
-@register("MaxPool", "AveragePool")
-def pool(op, attrs, specs, consts):
-    x = specs[0]
-    N, C, *S = x.shape
-    K = list(attrs["kernel_shape"])
-    ceil_mode = bool(attrs.get("ceil_mode", 0))
-    out_sp, pb, pe, need_end, strides, dil = window_geometry(op, attrs, S, K, ceil_mode)
-    if int(attrs.get("_n_outputs", 1)) > 1:
-        raise UnsupportedOpError(f"{op} with the Indices output")
-    if op == "MaxPool" and int(attrs.get("storage_order", 0)) != 0:
-        raise UnsupportedOpError("MaxPool storage_order=1")
-    padded = any(pb) or any(need_end)
-    pad_shape = tuple(s + b + e for s, b, e in zip(S, pb, need_end))
-    is_max = op == "MaxPool"
-    fill = (-np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min) if is_max else 0
-    KK = numel(K)
-    recip = None
-    if not is_max:
-        # divisor per output position: count the cells that are real input (or inside the declared pads)
-        include_pad = int(attrs.get("count_include_pad", 0)) == 1
-        mask = np.zeros(pad_shape, np.float64)
-        if include_pad:
-            mask[tuple(slice(0, b + s + e) for b, s, e in zip(pb, S, pe))] = 1
-        else:
-            mask[tuple(slice(b, b + s) for b, s in zip(pb, S))] = 1
-        cnt = windows(mask, K, out_sp, strides, dil, ()).sum(axis=tuple(range(len(K))))
-        recip = (1.0 / cnt).astype(x.dtype)
-    out_spec = Spec((N, C) + tuple(out_sp), x.dtype)
-    if not padded and list(strides) == K and all(d == 1 for d in dil) and all(k == 1 for k in K[:-1]) \
-            and out_sp[-1] * K[-1] == S[-1]:
-        return _row_pool(op, is_max, x, K[-1], out_spec)
-    # whole-plane shifted passes (flatpool.py) beat per-axis taps at stride 1, and for strided max pools
-    # without pads (the taps' strided max has no SIMD path); strided sums and padded copies favour the taps
-    if FLAT_POOL and (all(st == 1 for st in strides) or (is_max and not padded)):
-        return _flat_pool(op, is_max, x, K, strides, dil, out_sp, pb, padded, pad_shape, fill, recip, out_spec)
-    # separable: reduce one spatial axis at a time (sum of k_d taps per axis instead of their product).
-    # Padding is skipped rather than materialised (a tap then only touches the outputs whose window position
-    # is inside the input, as padding with the reduction's identity would give) where every axis keeps two
-    # taps that reach all outputs to start the reduction; otherwise a padded copy is cheaper.
-    copy_pad = padded and any(len(_full_taps(n, k, st, dl, od, b)) < 2 and k > 1
-                              for n, k, st, dl, od, b in zip(S, K, strides, dil, out_sp, pb))
-    src_sp, src_pb = (pad_shape, [0] * len(K)) if copy_pad else (tuple(S), pb)
-    stage_shapes = [(C,) + tuple(out_sp[:d + 1]) + tuple(src_sp[d + 1:]) for d in range(len(K) - 1)]
-    scratch = [Spec(sh, x.dtype) for sh in stage_shapes] + ([Spec((C,) + pad_shape, x.dtype)] if copy_pad else [])
-
-    def bind(ins, outs, scr):
-        xa, o = ins[0], outs[0]
-        red = np.maximum if is_max else np.add
-        plan = []
-        for n in range(N):
-            src = xa[n]
-            if copy_pad:
-                plan.append(partial(PaddedCopy(scr[-1], pb, S, fill), src))
-                src = scr[-1]
-            for d, (k, st, dl, od) in enumerate(zip(K, strides, dil, out_sp)):
-                dst = o[n] if d == len(K) - 1 else scr[d]
-                plan += _pool_axis_plan(src, dst, 1 + d, k, st, dl, od, src_pb[d], red, fill)
-                src = dst
-
-        def run():
-            for call in plan:
-                call()
-            if recip is not None:
-                np.multiply(o, recip, out=o)
-        return run
-    return Kernel(op, [out_spec], bind, scratch, flops=numel(out_spec.shape) * KK)
-
-
-def _flat_pool(op, is_max, x, K, strides, dil, out_sp, pb, padded, pad_shape, fill, recip, out_spec):
-    """Pool as whole-array shifted reductions (see flatpool.py)."""
-    N, C, *S = x.shape
-    scratch = flat_pool_scratch(N * C, pad_shape, x.dtype, padded)
-
-    def bind(ins, outs, scr):
-        xa = ins[0]
-        planes = xa.reshape((N * C,) + tuple(S))
-        pads = None
-        if padded:
-            def pads(first, stop):
-                return partial(PaddedCopy(scr[0][:stop - first], pb, S, fill), planes[first:stop])
-        return bind_flat_pool(xa, outs[0], scr, pads, np.maximum if is_max else np.add, K, strides, dil, out_sp,
-                              recip)
-    return Kernel(op, [out_spec], bind, scratch, flops=numel(out_spec.shape) * numel(K))
-
-
-def _tap_ranges(n, k, st, dl, od, pad_begin):
-    """(tap, first output, last output) for each tap of a pooling axis that reads the input anywhere."""
-    ranges = []
-    for t in range(k):
-        first = max(0, -(-(pad_begin - t * dl) // st))
-        last = min(od - 1, (n - 1 + pad_begin - t * dl) // st)
-        if first <= last:
-            ranges.append((t, first, last))
-    return ranges
-
-
-def _full_taps(n, k, st, dl, od, pad_begin):
-    return [t for t, first, last in _tap_ranges(n, k, st, dl, od, pad_begin) if first == 0 and last == od - 1]
-
-
-def _pool_axis_plan(src, dst, ax, k, st, dl, od, pad_begin, red, fill):
-    """Zero-argument calls reducing axis `ax` of src into dst: output i, tap t reads input
-    i * st + t * dl - pad_begin where that lies inside src (outside is padding, the reduction's identity)."""
-    def axis(sl):
-        return (slice(None),) * ax + (sl,)
-    full, some = [], []  # taps reaching every output / only some
-    for t, first, last in _tap_ranges(src.shape[ax], k, st, dl, od, pad_begin):
-        i0 = first * st + t * dl - pad_begin
-        tap = src[axis(slice(i0, i0 + (last - first) * st + 1, st))]
-        if first == 0 and last == od - 1:
-            full.append(tap)
-        else:
-            some.append((first, last + 1, tap))
-    ops = []
-    if len(full) >= 2:
-        ops.append(partial(red, full[0], full[1], out=dst))  # two taps start the reduction: no copy or fill pass
-        ops += [partial(red, dst, t, out=dst) for t in full[2:]]
-    elif full and some:  # pair the full tap with a partial one; copy it where that one does not reach
-        a, b, t = some.pop(0)
-        ops.append(partial(red, full[0][axis(slice(a, b))], t, out=dst[axis(slice(a, b))]))
-        for sl in (slice(0, a), slice(b, od)):
-            if sl.stop > sl.start:
-                ops.append(partial(np.copyto, dst[axis(sl)], full[0][axis(sl)]))
-    elif full:
-        ops.append(partial(np.copyto, dst, full[0]))
-    else:
-        ops.append(partial(dst.fill, fill))
-    ops += [partial(red, dst[axis(slice(a, b))], t, out=dst[axis(slice(a, b))]) for a, b, t in some]
-    return ops
-
-
-def _row_pool(op, is_max, x, k, out_spec):
-    """Non-overlapping windows along the last axis only (kernel (1, ..., 1, k), stride = kernel): the per-tap
-    loop would have an inner loop of one element, so view the input as rows of k and reduce across them."""
-    def bind(ins, outs, scr):
-        rows, o = ins[0].reshape(-1, k), outs[0].reshape(-1)
-        if is_max:
-            cols = [rows[:, i] for i in range(k)]
-
-            def run():
-                np.copyto(o, cols[0])
-                for c in cols[1:]:
-                    np.maximum(o, c, out=o)
-            return run
-        w = np.full(k, 1.0 / k, x.dtype)
-        return lambda: np.matmul(rows, w, out=o)  # one BLAS gemv
-    return Kernel(op, [out_spec], bind, flops=numel(x.shape))
-
-
-@register("GlobalAveragePool", "GlobalMaxPool")
-def global_pool(op, attrs, specs, consts):
-    x = specs[0]
-    axes = tuple(range(2, len(x.shape)))
-    out = Spec(x.shape[:2] + (1,) * len(axes), x.dtype)
-    fn = np.mean if op == "GlobalAveragePool" else np.max
-
-    def bind(ins, outs, scr):
-        a, o = ins[0], outs[0]
-        return lambda: fn(a, axis=axes, keepdims=True, out=o)
-    return Kernel(op, [out], bind, flops=numel(x.shape))
 
 
 # ---------------------------------------------------------------- normalisation

@@ -96,13 +96,13 @@ def test_flat_pools_match_onnxruntime(op, shape, attrs):
 
 @pytest.mark.parametrize("op,shape,attrs", POOLS[:5], ids=[f"{p[0]}-{i}" for i, p in enumerate(POOLS[:5])])
 def test_flat_pools_agree_with_the_per_axis_taps(op, shape, attrs, monkeypatch):
-    import runtime.kernels.nn as nn
+    import runtime.kernels.pool as pool
     x = R.standard_normal(shape).astype(np.float32)
     if op == "MaxPool":
         x[0, 0, 0, :3] = [np.nan, np.inf, -np.inf]  # max propagates NaN on both paths
     model = tiny_model(op, {"x": x}, attrs=attrs)
     flat = OnnxRunner(model, cache=CompileCache(use_disk=False))(x=x)["y0"]
-    monkeypatch.setattr(nn, "FLAT_POOL", False)
+    monkeypatch.setattr(pool, "FLAT_POOL", False)
     taps = OnnxRunner(model, cache=CompileCache(use_disk=False))(x=x)["y0"]
     if op == "MaxPool":
         assert flat.tobytes() == taps.tobytes()
