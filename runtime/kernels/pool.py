@@ -12,6 +12,7 @@ from __future__ import annotations
 from functools import partial
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from ..errors import UnsupportedOpError
 from ..graph import Spec
@@ -65,19 +66,28 @@ def pool(op, attrs, specs, consts):
     src_sp, src_pb = (pad_shape, [0] * len(K)) if copy_pad else (tuple(S), pb)
     stage_shapes = [(C,) + tuple(out_sp[:d + 1]) + tuple(src_sp[d + 1:]) for d in range(len(K) - 1)]
     scratch = [Spec(sh, x.dtype) for sh in stage_shapes] + ([Spec((C,) + pad_shape, x.dtype)] if copy_pad else [])
+    # a strided last axis reduces its interior outputs as flat shifted passes (flatpool.py) into this work array
+    last_flat = FLAT_POOL and strides[-1] > 1 and K[-1] > 1
+    if last_flat:
+        scratch.append(Spec((C * numel(out_sp[:-1]) * src_sp[-1],), x.dtype))
 
     def bind(ins, outs, scr):
         xa, o = ins[0], outs[0]
         red = np.maximum if is_max else np.add
         plan = []
+        pad_scr = scr[len(stage_shapes)] if copy_pad else None
         for n in range(N):
             src = xa[n]
             if copy_pad:
-                plan.append(partial(PaddedCopy(scr[-1], pb, S, fill), src))
-                src = scr[-1]
+                plan.append(partial(PaddedCopy(pad_scr, pb, S, fill), src))
+                src = pad_scr
             for d, (k, st, dl, od) in enumerate(zip(K, strides, dil, out_sp)):
-                dst = o[n] if d == len(K) - 1 else scr[d]
-                plan += _pool_axis_plan(src, dst, 1 + d, k, st, dl, od, src_pb[d], red, fill)
+                last = d == len(K) - 1
+                dst = o[n] if last else scr[d]
+                if last and last_flat:
+                    plan += _last_axis_plan(src, dst, k, st, dl, od, src_pb[d], red, fill, scr[-1])
+                else:
+                    plan += _pool_axis_plan(src, dst, 1 + d, k, st, dl, od, src_pb[d], red, fill)
                 src = dst
 
         def run():
@@ -104,6 +114,36 @@ def _flat_pool(op, is_max, x, K, strides, dil, out_sp, pb, padded, pad_shape, fi
         return bind_flat_pool(xa, outs[0], scr, pads, np.maximum if is_max else np.add, K, strides, dil, out_sp,
                               recip)
     return Kernel(op, [out_spec], bind, scratch, flops=numel(out_spec.shape) * numel(K))
+
+
+def _last_axis_plan(src, dst, k, st, dl, od, pad_begin, red, fill, work):
+    """Reduce the last axis of src into dst with stride st > 1. Outputs whose window lies inside the input
+    come from shifted reductions over the whole flattened src (contiguous runs, SIMD) and one strided pick;
+    the few edge outputs whose window reaches into padding use the clipped taps."""
+    n = src.shape[-1]
+    lo = -(-pad_begin // st)
+    hi = (n - 1 + pad_begin - (k - 1) * dl) // st  # last output whose window ends inside the input
+    hi = min(hi, od - 1)
+    if lo > hi or not src.flags.c_contiguous:
+        return _pool_axis_plan(src, dst, src.ndim - 1, k, st, dl, od, pad_begin, red, fill)
+    flat = src.reshape(-1)
+    m = flat.size - (k - 1) * dl
+    acc = work[:m]
+    taps = [flat[t * dl:t * dl + m] for t in range(k)]
+    rows = flat.size // n
+    item = flat.itemsize
+    start = acc[lo * st - pad_begin:]
+    picked = as_strided(start, shape=(rows, hi - lo + 1), strides=(n * item, st * item), writeable=False)
+    try:
+        inner = dst[..., lo:hi + 1].reshape(rows, hi - lo + 1, copy=False)
+    except ValueError:  # dst's leading axes do not merge into rows without a copy: keep the taps
+        return _pool_axis_plan(src, dst, src.ndim - 1, k, st, dl, od, pad_begin, red, fill)
+    plan = [partial(red, taps[0], taps[1], out=acc)] + [partial(red, acc, t, out=acc) for t in taps[2:]]
+    plan.append(partial(np.copyto, inner, picked))
+    for a, b in ((0, lo), (hi + 1, od)):
+        if b > a:
+            plan += _pool_axis_plan(src, dst[..., a:b], src.ndim - 1, k, st, dl, b - a, pad_begin - a * st, red, fill)
+    return plan
 
 
 def _tap_ranges(n, k, st, dl, od, pad_begin):

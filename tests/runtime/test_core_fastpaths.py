@@ -86,6 +86,19 @@ POOLS = [
     ("AveragePool", (1, 2, 5, 6, 7), {"kernel_shape": [2, 3, 2], "pads": [1, 0, 1, 0, 1, 1]}),  # 3-D
     ("MaxPool", (1, 6, 8, 8), {"kernel_shape": [1, 3], "pads": [0, 1, 0, 1]}),  # a window of one along H
 ]
+# strided with pads: taps along the leading axes, the last axis' interior as flat passes, its edges as taps
+STRIDED = [
+    ("MaxPool", (2, 5, 23, 21), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ("MaxPool", (1, 4, 22, 22), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [0, 0, 1, 1]}),
+    ("MaxPool", (1, 3, 20, 31), {"kernel_shape": [2, 3], "strides": [2, 3], "pads": [1, 2, 0, 2],
+                                 "dilations": [1, 2]}),
+    ("MaxPool", (1, 3, 19, 19), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1}),
+    ("AveragePool", (1, 7, 28, 28), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ("AveragePool", (1, 7, 27, 26), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1],
+                                     "count_include_pad": 1}),
+    ("MaxPool", (2, 3, 40), {"kernel_shape": [5], "strides": [3], "pads": [2, 2]}),  # 1-D
+]
+POOLS += STRIDED
 
 
 @pytest.mark.parametrize("op,shape,attrs", POOLS, ids=[f"{p[0]}-{i}" for i, p in enumerate(POOLS)])
@@ -94,12 +107,15 @@ def test_flat_pools_match_onnxruntime(op, shape, attrs):
     _parity(tiny_model(op, {"x": x}, attrs=attrs), {"x": x}, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("op,shape,attrs", POOLS[:5], ids=[f"{p[0]}-{i}" for i, p in enumerate(POOLS[:5])])
+AGREE = POOLS[:5] + STRIDED
+
+
+@pytest.mark.parametrize("op,shape,attrs", AGREE, ids=[f"{p[0]}-{i}" for i, p in enumerate(AGREE)])
 def test_flat_pools_agree_with_the_per_axis_taps(op, shape, attrs, monkeypatch):
     import runtime.kernels.pool as pool
     x = R.standard_normal(shape).astype(np.float32)
     if op == "MaxPool":
-        x[0, 0, 0, :3] = [np.nan, np.inf, -np.inf]  # max propagates NaN on both paths
+        x.reshape(-1)[:3] = [np.nan, np.inf, -np.inf]  # max propagates NaN on both paths
     model = tiny_model(op, {"x": x}, attrs=attrs)
     flat = OnnxRunner(model, cache=CompileCache(use_disk=False))(x=x)["y0"]
     monkeypatch.setattr(pool, "FLAT_POOL", False)
