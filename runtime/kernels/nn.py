@@ -173,8 +173,12 @@ def conv(op, attrs, specs, consts):
         strategy = "im2col"
     if strategy == "shifted":
         return _shifted_conv(op, x, W, bias, K, out_sp, pb, need_end, dil)
+    # channels-first im2col feeds BLAS a plain (K, O) matrix (an NN GEMM, measurably faster than the NT one
+    # channels-last needs) and skips the transposing input copy; channels-last wins only where output rows are
+    # short and channels many (measured on the light models and our daemons' models)
+    prefer_cf = strategy == "im2col" and (KK == 1 or out_sp[-1] >= 28 or (any(st > 1 for st in strides) and C < 96))
     channels_last = strategy != "pointwise" and (G == 1 or strategy == "depthwise") and \
-        C * (K[-1] if strategy == "im2col" else 1) >= out_sp[-1]
+        C * (K[-1] if strategy == "im2col" else 1) >= out_sp[-1] and not prefer_cf
     scratch = []
     if channels_last:
         scratch.append(Spec(pad_shape + (C,), dt))

@@ -142,3 +142,21 @@ def test_elu_family_via_exp_matches_onnxruntime_including_extremes(op, attrs):
     x[0, :7] = [np.inf, -np.inf, 100.0, -100.0, -1e-6, 0.0, -0.0]
     opset = 12 if op == "Celu" else 17
     _parity(tiny_model(op, {"x": x}, attrs=attrs, opset=opset), {"x": x}, rtol=1e-5, atol=1e-6)
+
+
+# ---- conv layouts: channels-first im2col (NN GEMM) where rows are long or a strided conv has few channels
+
+CONVS = [
+    ((1, 40, 20, 32), (24, 40, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),  # strided, few channels
+    ((1, 20, 12, 30), (16, 20, 3, 3), {"pads": [1, 1, 1, 1]}),  # long output rows
+    ((2, 24, 14, 14), (40, 24, 1, 1), {"strides": [2, 2]}),  # strided 1x1
+    ((1, 100, 9, 10), (20, 100, 3, 3), {"strides": [2, 2], "pads": [1, 0, 1, 1]}),  # many channels: channels-last
+    ((1, 100, 9, 10), (20, 100, 3, 3), {"pads": [1, 1, 1, 1], "dilations": [2, 1]}),  # many channels, stride 1
+]
+
+
+@pytest.mark.parametrize("xs,ws,attrs", CONVS, ids=[f"conv-{i}" for i in range(len(CONVS))])
+def test_conv_layouts_match_onnxruntime(xs, ws, attrs):
+    x = R.standard_normal(xs).astype(np.float32)
+    consts = {"w": (R.standard_normal(ws) * 0.2).astype(np.float32), "b": R.standard_normal(ws[0]).astype(np.float32)}
+    _parity(tiny_model("Conv", {"x": x}, consts=consts, attrs=attrs), {"x": x}, rtol=1e-4, atol=1e-4)
