@@ -6,6 +6,7 @@ is re-filled on every call instead of being assumed to stay zero."""
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -207,10 +208,17 @@ def conv(op, attrs, specs, consts):
     def bind(ins, outs, scr):
         xa, o = ins[0], outs[0]
         calls = []
+        bias_done = False
         for n in range(N):
             xn, on = xa[n], o[n]
             if strategy == "pointwise":
-                if G == 1:
+                if G == 1 and bias is not None and (gemm := blas.gemm_call(Wk[0], xn.reshape(C, O), on.reshape(M, O),
+                                                                         beta=1.0)) is not None:
+                    # the output starts as the broadcast bias and the GEMM accumulates onto it (beta = 1): a
+                    # write-only fill instead of a read-modify-write add pass after the GEMM
+                    calls.append(partial(_fill_then, on, np.broadcast_to(bias, on.shape), gemm))
+                    bias_done = True
+                elif G == 1:
                     calls.append(lambda a=xn.reshape(C, O), c=on.reshape(M, O): np.matmul(Wk[0], a, out=c))
                 else:
                     calls.append(lambda a=xn.reshape(G, Cg, O), c=on.reshape(G, Mg, O): np.matmul(Wk, a, out=c))
@@ -258,7 +266,7 @@ def conv(op, attrs, specs, consts):
                     else:
                         np.matmul(Wk, col, out=c)
                 calls.append(im2col_cf)
-        if bias is not None and not bias_in_mm and not (strategy == "depthwise" and channels_last):
+        if bias is not None and not bias_in_mm and not bias_done and not (strategy == "depthwise" and channels_last):
             calls.append(lambda: np.add(o, bias, out=o))
 
         def run():
@@ -266,6 +274,11 @@ def conv(op, attrs, specs, consts):
                 c()
         return run
     return Kernel(op, [Spec((N, M) + tuple(out_sp), dt)], bind, scratch, flops=2 * N * M * O * Cg * KK)
+
+
+def _fill_then(out, value, gemm):
+    np.copyto(out, value)
+    gemm()
 
 
 def _shifted_conv(op, x, W, bias, K, out_sp, pb, need_end, dil):
