@@ -14,6 +14,7 @@ Invariants:
 """
 from __future__ import annotations
 
+import copy
 import os
 import threading
 import time
@@ -125,13 +126,16 @@ class Compiled:
             raise self._enter_error(fault)
 
     def _enter_error(self, err: DeviceError) -> DeviceError:
+        """Record the sticky error and return a fresh copy for the caller to raise. The recorded one is never
+        raised, so it never carries a traceback: a traceback would pin every frame between the raise and the
+        handler for the device's lifetime (in modeld, the camera frames it was working on; soak RSS)."""
         with self._cv:
             first = self.error_state is None
             if first:
                 self.error_state = err
         if first and self.hang_handler is not None:
             self.hang_handler(self, err)
-        return err
+        return without_traceback(err)
 
     # ---- timeline ----------------------------------------------------------------------------------
     def _next_value(self) -> int:
@@ -341,3 +345,10 @@ class _Registry:
 
 
 Device = _Registry()
+
+
+def without_traceback(err: DeviceError) -> DeviceError:
+    """A copy of err to keep or raise again without pinning the frames the original was raised through."""
+    fresh = copy.copy(err)  # same type, args and attributes; no traceback, cause or context
+    fresh.__traceback__ = fresh.__cause__ = fresh.__context__ = None
+    return fresh

@@ -30,7 +30,7 @@ import numpy as np
 from runtime import faults
 from runtime.allocator import LRUAllocator, RangeAllocator
 from runtime.device import (Command, Compiled, DeviceDisconnected, DeviceError, DeviceUnavailable,
-                            TransferError)
+                            TransferError, without_traceback)
 
 PRESENCE_ENV = "PYMODELD_USB_AMD"
 PRESENCE_FILE = "usb_amd.present"
@@ -197,7 +197,7 @@ class USBAMDDevice(Compiled):
 
     def _fail(self, err: DeviceError) -> None:
         with self._cv:
-            self._fault_error = err
+            self._fault_error = without_traceback(err)  # e may come from the worker, whose frames hold a command
             self._cv.notify_all()
 
     # ---- queue -------------------------------------------------------------------------------------
@@ -219,17 +219,20 @@ class USBAMDDevice(Compiled):
             if cmd is None or stop.is_set():
                 return
             if cmd.fault and not all(self._activate(f) for f in cmd.fault):
+                cmd = None                        # a parked worker must not pin the command's host memory
                 stop.wait()                       # hung or gone: nothing completes until reopen()/close()
                 return
+            failure = None
             try:
                 t0 = time.perf_counter()
                 self._run_timed(cmd) if self._slow == 1.0 else self._run_slow(cmd, t0)
             except DeviceError as e:
-                self._fail(e)
-                stop.wait()
-                return
+                failure = e
             except Exception as e:              # a kernel bug: the device reports it, the queue stops
-                self._fail(DeviceError(f"{self.name}: command {cmd.value} ({cmd.stage}) failed: {e!r}"))
+                failure = DeviceError(f"{self.name}: command {cmd.value} ({cmd.stage}) failed: {e!r}")
+            if failure is not None:
+                self._fail(failure)
+                failure = cmd = None
                 stop.wait()
                 return
             if stop.is_set():                   # reopened meanwhile: this command belongs to the old device

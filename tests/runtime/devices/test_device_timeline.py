@@ -3,6 +3,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -206,3 +207,41 @@ def test_stage_timer_reports_upload_compute_and_readback(usb):
     with usb.stage_timer() as outside:
         pass
     assert outside.compute_s == 0
+
+
+class _Payload:
+    """Stands for what a caller's frames hold while the device fails (in modeld: the camera frames)."""
+
+
+def test_a_sticky_error_does_not_pin_the_frames_it_was_raised_through(usb):
+    def wait_holding(payload):
+        usb.synchronize()
+
+    payload = _Payload()
+    alive = weakref.ref(payload)
+    _hang(usb)
+    try:
+        wait_holding(payload)
+    except DeviceTimeout:
+        pass
+    del payload
+    assert alive() is None, "the device's sticky error kept the caller's frames (and their locals) alive"
+    assert isinstance(usb.error_state, DeviceTimeout)
+    with pytest.raises(DeviceTimeout, match="error state"):
+        usb.synchronize()
+
+
+def test_an_error_raised_inside_a_device_command_does_not_pin_the_command(usb):
+    def kernel(payload):
+        raise TransferError(f"link dropped while reading {len(payload.__dict__)} fields")
+
+    payload = _Payload()
+    alive = weakref.ref(payload)
+    usb.submit(lambda p=payload: kernel(p))
+    try:
+        usb.synchronize()
+    except TransferError:
+        pass
+    del payload
+    assert alive() is None, "the stored fault's traceback kept the failed command's memory alive"
+    assert isinstance(usb.error_state, TransferError)
