@@ -41,8 +41,8 @@ def bind_flat_pool(x, out, scratch, pad_copies, red, kernel, strides, dil, out_s
     `pad_copies(first, stop)` is None (no pads) or returns a callable filling scratch[0][:stop - first] with
     planes first..stop of x and the padding value; `red` is np.maximum or np.add; `recip` (shape out_sp)
     scales sums into averages, or None."""
-    planes = x.reshape((-1,) + x.shape[2:])
-    outs = out.reshape((-1,) + tuple(out_sp))
+    planes = x.reshape((-1,) + x.shape[2:], copy=False)
+    outs = out.reshape((-1,) + tuple(out_sp), copy=False)
     pad_shape = scratch[0].shape[1:] if pad_copies is not None else planes.shape[1:]
     chunk = min(planes.shape[0], planes_per_chunk(pad_shape, x.dtype))
     calls = []
@@ -64,7 +64,7 @@ def bind_flat_pool(x, out, scratch, pad_copies, red, kernel, strides, dil, out_s
 
 def _chunk_calls(src, o, work_a, work_b, red, kernel, strides, dil, out_sp, recip):
     pad_shape = src.shape[1:]
-    flat = src.reshape(-1)
+    flat = src.reshape(-1, copy=False)
     steps = [numel(pad_shape[d + 1:]) for d in range(len(pad_shape))]
     calls, n, cur = [], flat.size, flat
     targets = [work_a, work_b]

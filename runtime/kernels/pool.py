@@ -106,7 +106,7 @@ def _flat_pool(op, is_max, x, K, strides, dil, out_sp, pb, padded, pad_shape, fi
 
     def bind(ins, outs, scr):
         xa = ins[0]
-        planes = xa.reshape((N * C,) + tuple(S))
+        planes = xa.reshape((N * C,) + tuple(S), copy=False)
         pads = None
         if padded:
             def pads(first, stop):
@@ -216,6 +216,15 @@ def global_pool(op, attrs, specs, consts):
     axes = tuple(range(2, len(x.shape)))
     out = Spec(x.shape[:2] + (1,) * len(axes), x.dtype)
     fn = np.mean if op == "GlobalAveragePool" else np.max
+
+    rows, cols = numel(x.shape[:2]), numel(x.shape[2:])
+    if op == "GlobalAveragePool" and x.dtype.kind == "f" and cols:
+        weights = np.full(cols, 1.0 / cols, x.dtype)  # the mean as one BLAS GEMV: ~10x numpy's mean
+
+        def bind_gemv(ins, outs, scr):
+            a, o = ins[0].reshape(rows, cols, copy=False), outs[0].reshape(rows, copy=False)
+            return lambda: np.matmul(a, weights, out=o)
+        return Kernel(op, [out], bind_gemv, flops=numel(x.shape))
 
     def bind(ins, outs, scr):
         a, o = ins[0], outs[0]

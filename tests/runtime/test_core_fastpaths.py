@@ -161,3 +161,9 @@ def test_conv_layouts_match_onnxruntime(xs, ws, attrs):
     x = R.standard_normal(xs).astype(np.float32)
     consts = {"w": (R.standard_normal(ws) * 0.2).astype(np.float32), "b": R.standard_normal(ws[0]).astype(np.float32)}
     _parity(tiny_model("Conv", {"x": x}, consts=consts, attrs=attrs), {"x": x}, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape", [(2, 300, 13, 13), (1, 7, 5), (1, 4, 3, 5, 2)])
+def test_global_average_pool_as_gemv_matches_onnxruntime(shape):
+    x = R.standard_normal(shape).astype(np.float32)
+    _parity(tiny_model("GlobalAveragePool", {"x": x}), {"x": x}, rtol=1e-5, atol=1e-6)
