@@ -212,11 +212,12 @@ def conv(op, attrs, specs, consts):
         for n in range(N):
             xn, on = xa[n], o[n]
             if strategy == "pointwise":
-                if G == 1 and bias is not None and (gemm := blas.gemm_call(Wk[0], xn.reshape(C, O), on.reshape(M, O),
-                                                                         beta=1.0)) is not None:
-                    # the output starts as the broadcast bias and the GEMM accumulates onto it (beta = 1): a
-                    # write-only fill instead of a read-modify-write add pass after the GEMM
-                    calls.append(partial(_fill_then, on, np.broadcast_to(bias, on.shape), gemm))
+                gemms = [blas.gemm_call(w, a, c, beta=1.0) for w, a, c in
+                         zip(Wk, xn.reshape(G, Cg, O), on.reshape(G, Mg, O))] if bias is not None else [None]
+                if all(g is not None for g in gemms):
+                    # the output starts as the broadcast bias and each group's GEMM accumulates onto it (beta = 1):
+                    # a write-only fill instead of a read-modify-write add pass after the GEMMs
+                    calls.append(partial(_fill_then, on, np.broadcast_to(bias, on.shape), gemms))
                     bias_done = True
                 elif G == 1:
                     calls.append(lambda a=xn.reshape(C, O), c=on.reshape(M, O): np.matmul(Wk[0], a, out=c))
@@ -276,9 +277,10 @@ def conv(op, attrs, specs, consts):
     return Kernel(op, [Spec((N, M) + tuple(out_sp), dt)], bind, scratch, flops=2 * N * M * O * Cg * KK)
 
 
-def _fill_then(out, value, gemm):
+def _fill_then(out, value, gemms):
     np.copyto(out, value)
-    gemm()
+    for g in gemms:
+        g()
 
 
 def _shifted_conv(op, x, W, bias, K, out_sp, pb, need_end, dil):

@@ -151,6 +151,7 @@ CONVS = [
     ((1, 20, 12, 30), (16, 20, 3, 3), {"pads": [1, 1, 1, 1]}),  # long output rows
     ((2, 24, 14, 14), (40, 24, 1, 1), {"strides": [2, 2]}),  # strided 1x1
     ((2, 24, 14, 15), (40, 24, 1, 1), {}),  # pointwise: the GEMM accumulates onto the bias (beta = 1)
+    ((2, 24, 14, 15), (40, 6, 1, 1), {"group": 4}),  # grouped pointwise: one GEMM per group onto the bias
     ((1, 100, 9, 10), (20, 100, 3, 3), {"strides": [2, 2], "pads": [1, 0, 1, 1]}),  # many channels: channels-last
     ((1, 100, 9, 10), (20, 100, 3, 3), {"pads": [1, 1, 1, 1], "dilations": [2, 1]}),  # many channels, stride 1
 ]
