@@ -1,5 +1,6 @@
-"""Graph optimisation passes: constant folding with shape inference, BatchNorm folded into Conv, dead-code
-elimination, and the elementwise chains the lowering fuses in place.
+"""Graph optimisation passes: constant folding with shape inference, BatchNorm folded into Conv (after it, or
+its positive scale into the Conv after a Relu), dead-code elimination, and the elementwise chains the
+lowering fuses in place.
 
 Invariants: passes never change what the graph computes (folding evaluates with the same kernels that run
 later); held (mutable) values are never folded; every pass returns value specs for all live values."""
@@ -172,6 +173,53 @@ def fold_affine(graph: Graph, specs: dict) -> Graph:
     return Graph(graph.inputs, graph.outputs, nodes, consts, graph.metadata, graph.opset, graph.held)
 
 
+def move_bn_scale_into_conv(graph: Graph, specs: dict) -> Graph:
+    """BatchNormalization -> Relu -> Conv (each the only reader of the one before, constant parameters,
+    every per-channel scale a > 0) becomes Add(b / a) -> Relu -> Conv with its input-channel weights times a:
+    relu(a * x + b) = a * relu(x + b / a) for a > 0, and a conv is linear in each input channel (zero padding
+    included). One pass over the activation instead of two (pre-activation nets such as DenseNet)."""
+    consts = dict(graph.consts)
+    uses: dict[str, list] = {}
+    for n in graph.nodes:
+        for i in n.inputs:
+            uses.setdefault(i, []).append(n)
+    for o in graph.outputs:
+        uses.setdefault(o, []).append(None)
+    replace: dict[int, Node] = {}
+    for bn in graph.nodes:
+        if bn.op != "BatchNormalization" or len(bn.inputs) != 5 or len(bn.outputs) != 1 or \
+                int(bn.attrs.get("training_mode", 0)) or not all(i in consts for i in bn.inputs[1:]):
+            continue
+        relu = uses.get(bn.outputs[0], [None])
+        if len(relu) != 1 or relu[0] is None or relu[0].op != "Relu":
+            continue
+        conv = uses.get(relu[0].outputs[0], [None])
+        if len(conv) != 1 or conv[0] is None or conv[0].op != "Conv" or conv[0].inputs[0] != relu[0].outputs[0] \
+                or conv[0].inputs[1] not in consts or id(conv[0]) in replace:
+            continue
+        conv = conv[0]
+        a, b = bn_affine(*(consts[i] for i in bn.inputs[1:5]), float(bn.attrs.get("epsilon", 1e-5)))
+        W = consts[conv.inputs[1]]
+        G = int(conv.attrs.get("group", 1))
+        C = a.shape[0]
+        if not np.all(a > 0) or not np.all(np.isfinite(a)) or W.shape[1] * G != C or W.shape[0] % G:
+            continue
+        x_spec = specs[bn.inputs[0]]
+        shift = (b / a).astype(x_spec.dtype).reshape((C,) + (1,) * (len(x_spec.shape) - 2))
+        grouped = W.astype(np.float64).reshape((G, W.shape[0] // G, W.shape[1]) + W.shape[2:])
+        scale = a.reshape((G, 1, W.shape[1]) + (1,) * (W.ndim - 2))
+        tag = f"{bn.outputs[0]}::bnscale"
+        consts[tag + "_shift"] = shift
+        consts[tag + "_w"] = (grouped * scale).reshape(W.shape).astype(W.dtype)
+        replace[id(bn)] = Node("Add", [bn.inputs[0], tag + "_shift"], list(bn.outputs), {}, bn.name)
+        replace[id(conv)] = Node("Conv", [conv.inputs[0], tag + "_w"] + list(conv.inputs[2:]), list(conv.outputs),
+                                 dict(conv.attrs), conv.name)
+    if not replace:
+        return graph
+    nodes = [replace.get(id(n), n) for n in graph.nodes]
+    return Graph(graph.inputs, graph.outputs, nodes, consts, graph.metadata, graph.opset, graph.held)
+
+
 def eliminate_dead(graph: Graph) -> Graph:
     live = set(graph.outputs)
     kept = []
@@ -190,6 +238,7 @@ def optimize(graph: Graph, config: dict) -> tuple[Graph, dict[str, Spec], dict]:
     graph = eliminate_dead(graph)
     if config.get("fold_batchnorm", True):
         folded = fold_affine(fold_batchnorm(graph), specs)
-        if len(folded.nodes) != len(graph.nodes):  # re-infer only when something was folded
-            graph, specs, kernels = fold_constants(eliminate_dead(folded))
+        moved = move_bn_scale_into_conv(folded, specs)
+        if len(folded.nodes) != len(graph.nodes) or moved is not folded:  # re-infer only when something changed
+            graph, specs, kernels = fold_constants(eliminate_dead(moved))
     return graph, specs, kernels

@@ -132,3 +132,34 @@ def test_concat_on_a_later_axis_copies_its_inputs():
     r = OnnxRunner(model)
     assert r.program.storage_offset == {}
     np.testing.assert_allclose(r(x=x)["y0"], np.concatenate([np.exp(x), -x], axis=1), rtol=1e-6)
+
+
+def _bn_relu_conv(scale, extra_reader=False, group=1):
+    x = rng.standard_normal((1, 4, 7, 7)).astype(np.float32)
+    consts = {"s": scale.astype(np.float32), "b": rng.standard_normal(4).astype(np.float32),
+              "m": rng.standard_normal(4).astype(np.float32), "v": rng.uniform(0.5, 2, 4).astype(np.float32),
+              "w": rng.standard_normal((6, 4 // group, 3, 3)).astype(np.float32),
+              "cb": rng.standard_normal(6).astype(np.float32)}
+    nodes = [helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["n"], epsilon=1e-3),
+             helper.make_node("Relu", ["n"], ["r"]),
+             helper.make_node("Conv", ["r", "w", "cb"], ["y0"], pads=[1, 1, 1, 1], group=group)]
+    outputs = ("y0", "r") if extra_reader else ("y0",)
+    return node_model(nodes, {"x": x}, consts, outputs=outputs), x
+
+
+def test_positive_batchnorm_scale_moves_into_the_conv_after_relu():
+    for group in (1, 2):
+        model, x = _bn_relu_conv(rng.uniform(0.2, 2, 4), group=group)
+        r = OnnxRunner(model)
+        assert r.program.op_counts() == {"Add": 1, "Relu": 1, "Conv": 1}  # one pass instead of BN's two
+        np.testing.assert_allclose(r(x=x)["y0"], ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
+def test_batchnorm_scale_stays_when_a_scale_is_not_positive_or_the_relu_has_another_reader():
+    for scale, extra in ((np.array([0.5, -0.3, 1.0, 2.0]), False), (np.array([0.5, 0.0, 1.0, 2.0]), False),
+                         (rng.uniform(0.2, 2, 4), True)):
+        model, x = _bn_relu_conv(scale, extra_reader=extra)
+        r = OnnxRunner(model)
+        assert r.program.op_counts().get("BatchNormalization") == 1
+        ours, ref = r(x=x), ort_run(model, {"x": x})
+        np.testing.assert_allclose(ours["y0"], ref[0], rtol=1e-4, atol=1e-4)
