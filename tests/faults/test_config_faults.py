@@ -145,7 +145,8 @@ def test_artifact_built_for_another_device_is_never_run(tmp_path, monkeypatch):
     rec.wait(lambda r: len(r["driverStateV2"]) >= 3,
              what=lambda: f"driverStateV2 from the USB+AMD daemon:\n{stack.log('dmonitoringmodeld')[-3000:]}")
     assert stack.alive("dmonitoringmodeld")
-    assert artifact.read_header(usb_path)["device_target"] == "USB+AMD"     # recompiled and rewritten
+    assert artifact.read_header(usb_path)["device_target"] == "USB+AMD", (   # recompiled and rewritten
+      f"cache: {sorted(os.listdir(cache_dir))}\n{stack.log('dmonitoringmodeld')[-3000:]}")
     outs = rec["driverStateV2"]
     assert all(np.isfinite(m.driverStateV2.wheelOnRightProb) for m in outs)
     assert any(m.valid for m in outs) or all("calibration" in m.invalidReason for m in outs)
