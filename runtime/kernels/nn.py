@@ -127,6 +127,7 @@ def channels_last_windows(P, kernel, out, strides, dil, tap=None):
                       strides=tuple(s * t for s, t in zip(sp, strides)) + (cs,), writeable=False)
 
 
+DEPTHWISE_GEMV_MIN_ROW = 128  # output positions per channel (incl. junk columns) for the per-channel GEMV
 DEPTHWISE_CHUNK_BYTES = 1 << 20  # tap rows copied per chunk of channels: stays in the per-core cache
 
 
@@ -161,7 +162,7 @@ def conv(op, attrs, specs, consts):
     if KK == 1 and not padded and all(s == 1 for s in strides):
         strategy = "pointwise"
     elif Cg == 1 and Mg == 1 and G > 1 and nd == 2 and all(s == 1 for s in strides) and \
-            out_sp[0] * pad_shape[1] >= 128:  # shorter rows: the per-channel call overhead wins over the taps
+            out_sp[0] * pad_shape[1] >= DEPTHWISE_GEMV_MIN_ROW:  # shorter rows: per-channel call overhead dominates
         return _depthwise_stride1(op, x, W, bias, K, out_sp, pb, need_end, dil)
     elif Cg == 1 and Mg == 1 and G > 1 and O < 400:  # larger outputs: grouped im2col (one GEMV per channel)
         strategy = "depthwise"
