@@ -8,7 +8,15 @@ machine hit both alike. Our time is a full OnnxRunner call (upload, program, rea
 
 --threads sets onnxruntime's intra-op threads and our BLAS threads alike. It defaults to 1, the runtime's own
 default (on a loaded 2-core machine a multi-threaded BLAS waits on descheduled workers at every call, and the
-daemons run with everything else on those cores); --threads 2 compares both engines at two threads."""
+daemons run with everything else on those cores); --threads 2 compares both engines at two threads.
+
+--per-op N also prints, per model, our replay time summed by op type and the N slowest kernels (each linked
+kernel timed on its own, in program order), the starting point for finding what to speed up next.
+
+"rel err" is max |ours - ort| / max |ort| over the float outputs. The light models build their weights from
+constants, so many of their output channels are exact ties; where a softmax follows, which of the tied logits
+come out largest is decided by float rounding, and the column can read up to 1 although every logit agrees
+to float precision (light_squeezenet with this random input)."""
 import argparse
 import glob
 import os
@@ -20,6 +28,7 @@ def parse():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--iters", type=int, default=15)
     ap.add_argument("--models", default="", help="comma-separated substrings of model names to run")
+    ap.add_argument("--per-op", type=int, default=0, metavar="N", help="print our time per op and the N slowest kernels")
     return ap.parse_args()
 
 
@@ -74,7 +83,30 @@ def bench(name, path):
         t_ort.append(time.perf_counter() - t)
     a, b = float(np.median(t_ours)), float(np.median(t_ort))
     print(f"{name:28s} {a * 1e3:9.2f} {b * 1e3:9.2f} {a / b:7.2f} {compile_s:8.2f} {err:9.1e}", flush=True)
+    if ARGS.per_op:
+        per_op(runner)
     return a / b
+
+
+def per_op(runner):
+    """Median time of each linked kernel run on its own, summed by op, and the slowest ones."""
+    program, calls = runner.program, runner.linked.calls
+    nodes = [n for step in program.steps for n in step]
+    times = np.zeros((ARGS.iters, len(calls)))
+    for it in range(ARGS.iters):
+        for i, call in enumerate(calls):
+            t = time.perf_counter()
+            call()
+            times[it, i] = time.perf_counter() - t
+    med = np.median(times, axis=0)
+    by_op: dict[str, float] = {}
+    for n, t in zip(nodes, med):
+        by_op[n.op] = by_op.get(n.op, 0.0) + t
+    print("    " + ", ".join(f"{op} {t * 1e3:.2f}" for op, t in sorted(by_op.items(), key=lambda kv: -kv[1])))
+    for i in np.argsort(-med)[:ARGS.per_op]:
+        n = nodes[i]
+        shape = program.specs[n.inputs[0]].shape if n.inputs and n.inputs[0] in program.specs else ()
+        print(f"    {med[i] * 1e3:7.3f} ms {n.op} {shape} {n.name}")
 
 
 def main():
