@@ -338,14 +338,19 @@ def _depthwise_stride1(op, x, W, bias, K, out_sp, pb, need_end, dil):
     about twice as fast as a multiply and an add pass per tap. As in _shifted_conv, tap (kh, kw) of channel c
     is one contiguous range of c's flattened zero-padded plane, so the taps of a chunk of channels are copied
     as rows of (taps, OH * Wp) matrices and out_c = w_c @ taps_c; the final copy drops the Wp - OW junk
-    columns per row and adds the bias."""
+    columns per row. The bias rides in the GEMV (a row of ones, the bias as an extra weight): adding a
+    per-channel bias over short rows in the final copy would take twice as long as the copy itself."""
     N, C, H, Wd = x.shape
     OH, OW = out_sp
     Hp, Wp = H + pb[0] + need_end[0], Wd + pb[1] + need_end[1]
     L, KK, dt = OH * Wp, K[0] * K[1], x.dtype
-    chunk = max(1, min(C, DEPTHWISE_CHUNK_BYTES // (KK * L * dt.itemsize)))
-    Wc = np.ascontiguousarray(W.reshape(C, 1, KK))
-    scratch = [Spec((C, Hp + 1, Wp), dt), Spec((chunk, KK, L), dt), Spec((C, 1, L), dt)]
+    rows_k = KK + (bias is not None)
+    chunk = max(1, min(C, DEPTHWISE_CHUNK_BYTES // (rows_k * L * dt.itemsize)))
+    Wc = W.reshape(C, 1, KK)
+    if bias is not None:
+        Wc = np.concatenate([Wc, bias.reshape(C, 1, 1)], axis=-1)
+    Wc = np.ascontiguousarray(Wc)
+    scratch = [Spec((C, Hp + 1, Wp), dt), Spec((chunk, rows_k, L), dt), Spec((C, 1, L), dt)]
 
     def bind(ins, outs, scr):
         xa, o = ins[0], outs[0]
@@ -358,19 +363,20 @@ def _depthwise_stride1(op, x, W, bias, K, out_sp, pb, need_end, dil):
         chunks = []
         for c in range(0, C, chunk):
             n = min(chunk, C - c)
-            chunks.append((taps[c:c + n], cols[:n].reshape(n, K[0], K[1], L), cols[:n], Wc[c:c + n], acc[c:c + n]))
+            ones = cols[:n, KK] if bias is not None else None  # scratch is shared between steps: refilled per call
+            chunks.append((taps[c:c + n], cols[:n, :KK].reshape(n, K[0], K[1], L), ones, cols[:n], Wc[c:c + n],
+                           acc[c:c + n]))
         valid = acc.reshape(C, OH, Wp)[:, :, :OW]
 
         def run():
             for n in range(N):
                 pad(xa[n])
-                for src, rows, mat, w, dst in chunks:
+                for src, rows, ones, mat, w, dst in chunks:
                     np.copyto(rows, src)
+                    if ones is not None:
+                        ones.fill(1)
                     np.matmul(w, mat, out=dst)
-                if bias is None:
-                    np.copyto(o[n], valid)
-                else:
-                    np.add(valid, bias, out=o[n])
+                np.copyto(o[n], valid)
         return run
     return Kernel(op, [Spec((N, C, OH, OW), dt)], bind, scratch, flops=2 * N * C * OH * OW * KK)
 

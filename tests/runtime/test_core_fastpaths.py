@@ -152,6 +152,8 @@ CONVS = [
     ((2, 24, 14, 14), (40, 24, 1, 1), {"strides": [2, 2]}),  # strided 1x1
     ((2, 24, 14, 15), (40, 24, 1, 1), {}),  # pointwise: the GEMM accumulates onto the bias (beta = 1)
     ((2, 24, 14, 15), (40, 6, 1, 1), {"group": 4}),  # grouped pointwise: one GEMM per group onto the bias
+    ((2, 64, 32, 32), (64, 1, 3, 3), {"group": 64, "pads": [1, 1, 1, 1]}),  # depthwise GEMV, several chunks
+    ((1, 40, 20, 21), (40, 1, 5, 3), {"group": 40, "pads": [2, 0, 1, 2], "dilations": [1, 2]}),
     ((1, 100, 9, 10), (20, 100, 3, 3), {"strides": [2, 2], "pads": [1, 0, 1, 1]}),  # many channels: channels-last
     ((1, 100, 9, 10), (20, 100, 3, 3), {"pads": [1, 1, 1, 1], "dilations": [2, 1]}),  # many channels, stride 1
 ]
