@@ -290,8 +290,8 @@ def _shifted_conv(op, x, W, bias, K, out_sp, pb, need_end, dil):
     In the zero-padded input P (C, Hp + 1, Wp) flattened per channel, tap (kh, kw) of output (i, j) reads
     flat index (i + kh*dh) * Wp + j + kw*dw: for every output row computed over the full padded width, a
     tap is one contiguous column range of P. The Wp - OW extra columns per row are junk (they may read the
-    spare row) and are dropped by the final copy, which also adds the bias. Where cblas_sgemm is reachable the
-    taps accumulate inside BLAS (beta = 1) instead of through a temporary and an add pass each."""
+    spare row) and are dropped by the final copy. Where cblas_sgemm is reachable the taps accumulate inside
+    BLAS (beta = 1) onto the bias instead of through a temporary and an add pass each."""
     N, C, H, Wd = x.shape
     M = W.shape[0]
     OH, OW = out_sp
@@ -310,21 +310,27 @@ def _shifted_conv(op, x, W, bias, K, out_sp, pb, need_end, dil):
         flat = P.reshape(C, -1)
         taps = [flat[:, off:off + L] for off in offsets]
         valid = acc.reshape(M, OH, Wp)[:, :, :OW]
-        gemms = [blas.gemm_call(wt, a, acc, beta=float(i > 0)) for i, (wt, a) in enumerate(zip(Wt, taps))] \
-            if accumulate else None
+        # with BLAS the accumulator starts as the broadcast bias (long contiguous rows) and every tap GEMMs onto
+        # it, so the final copy adds nothing (a per-channel add over short output rows costs twice the copy)
+        start = np.broadcast_to(bias.reshape(M, 1), (M, L)) if bias is not None else None
+        gemms = [blas.gemm_call(wt, a, acc, beta=float(i > 0 or start is not None))
+                 for i, (wt, a) in enumerate(zip(Wt, taps))] if accumulate else None
 
         def run():
             for n in range(N):
                 pad(xa[n])
                 if gemms is not None:
+                    if start is not None:
+                        np.copyto(acc, start)
                     for g in gemms:
                         g()
-                else:
-                    tmp = scr[2]
-                    np.matmul(Wt[0], taps[0], out=acc)
-                    for wt, a in zip(Wt[1:], taps[1:]):
-                        np.matmul(wt, a, out=tmp)
-                        np.add(acc, tmp, out=acc)
+                    np.copyto(o[n], valid)
+                    continue
+                tmp = scr[2]
+                np.matmul(Wt[0], taps[0], out=acc)
+                for wt, a in zip(Wt[1:], taps[1:]):
+                    np.matmul(wt, a, out=tmp)
+                    np.add(acc, tmp, out=acc)
                 if bias is None:
                     np.copyto(o[n], valid)
                 else:
