@@ -53,6 +53,11 @@ def pool(op, attrs, specs, consts):
     if not padded and list(strides) == K and all(d == 1 for d in dil) and all(k == 1 for k in K[:-1]) \
             and out_sp[-1] * K[-1] == S[-1]:
         return _row_pool(op, is_max, x, K[-1], out_spec)
+    # same-size stride-1 pools (the 3x3, pad 1 branch pools of Inception): flat passes over the unpadded
+    # input straight into the output, the few edge outputs recomputed with clipped taps; no padded copy
+    if FLAT_POOL and padded and tuple(out_sp) == tuple(S) and all(st == 1 for st in strides) and \
+            all(d == 1 for d in dil) and any(k > 1 for k in K):
+        return _same_size_pool(op, is_max, x, K, pb, fill, recip, out_spec)
     # whole-plane shifted passes (flatpool.py) beat per-axis taps at stride 1, and for strided max pools
     # without pads (the taps' strided max has no SIMD path); strided sums and padded copies favour the taps
     if FLAT_POOL and (all(st == 1 for st in strides) or (is_max and not padded)):
@@ -97,6 +102,54 @@ def pool(op, attrs, specs, consts):
                 np.multiply(o, recip, out=o)
         return run
     return Kernel(op, [out_spec], bind, scratch, flops=numel(out_spec.shape) * KK)
+
+
+def _same_size_pool(op, is_max, x, K, pb, fill, recip, out_spec):
+    """Stride 1, output as large as the input. Per axis d (flat stride s_d, pads pb_d before), output q reads
+    input q - pb_d * s_d + t * s_d for t < k_d: one shifted reduction over the whole flat array writes every
+    output whose window stays inside its own plane and row; the outputs within pb_d of either end of axis d
+    (where the flat window would wrap into a neighbour) are then overwritten from clipped taps."""
+    N, C, *S = x.shape
+    axes = [d for d, k in enumerate(K) if k > 1]
+    planes = N * C
+    scratch = [Spec((planes,) + tuple(S), x.dtype)] if len(axes) > 1 else []
+
+    def bind(ins, outs, scr):
+        red = np.maximum if is_max else np.add
+        src = ins[0].reshape((planes,) + tuple(S), copy=False)
+        out = outs[0].reshape((planes,) + tuple(S), copy=False)
+        plan = []
+        for i, d in enumerate(axes):
+            dst = out if (len(axes) - 1 - i) % 2 == 0 else scr[0]
+            plan += _same_size_axis_plan(src, dst, d, K[d], pb[d], red, fill)
+            src = dst
+        if recip is not None:
+            plan.append(partial(np.multiply, out, recip, out=out))
+
+        def run():
+            for call in plan:
+                call()
+        return run
+    return Kernel(op, [out_spec], bind, scratch, flops=numel(out_spec.shape) * numel(K))
+
+
+def _same_size_axis_plan(src, dst, d, k, before, red, fill):
+    """Calls reducing spatial axis d of src (planes, *S) into dst (same shape, never src), stride 1."""
+    n = src.shape[1 + d]
+    step = numel(src.shape[2 + d:])
+    flat_src, flat_dst = src.reshape(-1), dst.reshape(-1)
+    m = flat_src.size - (k - 1) * step  # <= 0 only when the axis is shorter than the window: all edges
+    plan = []
+    if m > 0:
+        out = flat_dst[before * step:before * step + m]
+        taps = [flat_src[t * step:t * step + m] for t in range(k)]
+        plan = [partial(red, taps[0], taps[1], out=out)] + [partial(red, out, t, out=out) for t in taps[2:]]
+    after = k - 1 - before
+    for a, b in ((0, min(before, n)), (max(n - after, before), n)):
+        if b > a:
+            edge = dst[(slice(None),) * (1 + d) + (slice(a, b),)]
+            plan += _pool_axis_plan(src, edge, 1 + d, k, 1, 1, b - a, before - a, red, fill)
+    return plan
 
 
 def _flat_pool(op, is_max, x, K, strides, dil, out_sp, pb, padded, pad_shape, fill, recip, out_spec):

@@ -99,6 +99,18 @@ STRIDED = [
     ("MaxPool", (2, 3, 40), {"kernel_shape": [5], "strides": [3], "pads": [2, 2]}),  # 1-D
 ]
 POOLS += STRIDED
+# same size at stride 1: flat passes over the unpadded input, edges from clipped taps
+SAME = [
+    ("AveragePool", (1, 30, 14, 14), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+    ("AveragePool", (2, 6, 9, 8), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
+    ("MaxPool", (1, 9, 7, 7), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+    ("MaxPool", (1, 4, 10, 11), {"kernel_shape": [4, 2], "pads": [1, 0, 2, 1]}),  # uneven pads
+    ("MaxPool", (1, 3, 2, 2), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),  # every output is an edge
+    ("AveragePool", (1, 3, 1, 6), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+    ("MaxPool", (2, 3, 12), {"kernel_shape": [5], "pads": [2, 2]}),  # 1-D
+    ("AveragePool", (1, 2, 4, 5, 6), {"kernel_shape": [3, 3, 3], "pads": [1, 1, 1, 1, 1, 1]}),  # 3-D
+]
+POOLS += SAME
 
 
 @pytest.mark.parametrize("op,shape,attrs", POOLS, ids=[f"{p[0]}-{i}" for i, p in enumerate(POOLS)])
@@ -107,7 +119,7 @@ def test_flat_pools_match_onnxruntime(op, shape, attrs):
     _parity(tiny_model(op, {"x": x}, attrs=attrs), {"x": x}, rtol=1e-5, atol=1e-6)
 
 
-AGREE = POOLS[:5] + STRIDED
+AGREE = POOLS[:5] + STRIDED + SAME
 
 
 @pytest.mark.parametrize("op,shape,attrs", AGREE, ids=[f"{p[0]}-{i}" for i, p in enumerate(AGREE)])
