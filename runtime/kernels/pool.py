@@ -2,8 +2,10 @@
 
 Strategies (chosen at build time, each bit-identical for max and within float rounding for averages):
 - rows of k along the last axis only (stride = kernel, no pads): one reduction across the rows;
-- whole-plane shifted passes (flatpool.py) at stride 1, and for strided max pools without pads;
-- otherwise one axis at a time with taps clipped to the outputs they reach (no padded copy).
+- same-size stride-1 pools: flat shifted passes over the unpadded input, edge outputs from clipped taps;
+- whole-plane shifted passes over a padded copy (flatpool.py) at stride 1, and for unpadded strided max;
+- otherwise one axis at a time with taps clipped to the outputs they reach (no padded copy); a strided
+  last axis reduces its interior outputs with flat passes and one strided pick.
 
 Invariants: padding behaves as the reduction's identity (-inf / dtype min for max, 0 for sums, divided by
 the count of cells the op's count_include_pad says to count); scratch is re-filled on every call."""
