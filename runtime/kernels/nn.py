@@ -127,6 +127,9 @@ def channels_last_windows(P, kernel, out, strides, dil, tap=None):
                       strides=tuple(s * t for s, t in zip(sp, strides)) + (cs,), writeable=False)
 
 
+BLOCKED_IM2COL = True  # tests switch it off to compare against the whole-matrix im2col
+IM2COL_BAND_BYTES = 512 << 10  # one band of columns: stays in the per-core L2 until its GEMM has read it
+IM2COL_BAND_MIN_COLS = 256
 DEPTHWISE_GEMV_MIN_ROW = 128  # output positions per channel (incl. junk columns) for the per-channel GEMV
 DEPTHWISE_CHUNK_BYTES = 1 << 20  # tap rows copied per chunk of channels: stays in the per-core cache
 
@@ -192,8 +195,20 @@ def conv(op, attrs, specs, consts):
     # im2col folds the bias into the matmul: a row of ones in the columns, the bias as an extra weight column
     bias_in_mm = strategy == "im2col" and bias is not None
     extra = 1 if bias_in_mm else 0
+    # large channels-first im2col: columns built and consumed one band of output rows at a time, so each band
+    # is still in cache when its GEMM reads it (the whole column matrix would go out to memory and back)
+    # (bands narrower than IM2COL_BAND_MIN_COLS make the GEMM itself slow; 1x1 and tiny-M convs gain nothing)
+    band_rows = out_sp[0]
+    if BLOCKED_IM2COL and strategy == "im2col" and not channels_last and G == 1 and nd == 2 and KK > 1 and \
+            M >= 8 and blas.gemm_available() and dt == np.float32:
+        row_bytes = (KK * C + extra) * out_sp[1] * dt.itemsize
+        band_rows = max(IM2COL_BAND_BYTES // row_bytes, -(-IM2COL_BAND_MIN_COLS // out_sp[1]), 1)
+        if band_rows * row_bytes > 2 * IM2COL_BAND_BYTES:
+            band_rows = out_sp[0]
+    banded = band_rows < out_sp[0]
     if strategy == "im2col":
-        scratch.append(Spec((O, KK * C + extra) if channels_last else (G, Cg * KK + extra, O), dt))
+        cols = band_rows * out_sp[1] if banded else O
+        scratch.append(Spec((O, KK * C + extra) if channels_last else (G, Cg * KK + extra, cols), dt))
     if strategy == "depthwise":
         taps_w = W.reshape(C, KK).T  # (KK, C)
         Wk = np.ascontiguousarray(taps_w if channels_last else taps_w.reshape((KK, C) + (1,) * nd))
@@ -254,6 +269,9 @@ def conv(op, attrs, specs, consts):
                         ones.fill(1)  # scratch is shared between steps: refill every call
                     np.matmul(Wk, col.T, out=c)
                 calls.append(im2col_cl)
+            elif banded:
+                calls.append(_banded_im2col(P, work[0], Wk[0], on.reshape(M, O), K, out_sp, strides, dil, band_rows,
+                                            extra))
             else:
                 win = windows(P, K, out_sp, strides, dil, (C,)).reshape((G, Cg) + tuple(K) + tuple(out_sp))
                 colv = work[:, :Cg * KK].reshape((G, Cg) + tuple(K) + tuple(out_sp))
@@ -276,6 +294,34 @@ def conv(op, attrs, specs, consts):
                 c()
         return run
     return Kernel(op, [Spec((N, M) + tuple(out_sp), dt)], bind, scratch, flops=2 * N * M * O * Cg * KK)
+
+
+def _banded_im2col(P, band, Wk, out, K, out_sp, strides, dil, band_rows, extra):
+    """Channels-first im2col + GEMM one band of output rows at a time: the band's columns (K*C [+ a row of
+    ones for the bias], rows * OW) are copied from P's windows, then one cblas_sgemm writes that band's output
+    columns in place (leading dimension O)."""
+    C = P.shape[0]
+    OH, OW = out_sp
+    KKC = C * K[0] * K[1]
+    win = windows(P, K, out_sp, strides, dil, (C,))  # (C, KH, KW, OH, OW)
+    steps = []
+    for r0 in range(0, OH, band_rows):
+        r1 = min(OH, r0 + band_rows)
+        n = (r1 - r0) * OW
+        cols = band[:, :n]
+        colv = cols[:KKC].reshape((C, K[0], K[1], r1 - r0, OW), copy=False)
+        dst = out[:, r0 * OW:r1 * OW]
+        gemm = blas.gemm_call(Wk, cols, dst) or partial(np.matmul, Wk, cols, out=dst)
+        steps.append((colv, win[..., r0:r1, :], gemm))
+    ones = band[KKC] if extra else None
+
+    def run():
+        if ones is not None:
+            ones.fill(1)  # scratch is shared between steps: refill every call
+        for colv, src, gemm in steps:
+            np.copyto(colv, src)
+            gemm()
+    return run
 
 
 def _fill_then(out, value, gemms):

@@ -165,6 +165,8 @@ CONVS = [
     ((2, 24, 14, 15), (40, 24, 1, 1), {}),  # pointwise: the GEMM accumulates onto the bias (beta = 1)
     ((2, 24, 14, 15), (40, 6, 1, 1), {"group": 4}),  # grouped pointwise: one GEMM per group onto the bias
     ((2, 64, 32, 32), (64, 1, 3, 3), {"group": 64, "pads": [1, 1, 1, 1]}),  # depthwise GEMV, several chunks
+    ((2, 16, 64, 64), (32, 16, 3, 3), {"pads": [1, 1, 1, 1]}),  # im2col in bands of output rows (last one short)
+    ((1, 3, 120, 130), (16, 3, 7, 7), {"pads": [3, 2, 3, 1], "strides": [2, 2]}),  # banded, strided
     ((1, 40, 20, 21), (40, 1, 5, 3), {"group": 40, "pads": [2, 0, 1, 2], "dilations": [1, 2]}),
     ((1, 100, 9, 10), (20, 100, 3, 3), {"strides": [2, 2], "pads": [1, 0, 1, 1]}),  # many channels: channels-last
     ((1, 100, 9, 10), (20, 100, 3, 3), {"pads": [1, 1, 1, 1], "dilations": [2, 1]}),  # many channels, stride 1
@@ -175,6 +177,8 @@ CONVS = [
 def test_conv_layouts_match_onnxruntime(xs, ws, attrs):
     x = R.standard_normal(xs).astype(np.float32)
     consts = {"w": (R.standard_normal(ws) * 0.2).astype(np.float32), "b": R.standard_normal(ws[0]).astype(np.float32)}
+    _parity(tiny_model("Conv", {"x": x}, consts=consts, attrs=attrs), {"x": x}, rtol=1e-4, atol=1e-4)
+    del consts["b"]  # and without a bias (no row of ones in the columns)
     _parity(tiny_model("Conv", {"x": x}, consts=consts, attrs=attrs), {"x": x}, rtol=1e-4, atol=1e-4)
 
 
