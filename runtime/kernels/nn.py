@@ -130,6 +130,8 @@ def channels_last_windows(P, kernel, out, strides, dil, tap=None):
 BLOCKED_IM2COL = True  # tests switch it off to compare against the whole-matrix im2col
 IM2COL_BAND_BYTES = 512 << 10  # one band of columns: stays in the per-core L2 until its GEMM has read it
 IM2COL_BAND_MIN_COLS = 256
+SHIFTED_BAND_BYTES = 2 << 20  # a band's accumulator plus its input rows, kept in cache across the tap GEMMs
+SHIFTED_BAND_MIN_ACC_BYTES = 4 << 20
 DEPTHWISE_GEMV_MIN_ROW = 128  # output positions per channel (incl. junk columns) for the per-channel GEMV
 DEPTHWISE_CHUNK_BYTES = 1 << 20  # tap rows copied per chunk of channels: stays in the per-core cache
 
@@ -357,20 +359,32 @@ def _shifted_conv(op, x, W, bias, K, out_sp, pb, need_end, dil):
         taps = [flat[:, off:off + L] for off in offsets]
         valid = acc.reshape(M, OH, Wp)[:, :, :OW]
         # with BLAS the accumulator starts as the broadcast bias (long contiguous rows) and every tap GEMMs onto
-        # it, so the final copy adds nothing (a per-channel add over short output rows costs twice the copy)
-        start = np.broadcast_to(bias.reshape(M, 1), (M, L)) if bias is not None else None
-        gemms = [blas.gemm_call(wt, a, acc, beta=float(i > 0 or start is not None))
-                 for i, (wt, a) in enumerate(zip(Wt, taps))] if accumulate else None
+        # it, so the final copy adds nothing (a per-channel add over short output rows costs twice the copy).
+        # The taps run band by band of output rows, so a band's accumulator and inputs stay in L2 across taps.
+        bands = []
+        if accumulate:
+            rows = max(1, SHIFTED_BAND_BYTES // ((M + C) * Wp * dt.itemsize), -(-IM2COL_BAND_MIN_COLS // Wp))
+            if M * L * dt.itemsize <= SHIFTED_BAND_MIN_ACC_BYTES:  # measured: smaller ones run best whole
+                rows = OH
+            for r0 in range(0, OH, rows):
+                r1 = min(OH, r0 + rows)
+                a0, a1 = r0 * Wp, r1 * Wp
+                band = acc[:, a0:a1]
+                start = np.broadcast_to(bias.reshape(M, 1), band.shape) if bias is not None else None
+                gemms = [blas.gemm_call(wt, flat[:, off + a0:off + a1], band, beta=float(i > 0 or start is not None))
+                         for i, (wt, off) in enumerate(zip(Wt, offsets))]
+                bands.append((band, start, gemms, [(o[n][:, r0:r1], valid[:, r0:r1]) for n in range(N)]))
 
         def run():
             for n in range(N):
                 pad(xa[n])
-                if gemms is not None:
-                    if start is not None:
-                        np.copyto(acc, start)
-                    for g in gemms:
-                        g()
-                    np.copyto(o[n], valid)
+                if bands:
+                    for band, start, gemms, copies in bands:
+                        if start is not None:
+                            np.copyto(band, start)
+                        for g in gemms:
+                            g()
+                        np.copyto(*copies[n])
                     continue
                 tmp = scr[2]
                 np.matmul(Wt[0], taps[0], out=acc)

@@ -186,3 +186,18 @@ def test_conv_layouts_match_onnxruntime(xs, ws, attrs):
 def test_global_average_pool_as_gemv_matches_onnxruntime(shape):
     x = R.standard_normal(shape).astype(np.float32)
     _parity(tiny_model("GlobalAveragePool", {"x": x}), {"x": x}, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_shifted_conv_in_bands_of_output_rows_matches_onnxruntime(bias, monkeypatch):
+    import runtime.kernels.nn as nn
+    monkeypatch.setattr(nn, "SHIFTED_BAND_MIN_ACC_BYTES", 0)  # band even this small conv,
+    monkeypatch.setattr(nn, "SHIFTED_BAND_BYTES", 16 << 10)  # in several bands, the last one short
+    x = R.standard_normal((2, 24, 23, 30)).astype(np.float32)
+    consts = {"w": (R.standard_normal((12, 24, 3, 3)) * 0.2).astype(np.float32)}
+    if bias:
+        consts["b"] = R.standard_normal(12).astype(np.float32)
+    model = tiny_model("Conv", {"x": x}, consts=consts, attrs={"pads": [1, 2, 1, 0], "dilations": [1, 2]})
+    runner = OnnxRunner(model, cache=CompileCache(use_disk=False))
+    assert runner.program.kernels[0][0].scratch_specs[0].shape[0] == 24  # the per-tap (shifted) strategy
+    np.testing.assert_allclose(runner(x=x)["y0"], ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
