@@ -201,3 +201,17 @@ def test_shifted_conv_in_bands_of_output_rows_matches_onnxruntime(bias, monkeypa
     runner = OnnxRunner(model, cache=CompileCache(use_disk=False))
     assert runner.program.kernels[0][0].scratch_specs[0].shape[0] == 24  # the per-tap (shifted) strategy
     np.testing.assert_allclose(runner(x=x)["y0"], ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
+def test_banded_im2col_agrees_with_the_whole_column_matrix(monkeypatch):
+    import runtime.kernels.nn as nn
+    x = R.standard_normal((2, 16, 64, 64)).astype(np.float32)
+    consts = {"w": (R.standard_normal((32, 16, 3, 3)) * 0.2).astype(np.float32),
+              "b": R.standard_normal(32).astype(np.float32)}
+    model = tiny_model("Conv", {"x": x}, consts=consts, attrs={"pads": [1, 1, 1, 1]})
+    banded = OnnxRunner(model, cache=CompileCache(use_disk=False))
+    assert banded.program.kernels[0][0].scratch_specs[-1].shape[-1] < 64 * 64  # a band, not all columns
+    monkeypatch.setattr(nn, "BLOCKED_IM2COL", False)
+    whole = OnnxRunner(model, cache=CompileCache(use_disk=False))
+    assert whole.program.kernels[0][0].scratch_specs[-1].shape[-1] == 64 * 64
+    np.testing.assert_allclose(banded(x=x)["y0"], whole(x=x)["y0"], rtol=1e-5, atol=1e-5)
