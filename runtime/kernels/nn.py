@@ -1,5 +1,13 @@
-"""Neural-network kernels: Conv (im2col + one BLAS matmul per image and group), ConvTranspose, Gemm, MatMul,
-normalisations, LRN, Softmax (pools are in pool.py).
+"""Neural-network kernels: Conv, ConvTranspose, Gemm, MatMul, normalisations, LRN, Softmax (pools: pool.py).
+
+Conv strategies, chosen at build time from the shapes (each measured against the others on the light models
+and the daemons' models): pointwise (1x1: one GEMM on the input, onto the broadcast bias); stride-1
+depthwise (a GEMV per channel over copied tap rows); small strided depthwise (per-tap multiply-add);
+shifted (stride 1, fewer output than input channels or large images: one GEMM per tap accumulating in
+BLAS, in bands of output rows when the accumulator is large); im2col (columns copied, then one GEMM;
+channels-first for long output rows, built and consumed in bands of output rows when large, channels-last
+where rows are short and channels many). Biases ride inside the GEMMs (a row of ones, or beta = 1 onto the
+broadcast bias) rather than in an add pass afterwards.
 
 Padded copies and im2col columns live in per-step scratch (shared between steps), so a conv's padding border
 is re-filled on every call instead of being assumed to stay zero."""
