@@ -205,7 +205,10 @@ def move_bn_scale_into_conv(graph: Graph, specs: dict) -> Graph:
         if not np.all(a > 0) or not np.all(np.isfinite(a)) or W.shape[1] * G != C or W.shape[0] % G:
             continue
         x_spec = specs[bn.inputs[0]]
-        shift = (b / a).astype(x_spec.dtype).reshape((C,) + (1,) * (len(x_spec.shape) - 2))
+        with np.errstate(over="ignore"):
+            shift = (b / a).astype(x_spec.dtype).reshape((C,) + (1,) * (len(x_spec.shape) - 2))
+        if not np.all(np.isfinite(shift)):  # a scale so small that b / a overflows: keep the BN
+            continue
         grouped = W.astype(np.float64).reshape((G, W.shape[0] // G, W.shape[1]) + W.shape[2:])
         scale = a.reshape((G, 1, W.shape[1]) + (1,) * (W.ndim - 2))
         tag = f"{bn.outputs[0]}::bnscale"

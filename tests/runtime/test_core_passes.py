@@ -163,3 +163,10 @@ def test_batchnorm_scale_stays_when_a_scale_is_not_positive_or_the_relu_has_anot
         assert r.program.op_counts().get("BatchNormalization") == 1
         ours, ref = r(x=x), ort_run(model, {"x": x})
         np.testing.assert_allclose(ours["y0"], ref[0], rtol=1e-4, atol=1e-4)
+
+
+def test_batchnorm_scale_stays_when_the_shift_would_overflow():
+    model, x = _bn_relu_conv(np.array([1e-44, 0.5, 1.0, 2.0]))  # b / a overflows float32 in channel 0
+    r = OnnxRunner(model)
+    assert r.program.op_counts().get("BatchNormalization") == 1
+    np.testing.assert_allclose(r(x=x)["y0"], ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
