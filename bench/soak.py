@@ -11,8 +11,12 @@ Runs `selfdrive_stub.manager --usb-gpu` in a fresh bus namespace and, while it r
 - samples every process's RSS (from /proc, pids from managerState) every 2 s.
 
 Reports, with a progress line every 10 s and a final table:
-- RSS growth per process in MB per 10 minutes: the least-squares slope of its RSS after warm-up (for a process
-  restarted by a fault: over its longest-lived instance, after 30 s of that instance; "-" if too short);
+- RSS growth per process in MB per 10 minutes: the least-squares slope of its RSS in the steady state, which
+  starts 30 s after every kind of fault was injected once (at 270 s with the defaults), next to the slope from
+  the warm-up on. A first recovery runs code for the first time (the fallback model, lazy imports, malloc's
+  high-water mark: a one-time step of ~1.5 MB in modeld); growth that goes on while the same faults repeat is
+  a leak. For a process restarted by a fault: its longest-lived instance, after 30 s of that instance; "-" if
+  too short. A failing row says which kind grew (anon / file / shmem); --json adds every sample, split the same;
 - dropped frames per model daemon: camera frames of the same camerad instance that got no output;
 - latency (output logMonoTime - frame timestampEof) p50/p99 of the first and last third after warm-up, and the
   p99 drift between them;
@@ -49,15 +53,21 @@ INSTANCE_WARMUP_S = 30.0
 MIN_FIT_S = 60.0
 
 
-def rss_mb(pid: int) -> float | None:
+RSS_KINDS = ("VmRSS", "RssAnon", "RssFile", "RssShmem")  # total, then what it is made of
+
+
+def rss_mb(pid: int) -> tuple[float, ...] | None:
+  """(total, anon, file, shmem) resident MB of pid from /proc/PID/status, or None if it is gone."""
+  found = {}
   try:
     with open(f"/proc/{pid}/status") as f:
       for line in f:
-        if line.startswith("VmRSS:"):
-          return int(line.split()[1]) / 1024.0
+        key = line.split(":", 1)[0]
+        if key in RSS_KINDS:
+          found[key] = int(line.split()[1]) / 1024.0
   except OSError:
-    pass
-  return None
+    return None
+  return tuple(found.get(k, 0.0) for k in RSS_KINDS) if "VmRSS" in found else None
 
 
 def slope_mb_per_10min(samples: list[tuple[float, float]]) -> float | None:
@@ -76,7 +86,7 @@ class Soak:
     self.slow_reads = 0
     self.malformed = defaultdict(int)
     self.procs: dict[str, tuple[int, bool, int]] = {}               # name -> (pid, running, restarts)
-    self.rss: dict[tuple[str, int], list] = defaultdict(list)      # (name, pid) -> [(t, MB)]
+    self.rss: dict[tuple[str, int], list] = defaultdict(list)      # (name, pid) -> [(t, total, anon, file, shmem MB)]
     self.born: dict[tuple[str, int], float] = {}
     self.latency = {d: [] for d in OUTPUTS}                        # (t, ms)
     self.camera: dict[str, dict] = {c: {} for _, c in OUTPUTS.values()}   # (camera instance, frameId) -> arrival
@@ -86,6 +96,7 @@ class Soak:
     self.road_models: list[tuple[float, str, str]] = []
     self.expected_restarts = defaultdict(int)
     self.events: list[str] = []
+    self.fault_times: list[float] = []
 
   def t(self) -> float:
     return time.monotonic() - self.start
@@ -136,11 +147,12 @@ class Soak:
         mb = rss_mb(pid)
         if mb is not None:
           self.born.setdefault((name, pid), now)
-          self.rss[(name, pid)].append((now, mb))
+          self.rss[(name, pid)].append((now, *mb))
 
   # -- faults --------------------------------------------------------------------------------------------
   def inject(self, k: int) -> None:
     from runtime import faults
+    self.fault_times.append(self.t())
     if k == 0:
       kind = USB_FAULTS[(self.args.usb_fault_index) % len(USB_FAULTS)]
       self.note(f"fault: USB+AMD {kind} (modeld falls back to the small model)")
@@ -159,21 +171,40 @@ class Soak:
       pass
 
   # -- report --------------------------------------------------------------------------------------------
-  def rss_rows(self, warmup: float) -> list[dict]:
+  def steady_from(self) -> float | None:
+    """Start of the steady state: 30 s after every kind of fault has been injected once, or None if the run
+    was too short for a whole cycle. First recoveries run code paths for the first time (lazy imports, the
+    fallback model's first frames, malloc's high-water mark), so they are warm-up; a leak shows as growth that
+    continues while the same faults keep coming."""
+    if len(self.fault_times) <= len(KILL_CYCLE):
+      return None
+    return max(self.args.warmup, self.fault_times[len(KILL_CYCLE)] + INSTANCE_WARMUP_S)
+
+  def rss_fit(self, name: str, start: float) -> list:
+    """Samples of `name` from `start` on: its longest-lived instance, after 30 s of that instance."""
+    instances = [(pid, s) for (n, pid), s in self.rss.items() if n == name]
+    best: list = []
+    for pid, samples in instances:
+      cut = max(start, self.born[(name, pid)] + INSTANCE_WARMUP_S) if len(instances) > 1 else start
+      used = [x for x in samples if x[0] >= cut]
+      if used and (not best or used[-1][0] - used[0][0] > best[-1][0] - best[0][0]):
+        best = used
+    return best
+
+  def rss_rows(self, warmup: float, steady_from: float | None) -> list[dict]:
     rows = []
     for name in sorted({n for n, _ in self.rss}):
-      instances = [(pid, s) for (n, pid), s in self.rss.items() if n == name]
-      best = None
-      for pid, samples in instances:
-        cut = max(warmup, self.born[(name, pid)] + INSTANCE_WARMUP_S) if len(instances) > 1 else warmup
-        used = [x for x in samples if x[0] >= cut]
-        if used and (best is None or used[-1][0] - used[0][0] > best[1][-1][0] - best[1][0][0]):
-          best = (pid, used)
-      slope = slope_mb_per_10min(best[1]) if best else None
-      rows.append({"process": name, "instances": len(instances), "rss_start_mb": best[1][0][1] if best else None,
-                   "rss_end_mb": best[1][-1][1] if best else None, "fit_s": best[1][-1][0] - best[1][0][0] if best else 0,
-                   "growth_mb_per_10min": slope,
-                   "ok": slope is None or slope <= RSS_TARGET_MB_PER_10MIN})
+      whole = self.rss_fit(name, warmup)
+      used = self.rss_fit(name, steady_from) if steady_from is not None else whole
+      slope = slope_mb_per_10min([(x[0], x[1]) for x in used])
+      by_kind = {kind: slope_mb_per_10min([(x[0], x[1 + i]) for x in used]) for i, kind in enumerate(RSS_KINDS) if i}
+      rows.append({"process": name, "instances": len({pid for (n, pid) in self.rss if n == name}),
+                   "rss_start_mb": used[0][1] if used else None, "rss_end_mb": used[-1][1] if used else None,
+                   "fit_s": used[-1][0] - used[0][0] if used else 0,
+                   "growth_mb_per_10min": slope, "growth_by_kind": by_kind,
+                   "growth_since_warmup_mb_per_10min": slope_mb_per_10min([(x[0], x[1]) for x in whole]),
+                   "ok": slope is None or slope <= RSS_TARGET_MB_PER_10MIN,
+                   "samples": [[round(v, 3) for v in x] for x in whole]})
     return rows
 
   def latency_rows(self, warmup: float) -> list[dict]:
@@ -203,11 +234,13 @@ class Soak:
     restarts = {n: r for n, (_, _, r) in self.procs.items()}
     unexpected = {n: r - self.expected_restarts[n] for n, r in restarts.items() if r > self.expected_restarts[n]}
     lost = {s: sock.dropped for s, sock in self.socks.items() if sock.dropped}
-    rss = self.rss_rows(warmup)
+    steady_from = self.steady_from()
+    rss = self.rss_rows(warmup, steady_from)
     lat = self.latency_rows(warmup)
     ok = (all(r["ok"] for r in rss) and all(r["ok"] for r in lat) and not unexpected and not lost
           and not self.malformed and not leftovers)
-    return {"minutes": self.args.minutes, "elapsed_s": self.t(), "warmup_s": warmup, "rss": rss, "latency": lat,
+    return {"minutes": self.args.minutes, "elapsed_s": self.t(), "warmup_s": warmup, "rss_steady_from_s": steady_from,
+            "rss": rss, "latency": lat,
             "restarts": restarts, "expected_restarts": dict(self.expected_restarts), "unexpected_restarts": unexpected,
             "lost_messages": lost, "malformed": dict(self.malformed),
             "slow_subscriber": {"reads": self.slow_reads, "dropped": self.slow.dropped},
@@ -219,15 +252,25 @@ def fmt(v, spec=".2f", none="-"):
   return none if v is None else format(v, spec)
 
 
+def rss_failure(row: dict) -> str:
+  kinds = ", ".join(f"{kind[3:].lower()} {fmt(v, '+.2f')}" for kind, v in row["growth_by_kind"].items())
+  return f"FAIL (> {RSS_TARGET_MB_PER_10MIN:.1f} MB/10min; {kinds})"
+
+
 def print_table(r: dict) -> None:
+  steady = r["rss_steady_from_s"]
   print(f"\nsoak summary: {r['elapsed_s'] / 60:.1f} min, warm-up {r['warmup_s']:.0f} s, manager exit {r['manager_exit']}")
-  print(f"  {'process':<18} {'inst':>4} {'rss start':>9} {'rss end':>8} {'fit s':>6} {'MB/10min':>9} {'restarts':>8} "
-        f"{'expected':>8}  verdict")
+  print("  RSS growth (MB/10min) is fitted " + (f"from {steady:.0f} s, 30 s after every fault kind was injected once; "
+        "'since warm-up' fits from the warm-up on" if steady is not None else "from the warm-up on (the run was too "
+        "short for a whole fault cycle)"))
+  print(f"  {'process':<18} {'inst':>4} {'rss start':>9} {'rss end':>8} {'fit s':>6} {'MB/10min':>9} {'since warm-up':>13} "
+        f"{'restarts':>8} {'expected':>8}  verdict")
   for row in r["rss"]:
     n = row["process"]
     print(f"  {n:<18} {row['instances']:>4} {fmt(row['rss_start_mb'], '.1f'):>9} {fmt(row['rss_end_mb'], '.1f'):>8} "
-          f"{row['fit_s']:>6.0f} {fmt(row['growth_mb_per_10min'], '+.2f'):>9} {r['restarts'].get(n, 0):>8} "
-          f"{r['expected_restarts'].get(n, 0):>8}  {'ok' if row['ok'] else 'FAIL (> %.1f MB/10min)' % RSS_TARGET_MB_PER_10MIN}")
+          f"{row['fit_s']:>6.0f} {fmt(row['growth_mb_per_10min'], '+.2f'):>9} "
+          f"{fmt(row['growth_since_warmup_mb_per_10min'], '+.2f'):>13} {r['restarts'].get(n, 0):>8} "
+          f"{r['expected_restarts'].get(n, 0):>8}  {'ok' if row['ok'] else rss_failure(row)}")
   print(f"  {'daemon':<18} {'outputs':>7} {'cam frames':>10} {'dropped':>7} {'p50 first':>9} {'p50 last':>8} "
         f"{'p99 first':>9} {'p99 last':>8} {'p99 drift':>9}  verdict")
   for row in r["latency"]:
