@@ -4,6 +4,7 @@ Each endpoint gets a deterministic port, 8023 + FNV-1a-64(endpoint) % (65535 - 8
 commaai/msgq ZMQ backend did, so both ends agree without configuration. Publishers bind loopback unless
 MSGQ_ZMQ_BIND_ADDR says otherwise. pyzmq is imported only when this backend is used.
 """
+import math
 import os
 
 from msgq.errors import IpcError, MultiplePublishersError
@@ -79,7 +80,7 @@ class ZmqSubscriber:
   def receive(self, non_blocking: bool = False):
     zmq = self._zmq
     if not non_blocking:
-      timeout = -1 if self.timeout_s is None else int(self.timeout_s * 1000)
+      timeout = -1 if self.timeout_s is None else math.ceil(self.timeout_s * 1000)  # zmq polls in whole ms
       if not self.sock.poll(timeout):
         return None
     try:
