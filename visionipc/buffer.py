@@ -8,6 +8,7 @@ Invariants:
   then the announcement. A reader that finds gen_start == gen_end == g after using the pixels knows the
   frame was not touched meanwhile (x86 keeps stores in program order; each word is one aligned 8-byte store).
 - Clients map read-only: a consumer cannot corrupt a frame other clients see.
+- Every page is mapped up front (MAP_POPULATE; VIPC_PREFAULT=0 opts out): no page faults on the hot path.
 """
 import fcntl
 import mmap
@@ -27,6 +28,13 @@ _SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
 _TRAILER_ALIGN = 64
 
 
+def _populate_flag() -> int:
+  """MAP_POPULATE unless VIPC_PREFAULT=0: every page of a buffer is mapped when it is attached (~0.5 ms per
+  1928x1208 buffer), so a consumer never page-faults on the hot path when what it reads moves (a new warp after
+  recalibration touches other rows), and its RSS does not creep up as it does. As msgq does (MSGQ_PREALLOC)."""
+  return mmap.MAP_POPULATE if os.environ.get("VIPC_PREFAULT", "1") != "0" else 0
+
+
 def _trailer_offset(length: int) -> int:
   return (length + _TRAILER_ALIGN - 1) // _TRAILER_ALIGN * _TRAILER_ALIGN
 
@@ -40,8 +48,8 @@ class BufferMapping:
     self.stream: int | None = None  # set by the owning server
     self.width, self.height, self.stride, self.uv_offset = width, height, stride, uv_offset
     self.len, self.mmap_len, self.trailer_offset = length, mmap_len, trailer_offset
-    access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
-    self.mm = mmap.mmap(fd, mmap_len, mmap.MAP_SHARED, access=access)
+    prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
+    self.mm = mmap.mmap(fd, mmap_len, mmap.MAP_SHARED | _populate_flag(), prot=prot)
     self.data = memoryview(self.mm)[:length]
     self.y = np.ndarray((height, width), np.uint8, self.mm, 0, (stride, 1))
     self.uv = np.ndarray((height // 2, width), np.uint8, self.mm, uv_offset, (stride, 1))
