@@ -81,21 +81,22 @@ class Camerad:
     return any(source.exhausted() for source in self.recorded.values())
 
   def step(self, frame_id: int, timestamp_sof: int, timestamp_eof: int) -> None:
-    """Fill, announce and describe frame `frame_id` on every stream."""
-    for stream, vipc_stream, _ in CAMERAS:
+    """Fill, announce and describe frame `frame_id` on every stream, one stream after the other."""
+    for stream, vipc_stream, service in CAMERAS:
       buf = self.server.get_buffer(vipc_stream)
       if stream in self.recorded:
         self.recorded[stream].fill(buf)
       else:
         self.renderer.render_into(stream, frame_id, buf.y, buf.uv)
-      self.server.send_buffer(buf, frame_id, timestamp_sof, timestamp_eof)
-    for _, _, service in CAMERAS:
+      # the state's logMonoTime is stamped here, at the announcement: the consumer woken by it may run before
+      # we do again, and latency benches measure from this stamp
       msg = messaging.new_message(service)
       state = getattr(msg, service)
       state.frameId = frame_id
       state.timestampSof = timestamp_sof
       state.timestampEof = timestamp_eof
       state.sensor = self.device.sensor
+      self.server.send_buffer(buf, frame_id, timestamp_sof, timestamp_eof)
       self.pm.send(service, msg)
 
   def run(self, duration_s: float | None, should_stop=lambda: False) -> int:
