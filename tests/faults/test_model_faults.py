@@ -19,6 +19,20 @@ from .stack import Recorder, Stack
 GOOD_RPY = [0.0, 0.04, -0.03]
 
 
+DM_CHAIN_OUTPUTS = ["driverStateV2", "driverMonitoringState", "selfdriveState"]
+
+
+def _start_dm_chain(stack: Stack, *dm_args: str, dm_env: dict | None = None) -> None:
+  """camerad, the car stub, dmonitoringmodeld (with dm_args / dm_env) and its consumers dmonitoringd and
+  selfdrived, these two with SIMULATION=1."""
+  sim = {"SIMULATION": "1"}
+  stack.start("camerad", "selfdrive_stub.camerad", "--camera", "tici")
+  stack.start("car", "selfdrive_stub.car", "--cal-seconds", "0.5")
+  stack.start("dmonitoringmodeld", "daemons.dmonitoringmodeld", *dm_args, env=dm_env)
+  stack.start("dmonitoringd", "selfdrive_stub.dmonitoringd", env=sim)
+  stack.start("selfdrived", "selfdrive_stub.selfdrived", env=sim)
+
+
 def _constant_camera(stop: threading.Event) -> tuple[VisionIpcServer, threading.Thread]:
   """A 20 Hz camerad stand-in that serves the same (seeded) pixels every frame, so outputs differ only by
   what the daemons do with the calibration."""
@@ -128,15 +142,9 @@ def test_model_output_nan_is_invalid_and_consumers_treat_it_as_unavailable(tmp_p
   from runtime import usb_amd
   usb_amd.plug()
   stack = Stack(str(tmp_path))
-  rec = Recorder(["driverStateV2", "driverMonitoringState", "selfdriveState"])
-  sim = {"SIMULATION": "1"}
+  rec = Recorder(DM_CHAIN_OUTPUTS)
   try:
-    stack.start("camerad", "selfdrive_stub.camerad", "--camera", "tici")
-    stack.start("car", "selfdrive_stub.car", "--cal-seconds", "0.5")
-    stack.start("dmonitoringmodeld", "daemons.dmonitoringmodeld",
-                env={"DEV": "USB+AMD", "PYMODELD_USB_FAULT": "nan@after=40"})
-    stack.start("dmonitoringd", "selfdrive_stub.dmonitoringd", env=sim)
-    stack.start("selfdrived", "selfdrive_stub.selfdrived", env=sim)
+    _start_dm_chain(stack, dm_env={"DEV": "USB+AMD", "PYMODELD_USB_FAULT": "nan@after=40"})
 
     def nan_seen(r):
       return any("non-finite model output" in m.invalidReason for m in r["driverStateV2"])
@@ -184,14 +192,9 @@ def test_model_output_inf_is_invalid_and_consumers_treat_it_as_unavailable(tmp_p
   onnx.save(model, path)
 
   stack = Stack(str(tmp_path))
-  rec = Recorder(["driverStateV2", "driverMonitoringState", "selfdriveState"])
-  sim = {"SIMULATION": "1"}
+  rec = Recorder(DM_CHAIN_OUTPUTS)
   try:
-    stack.start("camerad", "selfdrive_stub.camerad", "--camera", "tici")
-    stack.start("car", "selfdrive_stub.car", "--cal-seconds", "0.5")
-    stack.start("dmonitoringmodeld", "daemons.dmonitoringmodeld", "--model", path)
-    stack.start("dmonitoringd", "selfdrive_stub.dmonitoringd", env=sim)
-    stack.start("selfdrived", "selfdrive_stub.selfdrived", env=sim)
+    _start_dm_chain(stack, "--model", path)
     rec.wait(lambda r: len(r["driverStateV2"]) >= 5
              and any("non-finite" in m.invalidReason for m in r["driverMonitoringState"])
              and any("driverMonitoringUnavailable" in list(m.selfdriveState.events) for m in r["selfdriveState"]),
