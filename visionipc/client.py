@@ -180,13 +180,9 @@ class VisionIpcClient:
   def _next_announcement(self, deadline: float) -> bytes | None:
     """The next announcement, or None at `deadline`. Periodic frames: sleep, then poll around the due time."""
     window = self._pacing.poll_window()
-    if window is not None:
-      msg = self._sub.receive(non_blocking=True)
-      if msg is not None:
-        return msg
+    if window is not None:  # both waits below return a queued announcement at once
       start, end = window
-      if time.monotonic() < start:
-        msg = self._sleep_for_announcement(min(start, deadline))
+      msg = self._sleep_for_announcement(min(start, deadline)) if time.monotonic() < start else None
       if msg is None:
         msg = self._poll_for_announcement(min(end, deadline))
       if msg is not None:

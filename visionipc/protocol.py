@@ -112,6 +112,5 @@ def decode_announce(data: bytes) -> tuple[int, int, int, int, int, int, bool]:
   if len(data) != ANNOUNCE.size:
     raise ProtocolError(f"announcement is {len(data)} bytes, expected {ANNOUNCE.size}")
   magic, version, _, idx, server_id, generation, frame_id, sof, eof, valid = ANNOUNCE.unpack(data)
-  if magic != ANNOUNCE_MAGIC or version != VERSION:  # checked inline: this runs cold once per frame
-    _check_magic("announcement", magic, ANNOUNCE_MAGIC, version)
+  _check_magic("announcement", magic, ANNOUNCE_MAGIC, version)
   return idx, server_id, generation, frame_id, sof, eof, valid
