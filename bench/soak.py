@@ -77,6 +77,11 @@ def slope_mb_per_10min(samples: list[tuple[float, float]]) -> float | None:
   return float(np.polyfit(t - t[0], v, 1)[0] * 600.0)
 
 
+def rss_slopes(samples: list) -> dict[str, float | None]:
+  """Growth in MB per 10 min of each of RSS_KINDS over samples (t, total, anon, file, shmem)."""
+  return {kind: slope_mb_per_10min([(x[0], x[1 + i]) for x in samples]) for i, kind in enumerate(RSS_KINDS)}
+
+
 class Soak:
   def __init__(self, args):
     self.args = args
@@ -196,13 +201,13 @@ class Soak:
     for name in sorted({n for n, _ in self.rss}):
       whole = self.rss_fit(name, warmup)
       used = self.rss_fit(name, steady_from) if steady_from is not None else whole
-      slope = slope_mb_per_10min([(x[0], x[1]) for x in used])
-      by_kind = {kind: slope_mb_per_10min([(x[0], x[1 + i]) for x in used]) for i, kind in enumerate(RSS_KINDS) if i}
+      by_kind = rss_slopes(used)
+      slope = by_kind.pop("VmRSS")
       rows.append({"process": name, "instances": len({pid for (n, pid) in self.rss if n == name}),
                    "rss_start_mb": used[0][1] if used else None, "rss_end_mb": used[-1][1] if used else None,
                    "fit_s": used[-1][0] - used[0][0] if used else 0,
                    "growth_mb_per_10min": slope, "growth_by_kind": by_kind,
-                   "growth_since_warmup_mb_per_10min": slope_mb_per_10min([(x[0], x[1]) for x in whole]),
+                   "growth_since_warmup_mb_per_10min": rss_slopes(whole)["VmRSS"],
                    "ok": slope is None or slope <= RSS_TARGET_MB_PER_10MIN,
                    "samples": [[round(v, 3) for v in x] for x in whole]})
     return rows
