@@ -1,4 +1,4 @@
-"""VisionIPC frame hand-off latency: announcement sent -> client holds the frame, across two processes.
+"""VisionIPC frame hand-off latency: producer sends the frame -> client holds it, across two processes.
 
 Frames are 1928x1208 padded NV12 (4,804,608 bytes), one every 50 ms as camerad sends them. The server
 stamps time.monotonic_ns() (one clock for all processes) into timestamp_sof right before it hands the frame
@@ -6,17 +6,18 @@ over; the client subtracts it from the time recv() returned the frame. Paths, on
   copying    t0 before server.send(stream, data): includes the copy of the frame into shared memory
   zero-copy  the producer filled the buffer in place (get_buffer); t0 before send_buffer()
 Both use the client's default hybrid wait (visionipc/pacing.py: sleep until just before a periodic frame is
-due, then poll). "zero-copy, sleeping client" turns that off: the client sleeps in the kernel until the
-announcement wakes it, which costs an idle CPU's wake-up. The client's CPU time per frame shows what the
-polling costs.
-Peers in the same run: one frame memcpy (numpy copyto into a ring of 18 frame-sized buffers, as the copying
-path must do, paced like the frames: on this 2-vCPU VM a copy that starts on a CPU idle for 50 ms takes ~1.3x
-as long as one in a back-to-back loop, which is also shown; plus the same paced copy into the server's own
-shared-memory ring), and the bare bus wake-up (a 56-byte msgq message with the same pacing to a sleeping
-subscriber).
+due, then poll), and while polling the client takes the frame at its doorbell, the moment the buffer's
+trailer says the fill is complete, before the announcement is published (visionipc/client.py). "zero-copy,
+sleeping client" turns polling off: the client sleeps in the kernel until the announcement wakes it, which
+costs an idle CPU's wake-up. The client's CPU time per frame shows what the polling costs.
+Peers, measured in every round between the paths: one frame memcpy (numpy copyto into a ring of 18
+frame-sized buffers, as the copying path must do, paced like the frames: on this 2-vCPU VM a copy that starts
+on a CPU idle for 50 ms takes ~1.3x as long as one in a back-to-back loop, which is also shown; plus the same
+paced copy into the server's own shared-memory ring), and the bare bus wake-up (a 56-byte msgq message with
+the same pacing to a sleeping subscriber).
 The copying target (<= memcpy + 100 us) and the zero-copy target (p50 <= 150 us) can be read off the
-table; "over bus" is a hand-off's p50 minus the bus wake-up's. The last two rows time the server's send
-calls alone (they include waking a sleeping client).
+table; "vs bus" is a hand-off's p50 minus the bus wake-up's (negative: faster than a bare bus wake-up).
+The last two rows time the server's send calls alone (they include waking a sleeping client).
 Usage: python bench/vipc_latency.py [--count N] [--interval-ms MS] [--rounds R] [--spin-lead-us US]
 """
 import argparse
@@ -155,18 +156,19 @@ def main() -> None:
     try:
       interval = args.interval_ms / 1000
       shm_dsts = [np.frombuffer(m.data, np.uint8) for m in server._streams[STREAM].mappings]
-      rows = {"one frame memcpy (peer)": memcpy_ns(frame, args.count, interval),
-              "memcpy into the shm ring": memcpy_ns(frame, args.count, interval, dsts=shm_dsts),
-              "memcpy back to back (hot)": memcpy_ns(frame, args.count, 0.0)}
       lead = args.spin_lead_us / 1e6
       paths = {"bus wake-up, 56 B (peer)": ("bus", 0.0), "copying send()": ("copying", lead),
                "zero-copy send_buffer()": ("zero-copy", lead), "zero-copy, sleeping client": ("zero-copy", 0.0)}
       calls = {name: [] for name in paths}
       cpu = {name: [] for name in paths}
-      for _ in range(args.rounds):  # interleaved rounds, so a load change on the machine hits every path alike
+      rows = {}
+      per_round = args.count // args.rounds
+      for _ in range(args.rounds):  # interleaved rounds, so a load change on the machine hits every row alike
+        rows.setdefault("one frame memcpy (peer)", []).extend(memcpy_ns(frame, per_round, interval))
+        rows.setdefault("memcpy into the shm ring", []).extend(memcpy_ns(frame, per_round, interval, dsts=shm_dsts))
+        rows.setdefault("memcpy back to back (hot)", []).extend(memcpy_ns(frame, per_round, 0.0))
         for name, (path, lead_s) in paths.items():
-          lat, cpu_per_frame = run_path(server, path, lead_s, args.count // args.rounds, 20, interval, frame,
-                                        calls[name])
+          lat, cpu_per_frame = run_path(server, path, lead_s, per_round, 20, interval, frame, calls[name])
           rows.setdefault(name, []).extend(lat)
           cpu[name].append(cpu_per_frame)
       rows["send() call (server side)"] = calls["copying send()"]
@@ -177,7 +179,7 @@ def main() -> None:
   memcpy, bus = p50["one frame memcpy (peer)"], p50["bus wake-up, 56 B (peer)"]
   print(f"\nVisionIPC hand-off, {W}x{H} padded NV12 ({size} B), {args.count} frames per path, "
         f"one every {args.interval_ms:g} ms, two processes")
-  print(f"{'path':<28}{'p50 us':>9}{'p99 us':>9}{'over bus us':>13}{'p50/memcpy':>12}{'client CPU us/frame':>21}")
+  print(f"{'path':<28}{'p50 us':>9}{'p99 us':>9}{'vs bus us':>13}{'p50/memcpy':>12}{'client CPU us/frame':>21}")
   for name, values in rows.items():
     q50, q99 = percentiles(values)
     over = f"{q50 - bus:13.1f}" if name in paths and paths[name][0] != "bus" else f"{'':13}"  # hand-off rows

@@ -4,9 +4,11 @@ Invariants:
 - A buffer is one memfd of `mmap_len` bytes, sealed against shrinking and growing, so a mapping can never
   fault past its end. Image bytes are [0, len); the trailer (gen_start, gen_end, frame_id) sits at
   `trailer_offset` (8-byte aligned, past the image).
-- Only the server writes. A fill is: gen_start = g (new, never reused), pixels, frame_id stamp, gen_end = g,
-  then the announcement. A reader that finds gen_start == gen_end == g after using the pixels knows the
-  frame was not touched meanwhile (x86 keeps stores in program order; each word is one aligned 8-byte store).
+- Only the server writes. A fill is: gen_start = g (new, never reused), pixels, the announcement fields
+  (frame_id, sof, eof, valid), gen_end = g, then the announcement on the bus. A reader that finds
+  gen_start == gen_end == g after using the pixels knows the frame was not touched meanwhile (x86 keeps
+  stores in program order; each word is one aligned 8-byte store), and one that finds them equal before
+  reading the fields has the frame's complete announcement (the doorbell, see client.py).
 - Clients map read-only: a consumer cannot corrupt a frame other clients see.
 - Every page is mapped up front (MAP_POPULATE; VIPC_PREFAULT=0 opts out): no page faults on the hot path.
 """
@@ -139,7 +141,7 @@ class VisionBuf:
   @property
   def stamped_frame_id(self) -> int:
     """The frame_id the server stamped into the buffer's trailer (the reference's tail check)."""
-    return self._m.trailer[2]
+    return self._m.trailer[2]  # word order: protocol.TRAILER
 
   def still_valid(self) -> bool:
     """True iff the buffer still holds exactly the frame this handle was given (no fill started since)."""

@@ -10,6 +10,12 @@ Invariants:
 - With periodic frames the client sleeps until just before the next one is due and polls from there
   (pacing.py), so the hand-off does not pay an idle CPU's wake-up. Never under the fake (gated) backend,
   whose every receive() is a replay step.
+- While polling with no announcement queued, the client also watches the doorbell: the generation words of
+  the buffer the server fills next. They agree once the fill and the announcement fields in the trailer are
+  complete (buffer.py), so the frame is taken before the server has even encoded its announcement; that
+  announcement is dropped when it comes. The doorbell only rings for a generation newer than any taken, and
+  only with no announcement queued: a producer publishes a frame's announcement before it rings the next
+  doorbell, so a frame taken there is the next one in announcement order, and at most one is pending.
 - Nothing from the peer is trusted: descriptors, fds and announcements are validated before use, and a bad
   one is a ProtocolError (connect) or a counted, dropped announcement (recv) — never a read past a buffer.
 """
@@ -85,6 +91,9 @@ class VisionIpcClient:
     self._buffers: list[BufferMapping] = []
     self.server_id: int | None = None
     self._replaced_servers: set[int] = set()
+    self._last_idx: int | None = None  # buffer of the last frame taken off the bus or the doorbell
+    self._newest_generation = 0  # newest generation taken so far (delivered or found overwritten)
+    self._rung_generation = 0  # taken from the doorbell, its announcement not yet seen
     self.frame_id = self.timestamp_sof = self.timestamp_eof = 0
     self.valid = False
     self.skipped_overwritten = 0   # announced frames already overwritten when recv() reached them
@@ -140,7 +149,8 @@ class VisionIpcClient:
       self.reconnects += 1
     self._drop_buffers()
     self._buffers, self.server_id = mappings, server_id
-    self._pacing.reset()  # a new server has its own phase
+    self._pacing.reset()  # a new server has its own phase, ring position and generations
+    self._last_idx, self._newest_generation, self._rung_generation = None, 0, 0
 
   def _drop_buffers(self) -> None:
     for m in self._buffers:
@@ -168,39 +178,69 @@ class VisionIpcClient:
           return None
         time.sleep(min(_RETRY_S, remaining))
         continue
-      msg = self._next_announcement(deadline)
+      msg = None
+      window = self._pacing.poll_window()
+      if window is not None:  # both waits below return a queued announcement at once
+        start, end = window
+        if time.monotonic() < start:
+          msg = self._sleep_for_announcement(min(start, deadline))
+        if msg is None:
+          frame, msg = self._poll(min(end, deadline))
+          if frame is not None:
+            return frame
       if msg is None:
-        return None
-      self._pacing.arrived(time.monotonic())
-      frame = self._frame_from(msg)
+        msg = self._sleep_for_announcement(deadline)
+        if msg is None:
+          return None
+      frame = self._frame_from(msg, time.monotonic())
       if frame is not None:
         return frame
       # a skipped announcement: keep going (non-blocking once the deadline passed) until the queue is empty
-
-  def _next_announcement(self, deadline: float) -> bytes | None:
-    """The next announcement, or None at `deadline`. Periodic frames: sleep, then poll around the due time."""
-    window = self._pacing.poll_window()
-    if window is not None:  # both waits below return a queued announcement at once
-      start, end = window
-      msg = self._sleep_for_announcement(min(start, deadline)) if time.monotonic() < start else None
-      if msg is None:
-        msg = self._poll_for_announcement(min(end, deadline))
-      if msg is not None:
-        return msg
-    return self._sleep_for_announcement(deadline)
 
   def _sleep_for_announcement(self, until: float) -> bytes | None:
     self._sub.setTimeout(max(0.0, (until - time.monotonic()) * 1000))  # fractional ms: the lead is ~1 ms
     return self._sub.receive()
 
-  def _poll_for_announcement(self, until: float) -> bytes | None:
+  def _poll(self, until: float) -> tuple[VisionBuf | None, bytes | None]:
+    """Poll until `until` for the next frame: (frame, None) from the doorbell, (None, announcement) from
+    the bus, or (None, None). Queued announcements go first, so frames still come in order; only with the
+    queue empty is the doorbell of the buffer the server fills next the next frame."""
+    receive, clock, yield_cpu = self._sub.receive, time.monotonic, os.sched_yield
+    bell = self._doorbell()
     while True:
-      msg = self._sub.receive(non_blocking=True)
-      if msg is not None or time.monotonic() >= until:
-        return msg
-      os.sched_yield()  # the producer may need this very core
+      msg = receive(True)
+      if msg is not None:
+        return None, msg
+      if bell is not None and bell[1] > self._newest_generation:
+        frame = self._frame_from_doorbell(bell)
+        if frame is not None:
+          return frame, None
+      if clock() >= until:
+        return None, None
+      yield_cpu()  # the producer may need this very core
 
-  def _frame_from(self, msg: bytes) -> VisionBuf | None:
+  def _doorbell(self):
+    """Trailer words of the buffer the server fills after the last frame we saw (servers fill their ring in
+    order), or None before the first frame. A producer that picks buffers out of order just never rings it."""
+    if self._last_idx is None:
+      return None
+    return self._buffers[(self._last_idx + 1) % len(self._buffers)].trailer
+
+  def _frame_from_doorbell(self, trailer) -> VisionBuf | None:
+    """The frame whose generation words just agreed, with the announcement fields the server wrote before
+    the second one; None if a new fill started meanwhile (then its announcement or next doorbell follows)."""
+    generation = trailer[1]
+    frame_id, sof, eof, valid = trailer[2], trailer[3], trailer[4], trailer[5] == 1
+    if trailer[0] != generation:
+      return None
+    self._pacing.arrived(time.monotonic())
+    mapping = self._buffers[(self._last_idx + 1) % len(self._buffers)]
+    self._last_idx, self._newest_generation = mapping.idx, generation
+    self._rung_generation = generation
+    self.frame_id, self.timestamp_sof, self.timestamp_eof, self.valid = frame_id, sof, eof, valid
+    return VisionBuf(mapping, generation, frame_id, sof, eof, valid, self.server_id)
+
+  def _frame_from(self, msg: bytes, arrived: float) -> VisionBuf | None:
     try:
       idx, server_id, generation, frame_id, sof, eof, valid = protocol.decode_announce(msg)
     except ProtocolError:
@@ -218,6 +258,11 @@ class VisionIpcClient:
     if idx >= len(self._buffers):
       self.bad_announcements += 1
       return None
+    if generation == self._rung_generation:
+      self._rung_generation = 0
+      return None  # its frame came through the doorbell already
+    self._pacing.arrived(arrived)
+    self._last_idx, self._newest_generation = idx, max(generation, self._newest_generation)
     mapping = self._buffers[idx]
     trailer = mapping.trailer
     if trailer[0] != generation or trailer[1] != generation:

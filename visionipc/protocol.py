@@ -7,14 +7,17 @@ Control socket (Unix SOCK_SEQPACKET, one request and one reply per connection):
             or `count` uint32 stream ids (kind list).
 Announcement (one msgq message per frame on topic `visionipc_<server>_<stream>`):
             ANNOUNCE           magic b"VIPA", version, idx, server_id, generation, frame_id, sof, eof, valid
-Buffer memory (memfd, sealed against shrinking): image bytes [0, len), then at `trailer_offset` three
-little-endian uint64: generation-at-start, generation-at-end, frame_id stamp.
+Buffer memory (memfd, sealed against shrinking): image bytes [0, len), then at `trailer_offset` six
+little-endian uint64: generation-at-start, generation-at-end, then the frame's announcement fields frame_id,
+sof, eof, valid (0/1). The fields are written before generation-at-end, so a buffer whose two generation
+words agree also carries its complete announcement (the doorbell a polling client reads; see client.py).
+Version 2: version 1 had only the frame_id stamp after the generation words.
 """
 import struct
 
 from visionipc.errors import ProtocolError
 
-VERSION = 1
+VERSION = 2
 STREAM_LIST = 0xFFFFFFFF  # request kind "list" uses this stream id, as the reference does
 MAX_BUFFERS = 127
 MAX_STREAMS = 64
@@ -31,7 +34,7 @@ REQUEST = struct.Struct("<4sHHI")
 REPLY_HEADER = struct.Struct("<4sHHQII")
 BUFFER_DESC = struct.Struct("<IIIIIQQQ")  # idx, width, height, stride, uv_offset, len, mmap_len, trailer_offset
 ANNOUNCE = struct.Struct("<4sHHIQQQQQ?7x")
-TRAILER = struct.Struct("<QQQ")  # gen_start, gen_end, frame_id stamp
+TRAILER = struct.Struct("<QQQQQQ")  # gen_start, gen_end, frame_id, sof, eof, valid
 
 REQUEST_MAGIC = b"VIPQ"
 REPLY_MAGIC = b"VIPR"

@@ -120,32 +120,47 @@ class VisionIpcServer:
                   valid: bool = True) -> None:
     """Publish a buffer filled after get_buffer(); zero-copy."""
     mapping = buf._m
-    if buf.server_id != self.server_id or mapping.trailer[0] != buf.generation:
+    trailer = mapping.trailer
+    if buf.server_id != self.server_id or trailer[0] != buf.generation:
       raise VisionIpcError(f"buffer {buf.idx} (generation {buf.generation}) is not the one being filled on "
                            f"server {self.name!r}; call get_buffer() again")
     stream = self._streams.get(mapping.stream)
     if stream is None or stream.mappings[mapping.idx] is not mapping:  # e.g. a client's frame
       raise VisionIpcError(f"buffer {mapping.idx} does not belong to server {self.name!r}")
-    mapping.trailer[2] = frame_id
-    mapping.trailer[1] = buf.generation
+    try:  # the trailer's uint64 words check the ranges, before anything says the frame is complete
+      trailer[2], trailer[3], trailer[4], trailer[5] = frame_id, timestamp_sof, timestamp_eof, 1 if valid else 0
+    except (ValueError, TypeError):
+      raise ValueError(f"frame_id, timestamp_sof and timestamp_eof must be integers in [0, 2**64), got "
+                       f"{frame_id!r}, {timestamp_sof!r}, {timestamp_eof!r}") from None
+    trailer[1] = buf.generation  # complete: from here a polling client may take the frame (the doorbell)
+    # A client polling on this very CPU can only see the doorbell once we give the CPU up: let it take the
+    # frame now, before the announcement is encoded and published (bench/vipc_latency.py measures both).
+    os.sched_yield()
     buf.frame_id, buf.timestamp_sof, buf.timestamp_eof, buf.valid = frame_id, timestamp_sof, timestamp_eof, valid
     stream.publisher.send(protocol.encode_announce(mapping.idx, self.server_id, buf.generation, frame_id,
                                                    timestamp_sof, timestamp_eof, valid))
     # A reader the kernel woke onto this CPU would otherwise wait behind whatever the producer does next
-    # (e.g. filling the next stream's buffer): let it take the frame first. Measured in bench/vipc_latency.py.
+    # (e.g. filling the next stream's buffer): let it take the frame first.
     os.sched_yield()
 
   def send(self, stream: int, data, frame_id: int = 0, timestamp_sof: int = 0, timestamp_eof: int = 0,
            valid: bool = True) -> None:
-    """Copy `data` (bytes-like of exactly the buffer length) into the next buffer and announce it."""
+    """Copy `data` (bytes-like of exactly the buffer length) into the next buffer and announce it.
+    The copy is one memmove through memoryviews: numpy's copy machinery costs ~75 us more per frame when it
+    runs cold, as it does once per frame (bench/vipc_latency.py). It holds the GIL for the copy (~1 ms)."""
     st = self._stream(stream)
-    src = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data.reshape(-1)
+    try:
+      src = memoryview(data).cast("B")  # any C-contiguous bytes-like object, as flat bytes
+    except TypeError:
+      if not isinstance(data, np.ndarray):
+        raise TypeError(f"frame data must be a bytes-like object, got {type(data).__name__}") from None
+      src = memoryview(np.ascontiguousarray(data)).cast("B")  # e.g. a strided view
     expected = st.mappings[0].len
     if src.nbytes != expected:
       raise FrameSizeError(f"stream {stream} of server {self.name!r}: frame is {src.nbytes} bytes, "
                            f"buffers hold {expected}")
     buf = self.get_buffer(stream)
-    np.copyto(np.frombuffer(buf.data, dtype=np.uint8), src.view(np.uint8), casting="no")
+    buf._m.data[:] = src
     self.send_buffer(buf, frame_id, timestamp_sof, timestamp_eof, valid)
 
   # ---- control socket

@@ -29,6 +29,20 @@ def test_send_with_the_wrong_length_names_both_sizes(server):
     server.send(3, bytes(4608))
 
 
+def test_send_copies_any_layout_of_the_right_size_and_refuses_what_is_not_bytes(server):
+  client = VisionIpcClient("camerad", 0)
+  assert client.connect(blocking=True, timeout=10)
+  pixels = np.arange(2 * 4608, dtype=np.uint8)
+  for frame_id, data in enumerate([pixels[:4608].reshape(72, 64), pixels[::2], pixels[:4608].view(np.float32),
+                                   bytearray(pixels[:4608])]):
+    server.send(0, data, frame_id)
+    buf = client.recv(1000)
+    assert buf.frame_id == frame_id and bytes(buf.data) == np.ascontiguousarray(data).tobytes()
+  with pytest.raises(TypeError, match="bytes-like object, got list"):
+    server.send(0, [0] * 4608)
+  client.close()
+
+
 @pytest.mark.parametrize("args, message", [
   ((0, 2, 64, 48, 4608, 32, 3072), "stride 32 is smaller than the width 64"),
   ((0, 2, 64, 48, 4000, 64, 3072), "size 4000 too small"),
