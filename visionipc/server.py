@@ -105,43 +105,21 @@ class VisionIpcServer:
   def get_buffer(self, stream: int, idx: int | None = None) -> VisionBuf:
     """The next buffer of the ring (or buffer `idx`), marked as being filled: write its pixels, then
     send_buffer() it. Any client still holding this buffer's previous frame now sees still_valid() False."""
-    st = self._stream(stream)
-    if idx is None:
-      idx = st.next_idx
-      st.next_idx = (idx + 1) % len(st.mappings)
-    elif not isinstance(idx, int) or not 0 <= idx < len(st.mappings):
-      raise IndexError(f"stream {stream} has buffers 0..{len(st.mappings) - 1}, got index {idx!r}")
-    self._generation += 1
-    mapping = st.mappings[idx]
-    mapping.trailer[0] = self._generation
-    return VisionBuf(mapping, self._generation, server_id=self.server_id)
+    mapping, generation = self._start_fill(self._stream(stream), idx)
+    return VisionBuf(mapping, generation, server_id=self.server_id)
 
   def send_buffer(self, buf: VisionBuf, frame_id: int = 0, timestamp_sof: int = 0, timestamp_eof: int = 0,
                   valid: bool = True) -> None:
     """Publish a buffer filled after get_buffer(); zero-copy."""
     mapping = buf._m
-    trailer = mapping.trailer
-    if buf.server_id != self.server_id or trailer[0] != buf.generation:
+    if buf.server_id != self.server_id or mapping.trailer[0] != buf.generation:
       raise VisionIpcError(f"buffer {buf.idx} (generation {buf.generation}) is not the one being filled on "
                            f"server {self.name!r}; call get_buffer() again")
-    stream = self._streams.get(mapping.stream)
-    if stream is None or stream.mappings[mapping.idx] is not mapping:  # e.g. a client's frame
+    st = self._streams.get(mapping.stream)
+    if st is None or st.mappings[mapping.idx] is not mapping:  # e.g. a client's frame
       raise VisionIpcError(f"buffer {mapping.idx} does not belong to server {self.name!r}")
-    try:  # the trailer's uint64 words check the ranges, before anything says the frame is complete
-      trailer[2], trailer[3], trailer[4], trailer[5] = frame_id, timestamp_sof, timestamp_eof, 1 if valid else 0
-    except (ValueError, TypeError):
-      raise ValueError(f"frame_id, timestamp_sof and timestamp_eof must be integers in [0, 2**64), got "
-                       f"{frame_id!r}, {timestamp_sof!r}, {timestamp_eof!r}") from None
-    trailer[1] = buf.generation  # complete: from here a polling client may take the frame (the doorbell)
-    # A client polling on this very CPU can only see the doorbell once we give the CPU up: let it take the
-    # frame now, before the announcement is encoded and published (bench/vipc_latency.py measures both).
-    os.sched_yield()
+    self._complete_fill(st, mapping, buf.generation, frame_id, timestamp_sof, timestamp_eof, valid)
     buf.frame_id, buf.timestamp_sof, buf.timestamp_eof, buf.valid = frame_id, timestamp_sof, timestamp_eof, valid
-    stream.publisher.send(protocol.encode_announce(mapping.idx, self.server_id, buf.generation, frame_id,
-                                                   timestamp_sof, timestamp_eof, valid))
-    # A reader the kernel woke onto this CPU would otherwise wait behind whatever the producer does next
-    # (e.g. filling the next stream's buffer): let it take the frame first.
-    os.sched_yield()
 
   def send(self, stream: int, data, frame_id: int = 0, timestamp_sof: int = 0, timestamp_eof: int = 0,
            valid: bool = True) -> None:
@@ -159,9 +137,40 @@ class VisionIpcServer:
     if src.nbytes != expected:
       raise FrameSizeError(f"stream {stream} of server {self.name!r}: frame is {src.nbytes} bytes, "
                            f"buffers hold {expected}")
-    buf = self.get_buffer(stream)
-    buf._m.data[:] = src
-    self.send_buffer(buf, frame_id, timestamp_sof, timestamp_eof, valid)
+    mapping, generation = self._start_fill(st)
+    mapping.data[:] = src
+    self._complete_fill(st, mapping, generation, frame_id, timestamp_sof, timestamp_eof, valid)
+
+  def _start_fill(self, st: _Stream, idx: int | None = None) -> tuple[BufferMapping, int]:
+    """Take the next buffer of the ring (or buffer `idx`) and give it a new generation in its gen_start word."""
+    if idx is None:
+      idx = st.next_idx
+      st.next_idx = (idx + 1) % len(st.mappings)
+    elif not isinstance(idx, int) or not 0 <= idx < len(st.mappings):
+      raise IndexError(f"stream {st.mappings[0].stream} has buffers 0..{len(st.mappings) - 1}, got index {idx!r}")
+    self._generation += 1
+    mapping = st.mappings[idx]
+    mapping.trailer[0] = self._generation
+    return mapping, self._generation
+
+  def _complete_fill(self, st: _Stream, mapping: BufferMapping, generation: int, frame_id: int, timestamp_sof: int,
+                     timestamp_eof: int, valid: bool) -> None:
+    """Write the announcement fields and gen_end (the doorbell), then publish the announcement."""
+    trailer = mapping.trailer
+    try:  # the trailer's uint64 words check the ranges, before anything says the frame is complete
+      trailer[2], trailer[3], trailer[4], trailer[5] = frame_id, timestamp_sof, timestamp_eof, 1 if valid else 0
+    except (ValueError, TypeError):
+      raise ValueError(f"frame_id, timestamp_sof and timestamp_eof must be integers in [0, 2**64), got "
+                       f"{frame_id!r}, {timestamp_sof!r}, {timestamp_eof!r}") from None
+    trailer[1] = generation  # complete: from here a polling client may take the frame (the doorbell)
+    # A client polling on this very CPU can only see the doorbell once we give the CPU up: let it take the
+    # frame now, before the announcement is encoded and published (bench/vipc_latency.py measures both).
+    os.sched_yield()
+    st.publisher.send(protocol.encode_announce(mapping.idx, self.server_id, generation, frame_id, timestamp_sof,
+                                               timestamp_eof, valid))
+    # A reader the kernel woke onto this CPU would otherwise wait behind whatever the producer does next
+    # (e.g. filling the next stream's buffer): let it take the frame first.
+    os.sched_yield()
 
   # ---- control socket
 
