@@ -62,6 +62,11 @@ def bench_warp(rounds: int = 30) -> None:
           f"{pct(peer, 50):.2f} ms, {pct(peer, 50) / pct(ours, 50):.0f}x faster (target ≤ 1 ms)")
 
 
+def latencies_ms(announced: dict, published: dict) -> list[float]:
+  """Announcement → driverStateV2 in ms, for every frame measured at both ends."""
+  return [(published[f] - announced[f]) / 1e6 for f in announced if f in published]
+
+
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--duration", type=float, default=30.0, help="seconds to measure (after warm-up)")
@@ -94,16 +99,16 @@ def main(argv=None):
         for m in drain(cams):
           if now >= measure_from:
             announced[m.cabinCameraState.frameId] = m.logMonoTime
-        for m in drain(states):
-          ds = m.driverStateV2
+        for m in drain(states):  # matched to announcements at the end: a driverStateV2 can be drained
+          ds = m.driverStateV2  # before the camera state it answers, which camerad publishes after the frame
           daemon_dropped.append(ds.framesDropped)
-          if ds.frameId in announced:
-            published[ds.frameId] = m.logMonoTime
+          published[ds.frameId] = m.logMonoTime
+          if now >= measure_from:
             for k in stages:
               stages[k].append(getattr(ds.stageTimings, k))
         if now >= next_report:
-          lat = [(published[f] - announced[f]) / 1e6 for f in published]
-          print(f"  {now - measure_from:5.0f} s: {len(published)} frames, p50 {pct(lat, 50):.1f} ms, "
+          lat = latencies_ms(announced, published)
+          print(f"  {now - measure_from:5.0f} s: {len(lat)} frames, p50 {pct(lat, 50):.1f} ms, "
                 f"p99 {pct(lat, 99):.1f} ms", flush=True)
           next_report += 5
         time.sleep(0.005)
@@ -117,7 +122,7 @@ def main(argv=None):
           p.kill()
           p.wait()
 
-  lat = [(published[f] - announced[f]) / 1e6 for f in published]
+  lat = latencies_ms(announced, published)
   last_announced = max(announced) if announced else 0
   missed = len([f for f in announced if f not in published and f < last_announced])
   print(f"\nframe announced → driverStateV2 published, {len(lat)} frames over {args.duration:.0f} s "
