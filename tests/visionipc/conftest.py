@@ -40,6 +40,25 @@ class ServerProcess:
 
 
 @pytest.fixture
+def local_server():
+  """local_server(num_buffers) -> an in-process VisionIpcServer "camerad" serving a tight 64x48 stream 0;
+  closed after the test."""
+  from visionipc import VisionIpcServer
+  servers = []
+
+  def make(num_buffers: int) -> VisionIpcServer:
+    srv = VisionIpcServer("camerad")
+    servers.append(srv)
+    srv.create_buffers(0, num_buffers, 64, 48)
+    srv.start_listener()
+    return srv
+
+  yield make
+  for srv in servers:
+    srv.close()
+
+
+@pytest.fixture
 def server_process(spawn_python):
   """server_process(name="camerad") -> ServerProcess (call .start([...]) to create streams and listen)."""
   import subprocess

@@ -14,12 +14,8 @@ LEAD_S = 0.02  # a wide poll window, so a loaded machine's scheduling jitter can
 
 
 @pytest.fixture
-def server():
-  srv = VisionIpcServer("camerad")
-  srv.create_buffers(0, 4, 64, 48)
-  srv.start_listener()
-  yield srv
-  srv.close()
+def server(local_server):
+  return local_server(4)
 
 
 @pytest.fixture

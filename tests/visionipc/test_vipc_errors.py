@@ -14,12 +14,8 @@ from visionipc.endpoints import control_socket_path
 
 
 @pytest.fixture
-def server():
-  srv = VisionIpcServer("camerad")
-  srv.create_buffers(0, 2, 64, 48)
-  srv.start_listener()
-  yield srv
-  srv.close()
+def server(local_server):
+  return local_server(2)
 
 
 def test_send_with_the_wrong_length_names_both_sizes(server):
