@@ -207,11 +207,12 @@ class VisionIpcClient:
     queue empty is the doorbell of the buffer the server fills next the next frame."""
     receive, clock, yield_cpu = self._sub.receive, time.monotonic, os.sched_yield
     bell = self._doorbell()
+    rung = bell.trailer if bell is not None else None  # rings when its gen_end passes every generation taken
     while True:
       msg = receive(True)
       if msg is not None:
         return None, msg
-      if bell is not None and bell[1] > self._newest_generation:
+      if rung is not None and rung[1] > self._newest_generation:
         frame = self._frame_from_doorbell(bell)
         if frame is not None:
           return frame, None
@@ -219,22 +220,22 @@ class VisionIpcClient:
         return None, None
       yield_cpu()  # the producer may need this very core
 
-  def _doorbell(self):
-    """Trailer words of the buffer the server fills after the last frame we saw (servers fill their ring in
-    order), or None before the first frame. A producer that picks buffers out of order just never rings it."""
+  def _doorbell(self) -> BufferMapping | None:
+    """The buffer the server fills after the last frame we saw (servers fill their ring in order), or None
+    before the first frame. A producer that picks buffers out of order just never rings it."""
     if self._last_idx is None:
       return None
-    return self._buffers[(self._last_idx + 1) % len(self._buffers)].trailer
+    return self._buffers[(self._last_idx + 1) % len(self._buffers)]
 
-  def _frame_from_doorbell(self, trailer) -> VisionBuf | None:
+  def _frame_from_doorbell(self, mapping: BufferMapping) -> VisionBuf | None:
     """The frame whose generation words just agreed, with the announcement fields the server wrote before
     the second one; None if a new fill started meanwhile (then its announcement or next doorbell follows)."""
+    trailer = mapping.trailer
     generation = trailer[1]
     frame_id, sof, eof, valid = trailer[2], trailer[3], trailer[4], trailer[5] == 1
     if trailer[0] != generation:
       return None
     self._pacing.arrived(time.monotonic())
-    mapping = self._buffers[(self._last_idx + 1) % len(self._buffers)]
     self._last_idx, self._newest_generation = mapping.idx, generation
     self._rung_generation = generation
     self.frame_id, self.timestamp_sof, self.timestamp_eof, self.valid = frame_id, sof, eof, valid
