@@ -54,6 +54,18 @@ def test_missing_module_is_reported_not_fatal(namespace):
   assert code == 0, text
 
 
+def process_titles(pids) -> dict[int, str]:
+  """pid -> the name a live process gave itself (setproctitle), for those still there."""
+  titles = {}
+  for pid in pids:
+    try:
+      with open(f"/proc/{pid}/cmdline", "rb") as f:
+        titles[pid] = f.read().split(b"\0")[0].decode()
+    except OSError:
+      pass
+  return titles
+
+
 def test_sigint_stops_everything_and_sigkill_takes_children_along(namespace, groups):
   cmd = [sys.executable, "-m", "selfdrive_stub.manager", "--block", "modeld,dmonitoringmodeld"]
   for sig in (signal.SIGINT, signal.SIGKILL):
@@ -67,16 +79,16 @@ def test_sigint_stops_everything_and_sigkill_takes_children_along(namespace, gro
           break
       pgids = groups.child_pids(seen)
       assert "car" in seen and len(groups.live(pgids)) >= 1, seen
-      titles = set()
-      for pid in pgids:
-        try:
-          with open(f"/proc/{pid}/cmdline", "rb") as f:
-            titles.add(f.read().split(b"\0")[0].decode())
-        except OSError:
-          pass
+      titles = set(process_titles(pgids).values())
       assert {"camerad", "car"} <= titles, titles          # setproctitle names
       proc.send_signal(sig)
-      proc.wait(timeout=30)
+      try:
+        proc.wait(timeout=30)
+      except subprocess.TimeoutExpired:  # say what was still running and what the manager said meanwhile
+        alive = process_titles(groups.live(pgids))
+        proc.kill()
+        pytest.fail(f"manager still running 30 s after {sig!r}; live children {alive}; its output:\n"
+                    f"{seen}{proc.stdout.read()}")
     finally:
       if proc.poll() is None:
         proc.kill()
