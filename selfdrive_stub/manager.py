@@ -333,7 +333,9 @@ class Manager:
 
     def on_term(signum, frame):
       raise KeyboardInterrupt
+    # SIGINT too: a manager started with SIGINT ignored (a background job of a script) must still stop on it
     signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
 
     if self.opts.usb_gpu:
       from runtime import usb_amd

@@ -66,17 +66,24 @@ def process_titles(pids) -> dict[int, str]:
   return titles
 
 
-def test_sigint_stops_everything_and_sigkill_takes_children_along(namespace, groups):
+def start_manager(**popen_args) -> tuple[subprocess.Popen, str]:
+  """A manager process without the two model daemons, and what it printed until all its processes were up."""
   cmd = [sys.executable, "-m", "selfdrive_stub.manager", "--block", "modeld,dmonitoringmodeld"]
+  proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          **popen_args)
+  seen = ""
+  deadline = time.monotonic() + 60
+  for line in proc.stdout:
+    seen += line
+    if "all processes up" in line or time.monotonic() > deadline:
+      break
+  return proc, seen
+
+
+def test_sigint_stops_everything_and_sigkill_takes_children_along(namespace, groups):
   for sig in (signal.SIGINT, signal.SIGKILL):
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    seen = ""
+    proc, seen = start_manager()
     try:
-      deadline = time.monotonic() + 60
-      for line in proc.stdout:
-        seen += line
-        if "all processes up" in line or time.monotonic() > deadline:
-          break
       pgids = groups.child_pids(seen)
       assert "car" in seen and len(groups.live(pgids)) >= 1, seen
       titles = set(process_titles(pgids).values())
@@ -98,6 +105,20 @@ def test_sigint_stops_everything_and_sigkill_takes_children_along(namespace, gro
     if sig == signal.SIGINT:
       assert proc.returncode == 130
       assert not os.path.exists(namespace.shm_dir)
+
+
+def test_sigint_stops_a_manager_that_was_started_with_sigint_ignored(namespace, groups):
+  # what a background job of a shell script inherits; Python then leaves SIGINT ignored unless told otherwise
+  proc, seen = start_manager(preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+  try:
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=30) == 130, seen
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+    proc.wait()
+    proc.stdout.close()
+  assert groups.wait_until_gone(groups.child_pids(seen)) == []
 
 
 @pytest.mark.parametrize("spec, error", [
