@@ -39,9 +39,13 @@ class HeldAnnouncements:
     self.held.append(bytes(data))
 
   def release(self) -> None:
-    self._stream.publisher = self._real
+    self.discard()
     for msg in self.held:
       self._real.send(msg)
+
+  def discard(self) -> None:
+    """Give the stream its publisher back; what was held is never sent."""
+    self._stream.publisher = self._real
 
 
 def fill(buf, value: int) -> None:
@@ -145,3 +149,28 @@ def test_two_fills_announced_in_reverse_order_both_arrive_in_announcement_order(
   got = [client.recv(2000), client.recv(2000)]
   producer.join()
   assert [b.frame_id if b is not None else None for b in got] == [201, 200]
+
+
+def test_a_server_restart_after_a_doorbell_frame_loses_nothing_from_the_new_server(local_server):
+  old = local_server(4)
+  client = VisionIpcClient("camerad", 0, spin_lead_s=LEAD_S)
+  assert client.connect(blocking=True, timeout=10)
+  due = learn_period(old, client)
+  held = HeldAnnouncements(old, 0)  # the server dies between ringing the doorbell and publishing the announcement
+  size = old._streams[0].mappings[0].len
+  producer = at(due, lambda: old.send(0, np.zeros(size, np.uint8), 999))
+  rung = client.recv(2000)
+  producer.join()
+  assert rung is not None and rung.frame_id == 999
+  held.discard()
+  old.close()
+  new = local_server(4)  # same name, new server_id and buffers; its generations restart at 1
+  got = []
+  for frame_id in range(rung.generation + 2):  # up to and past the generation the doorbell delivered
+    new.send(0, np.full(size, frame_id & 0xFF, np.uint8), frame_id)
+    buf = client.recv(2000)
+    assert buf is not None, f"frame {frame_id} of the new server (generation {frame_id + 1}) was lost"
+    assert buf.server_id == new.server_id
+    got.append((buf.frame_id, int(np.frombuffer(buf.data, np.uint8)[0])))
+  assert got == [(f, f & 0xFF) for f in range(rung.generation + 2)] and client.reconnects == 1
+  client.close()
