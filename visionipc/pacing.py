@@ -4,8 +4,9 @@ Why: a client asleep in the kernel pays the wake-up of an idle CPU when the anno
 VM that is ~250-300 us p50 (bench/vipc_latency.py, "bus wake-up" row), and the woken client may even be
 queued behind the producer on the producer's own CPU. Cameras are periodic, so the client can learn the
 period from arrival times, sleep until `lead` before the next frame is due and poll (yielding the CPU each
-turn) from there: the announcement is then picked up within microseconds. This is the hybrid polling of
-Linux block drivers (sleep for most of the expected completion time, poll the rest).
+turn) from there: the frame is then picked up within microseconds, at its doorbell or its announcement
+(client.py). This is the hybrid polling of Linux block drivers (sleep for most of the expected completion
+time, poll the rest).
 
 Invariants:
 - Polling happens only while arrivals are periodic: the last `history` intervals all within `tolerance`
