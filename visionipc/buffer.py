@@ -2,8 +2,8 @@
 
 Invariants:
 - A buffer is one memfd of `mmap_len` bytes, sealed against shrinking and growing, so a mapping can never
-  fault past its end. Image bytes are [0, len); the trailer (gen_start, gen_end, frame_id) sits at
-  `trailer_offset` (8-byte aligned, past the image).
+  fault past its end. Image bytes are [0, len); the trailer (gen_start, gen_end, then the announcement
+  fields: protocol.TRAILER) sits at `trailer_offset` (8-byte aligned, past the image).
 - Only the server writes. A fill is: gen_start = g (new, never reused), pixels, the announcement fields
   (frame_id, sof, eof, valid), gen_end = g, then the announcement on the bus. A reader that finds
   gen_start == gen_end == g after using the pixels knows the frame was not touched meanwhile (x86 keeps
