@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -66,24 +67,31 @@ def process_titles(pids) -> dict[int, str]:
   return titles
 
 
-def start_manager(**popen_args) -> tuple[subprocess.Popen, str]:
-  """A manager process without the two model daemons, and what it printed until all its processes were up."""
+@contextmanager
+def running_manager(**popen_args):
+  """(process, what it printed until all its processes were up) of a manager without the two model daemons;
+  killed and reaped on the way out if it is still running."""
   cmd = [sys.executable, "-m", "selfdrive_stub.manager", "--block", "modeld,dmonitoringmodeld"]
   proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           **popen_args)
-  seen = ""
-  deadline = time.monotonic() + 60
-  for line in proc.stdout:
-    seen += line
-    if "all processes up" in line or time.monotonic() > deadline:
-      break
-  return proc, seen
+  try:
+    seen = ""
+    deadline = time.monotonic() + 60
+    for line in proc.stdout:
+      seen += line
+      if "all processes up" in line or time.monotonic() > deadline:
+        break
+    yield proc, seen
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+    proc.wait()
+    proc.stdout.close()
 
 
 def test_sigint_stops_everything_and_sigkill_takes_children_along(namespace, groups):
   for sig in (signal.SIGINT, signal.SIGKILL):
-    proc, seen = start_manager()
-    try:
+    with running_manager() as (proc, seen):
       pgids = groups.child_pids(seen)
       assert "car" in seen and len(groups.live(pgids)) >= 1, seen
       titles = set(process_titles(pgids).values())
@@ -96,11 +104,6 @@ def test_sigint_stops_everything_and_sigkill_takes_children_along(namespace, gro
         proc.kill()
         pytest.fail(f"manager still running 30 s after {sig!r}; live children {alive}; its output:\n"
                     f"{seen}{proc.stdout.read()}")
-    finally:
-      if proc.poll() is None:
-        proc.kill()
-      proc.wait()
-      proc.stdout.close()
     assert groups.wait_until_gone(pgids) == [], (sig, seen)
     if sig == signal.SIGINT:
       assert proc.returncode == 130
@@ -109,15 +112,9 @@ def test_sigint_stops_everything_and_sigkill_takes_children_along(namespace, gro
 
 def test_sigint_stops_a_manager_that_was_started_with_sigint_ignored(namespace, groups):
   # what a background job of a shell script inherits; Python then leaves SIGINT ignored unless told otherwise
-  proc, seen = start_manager(preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
-  try:
+  with running_manager(preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) as (proc, seen):
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=30) == 130, seen
-  finally:
-    if proc.poll() is None:
-      proc.kill()
-    proc.wait()
-    proc.stdout.close()
   assert groups.wait_until_gone(groups.child_pids(seen)) == []
 
 
