@@ -22,6 +22,7 @@ from setproctitle import setproctitle
 
 from cereal import messaging
 from daemons.common.cameras import DEVICE_CAMERAS, DeviceCameraConfig, config_for_frame, device_config
+from daemons.common.realtime import apply_if_requested
 from selfdrive_stub.scenes import FPS, SceneRenderer
 from visionipc import VISION_STREAM_CABIN, VISION_STREAM_NARROW_ROAD, VISION_STREAM_WIDE_ROAD, VisionIpcServer
 from visionipc.framefile import STREAM_FILE_NAMES, FrameReader
@@ -175,6 +176,7 @@ def main(argv=None) -> int:
     device = device_config("tici")
   camerad = Camerad(device, args.seed, recorded, args.buffers, args.name)
   try:
+    apply_if_requested("camerad", lambda m: print(f"camerad: {m}", file=sys.stderr, flush=True))
     served = camerad.run(args.duration, lambda: bool(stop))
   finally:
     camerad.close()

@@ -16,6 +16,7 @@ from setproctitle import setproctitle
 
 from cereal.messaging import PubMaster, SubMaster
 from daemons.common.cameras import UnknownCameraError
+from daemons.common.realtime import apply_if_requested
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH, Calibration, ModelState, send_raw_pred_enabled
 from daemons.dmonitoringmodeld.runner import make_runner
 from visionipc import VisionIpcClient, VisionStreamType
@@ -51,6 +52,7 @@ def main(argv=None) -> int:
   sm = SubMaster(["extrinsicsCalibration"])
   calib = Calibration()
   client = VisionIpcClient(args.server, VisionStreamType.VISION_STREAM_CABIN, conflate=True)
+  apply_if_requested(PROCESS_NAME, log)
   log("connecting to cabin stream")
   first = True
   skipped_geometry = None

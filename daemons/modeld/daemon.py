@@ -22,6 +22,7 @@ import setproctitle
 
 from cereal import messaging
 from daemons.common.cameras import config_for_frame
+from daemons.common.realtime import apply_if_requested
 from daemons.modeld.core import CarInputs, Frame, Modeld
 from daemons.modeld.model_state import ModelState, model_path
 from daemons.modeld.runner import runtime_runner, warmup
@@ -156,6 +157,7 @@ def main(argv=None) -> int:
 
   pm = messaging.PubMaster(["modelV2", "drivingModelData", "cameraOdometry"], process="modeld")
   sm = messaging.SubMaster(SUBSCRIPTIONS)
+  apply_if_requested("modeld", lambda m: print(f"modeld: {m}", flush=True))
   buf_extra = None
   last_status = ("", "")
   current_geometry = (_geometry(vipc_main), _geometry(vipc_extra) if vipc_extra is not None else None)
