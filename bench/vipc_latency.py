@@ -10,17 +10,24 @@ due, then poll), and while polling the client takes the frame at its doorbell, t
 trailer says the fill is complete, before the announcement is published (visionipc/client.py). "zero-copy,
 sleeping client" turns polling off: the client sleeps in the kernel until the announcement wakes it, which
 costs an idle CPU's wake-up. The client's CPU time per frame shows what the polling costs.
-Peers, measured in every round between the paths: one frame memcpy (numpy copyto into a ring of 18
-frame-sized buffers, as the copying path must do, paced like the frames: on this 2-vCPU VM a copy that starts
-on a CPU idle for 50 ms takes ~1.3x as long as one in a back-to-back loop, which is also shown; plus the same
-paced copy into the server's own shared-memory ring), and the bare bus wake-up (a 56-byte msgq message with
-the same pacing to a sleeping subscriber).
-The copying target (<= memcpy + 100 us) and the zero-copy target (p50 <= 150 us) can be read off the
-table; "vs bus" is a hand-off's p50 minus the bus wake-up's (negative: faster than a bare bus wake-up).
-The last two rows time the server's send calls alone (they include waking a sleeping client).
+"realtime" rows run the client SCHED_FIFO at modeld's priority and the producer at camerad's, as the stack runs
+with PYMODELD_REALTIME=1 (daemons/common/realtime.py; the reference does so on its device): a normal client
+woken while the producer copies can be queued on the producer's busy CPU on this VM and then takes the frame
+~200 us late, a realtime one is placed on the idle CPU. They are left out, with the reason, where realtime
+scheduling is not permitted.
+Peers: the copying rows pair every frame with a memcpy of the same frame into a private ring of 18 buffers,
+timed by the producer halfway to the next frame ("memcpy paired" rows): this VM's memcpy speed drifts by
++-100 us between rows measured seconds apart, so the copying target (p50 <= memcpy p50 + 100 us) is read
+against these. Also measured in every round between the paths: one paced frame memcpy (numpy copyto into
+a ring of 18 buffers; a copy that starts on a CPU idle for 50 ms takes ~1.3x as long as one in a back-to-back
+loop, also shown), the same paced copy into the server's own shared-memory ring, and the bare bus wake-up (a
+56-byte msgq message with the same pacing to a sleeping subscriber). "vs bus" is a hand-off's p50 minus the
+bus wake-up's (negative: faster than a bare bus wake-up). The last two rows time the server's send calls alone
+(they include waking a sleeping client).
 Usage: python bench/vipc_latency.py [--count N] [--interval-ms MS] [--rounds R] [--spin-lead-us US]
 """
 import argparse
+import contextlib
 import json
 import os
 import struct
@@ -33,6 +40,7 @@ import numpy as np
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)  # run from a checkout
 
+from daemons.common.realtime import PRIORITIES, config_realtime_process
 from msgq import pub_sock
 from msgq.namespace import Namespace
 from visionipc import VisionIpcServer, get_nv12_info
@@ -43,11 +51,13 @@ STREAM = 0
 
 CLIENT = """
 import json, sys, time
+from daemons.common.realtime import config_realtime_process
 from visionipc import VisionIpcClient
-count, lead_s = int(sys.argv[1]), float(sys.argv[2])
+count, lead_s, priority = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+problem = config_realtime_process(None, priority).problem if priority else None
 client = VisionIpcClient("benchcam", 0, False, spin_lead_s=lead_s)
 assert client.connect(True, timeout=30)
-print("ready", flush=True)
+print("ready" if problem is None else f"not realtime: {problem}", flush=True)
 lat = []
 cpu0 = time.process_time()
 while len(lat) < count:
@@ -55,7 +65,7 @@ while len(lat) < count:
   now = time.monotonic_ns()
   if buf is None:
     break
-  lat.append(now - buf.timestamp_sof)
+  lat.append([buf.frame_id, now - buf.timestamp_sof])
 print(json.dumps([lat, (time.process_time() - cpu0) / max(1, len(lat))]), flush=True)
 """
 
@@ -74,7 +84,7 @@ while len(lat) < count:
   now = time.monotonic_ns()
   if msg is None:
     break
-  lat.append(now - struct.unpack_from("<Q", msg)[0])
+  lat.append([len(lat), now - struct.unpack_from("<Q", msg)[0]])
 print(json.dumps([lat, (time.process_time() - cpu0) / max(1, len(lat))]), flush=True)
 """
 
@@ -84,18 +94,43 @@ def percentiles(values_ns) -> tuple[float, float]:
   return float(np.percentile(us, 50)), float(np.percentile(us, 99))
 
 
-def run_path(server: VisionIpcServer, path: str, lead_s: float, count: int, warmup: int, interval_s: float,
-             frame: np.ndarray, send_calls: list[int]) -> tuple[list[int], float]:
+class NotRealtime(Exception):
+  """The bench client could not run SCHED_FIFO here (the message says why)."""
+
+
+@contextlib.contextmanager
+def producer_realtime(priority: int):
+  """The bench process, the producer, runs SCHED_FIFO at `priority` inside the block, as camerad does with
+  PYMODELD_REALTIME=1: a realtime client polls with sched_yield, which gives way only to tasks of its own or a
+  higher priority, so a normal-priority producer queued on its CPU would wait for the poll window to end."""
+  status = config_realtime_process(None, priority)
+  if status.problem is not None:
+    raise NotRealtime(status.problem)
+  try:
+    yield
+  finally:
+    os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+
+
+def run_path(server: VisionIpcServer, path: str, lead_s: float, priority: int, count: int, warmup: int,
+             interval_s: float, frame: np.ndarray, send_calls: list[int],
+             paired_dsts: list | None = None) -> tuple[list[int], float, list[int]]:
   """Latencies (ns) of `count` frames handed over on `path` ("copying", "zero-copy" or "bus") to a client
-  polling `lead_s` around each due frame (0: sleeping until woken), and the client's CPU seconds per frame.
-  Appends the duration of each measured send call (server side) to `send_calls`."""
-  calls = []
+  polling `lead_s` around each due frame (0: sleeping until woken) at SCHED_FIFO `priority` (0: normal), the
+  client's CPU seconds per frame, and with `paired_dsts` the paired memcpy of each frame: the same copy into
+  a private ring, halfway to the next frame, so that both see the machine in the same state (the memcpy speed
+  of this VM drifts by +-100 us between rows measured seconds apart). Appends the duration of each measured
+  send call to `send_calls`."""
+  calls, paired = [], []
   code = BUS_CLIENT if path == "bus" else CLIENT
   bus = pub_sock("vipc_bench_bus") if path == "bus" else None
-  client = subprocess.Popen([sys.executable, "-c", code, str(count + warmup), str(lead_s)], stdout=subprocess.PIPE,
-                            text=True, cwd=REPO_ROOT)
+  client = subprocess.Popen([sys.executable, "-c", code, str(count + warmup), str(lead_s), str(priority)],
+                            stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT)
   try:
-    assert client.stdout.readline().strip() == "ready", "bench client failed to connect"
+    ready = client.stdout.readline().strip()
+    if ready.startswith("not realtime"):
+      raise NotRealtime(ready)
+    assert ready == "ready", "bench client failed to connect"
     time.sleep(0.2)
     next_t = time.monotonic()
     for i in range(count + warmup):
@@ -112,6 +147,9 @@ def run_path(server: VisionIpcServer, path: str, lead_s: float, count: int, warm
       else:
         server.send(STREAM, frame, i, t0, 0)
       calls.append(time.monotonic_ns() - t0)
+      if paired_dsts is not None:
+        time.sleep(max(0.0, next_t + interval_s / 2 - time.monotonic()))
+        paired.append(memcpy_once(paired_dsts[i % len(paired_dsts)], frame))
       if (i + 1) % 100 == 0:
         print(f"  {path}: {i + 1}/{count + warmup}", file=sys.stderr)
     out, _ = client.communicate(timeout=60)
@@ -120,7 +158,14 @@ def run_path(server: VisionIpcServer, path: str, lead_s: float, count: int, warm
       client.kill()
   lat, cpu_per_frame = json.loads(out.strip().splitlines()[-1])
   send_calls.extend(calls[warmup:])
-  return lat[warmup:], cpu_per_frame
+  measured = [(frame_id, ns) for frame_id, ns in lat if frame_id >= warmup]
+  return [ns for _, ns in measured], cpu_per_frame, [paired[frame_id] for frame_id, _ in measured] if paired else []
+
+
+def memcpy_once(dst: np.ndarray, frame: np.ndarray) -> int:
+  t0 = time.monotonic_ns()
+  np.copyto(dst, frame)
+  return time.monotonic_ns() - t0
 
 
 def memcpy_ns(frame: np.ndarray, count: int, interval_s: float, ring: int = 18, dsts: list | None = None) -> list[int]:
@@ -132,9 +177,7 @@ def memcpy_ns(frame: np.ndarray, count: int, interval_s: float, ring: int = 18, 
   for i in range(count):
     next_t += interval_s
     time.sleep(max(0.0, next_t - time.monotonic()))
-    t0 = time.monotonic_ns()
-    np.copyto(dsts[i % len(dsts)], frame)
-    out.append(time.monotonic_ns() - t0)
+    out.append(memcpy_once(dsts[i % len(dsts)], frame))
   return out
 
 
@@ -157,20 +200,43 @@ def main() -> None:
       interval = args.interval_ms / 1000
       shm_dsts = [np.frombuffer(m.data, np.uint8) for m in server._streams[STREAM].mappings]
       lead = args.spin_lead_us / 1e6
-      paths = {"bus wake-up, 56 B (peer)": ("bus", 0.0), "copying send()": ("copying", lead),
-               "zero-copy send_buffer()": ("zero-copy", lead), "zero-copy, sleeping client": ("zero-copy", 0.0)}
+      paths = {"bus wake-up, 56 B (peer)": ("bus", 0.0, False), "copying send()": ("copying", lead, False),
+               "zero-copy send_buffer()": ("zero-copy", lead, False),
+               "zero-copy, sleeping client": ("zero-copy", 0.0, False),
+               "copying, realtime": ("copying", lead, True), "zero-copy, realtime": ("zero-copy", lead, True)}
+      realtime_problem = None
+      private_ring = [np.ones_like(frame) for _ in range(18)]
+      paired = {}  # copying row -> the paired memcpy of each of its frames
       calls = {name: [] for name in paths}
       cpu = {name: [] for name in paths}
       rows = {}
       per_round = args.count // args.rounds
+
+      def measure(name: str) -> None:
+        path, lead_s, realtime = paths[name]
+        priority = PRIORITIES["modeld"] if realtime else 0
+        lat, cpu_per_frame, peers = run_path(server, path, lead_s, priority, per_round, 20, interval, frame,
+                                             calls[name], private_ring if path == "copying" else None)
+        rows.setdefault(name, []).extend(lat)
+        if peers:
+          paired.setdefault(name, []).extend(peers)
+        cpu[name].append(cpu_per_frame)
+
       for _ in range(args.rounds):  # interleaved rounds, so a load change on the machine hits every row alike
         rows.setdefault("one frame memcpy (peer)", []).extend(memcpy_ns(frame, per_round, interval))
         rows.setdefault("memcpy into the shm ring", []).extend(memcpy_ns(frame, per_round, interval, dsts=shm_dsts))
         rows.setdefault("memcpy back to back (hot)", []).extend(memcpy_ns(frame, per_round, 0.0))
-        for name, (path, lead_s) in paths.items():
-          lat, cpu_per_frame = run_path(server, path, lead_s, per_round, 20, interval, frame, calls[name])
-          rows.setdefault(name, []).extend(lat)
-          cpu[name].append(cpu_per_frame)
+        for name in (name for name, (_, _, realtime) in paths.items() if not realtime):
+          measure(name)
+        if realtime_problem is None:
+          try:
+            with producer_realtime(PRIORITIES["camerad"]):
+              for name in (name for name, (_, _, realtime) in paths.items() if realtime):
+                measure(name)
+          except NotRealtime as e:
+            realtime_problem = str(e)
+      for name, peers in paired.items():
+        rows["memcpy paired, " + ("realtime" if paths[name][2] else "normal")] = peers
       rows["send() call (server side)"] = calls["copying send()"]
       rows["send_buffer() call (server)"] = calls["zero-copy send_buffer()"]
     finally:
@@ -185,10 +251,20 @@ def main() -> None:
     over = f"{q50 - bus:13.1f}" if name in paths and paths[name][0] != "bus" else f"{'':13}"  # hand-off rows
     client_cpu = f"{np.mean(cpu[name]) * 1e6:21.0f}" if name in cpu else ""
     print(f"{name:<28}{q50:>9.1f}{q99:>9.1f}{over}{q50 / memcpy:>12.2f}{client_cpu}")
-  copying, zero_copy = p50["copying send()"], p50["zero-copy send_buffer()"]
-  print(f"\ncopying p50 - memcpy p50 = {copying - memcpy:.1f} us (target <= 100 us); "
-        f"minus the shm-ring memcpy instead: {copying - p50['memcpy into the shm ring']:.1f} us")
-  print(f"zero-copy p50 = {zero_copy:.1f} us (target <= 150 us); copying / zero-copy = {copying / zero_copy:.1f}x")
+  if realtime_problem is not None:
+    print(f"{'realtime rows':<28}left out: {realtime_problem}")
+  shm = p50["memcpy into the shm ring"]
+  print()
+  print("copying p50 minus the memcpy p50: of its paired copies (target <= 100 us) | median of the per-frame "
+        "differences | minus the separately measured memcpy rows, private / shm ring; zero-copy p50 (<= 150 us)")
+  for kind, (copying_row, zero_copy_row) in {"normal": ("copying send()", "zero-copy send_buffer()"),
+                                             "realtime": ("copying, realtime", "zero-copy, realtime")}.items():
+    if copying_row not in p50:
+      continue
+    copying, peers = np.asarray(rows[copying_row]), np.asarray(paired[copying_row])
+    over_paired = copying.size and (np.percentile(copying, 50) - np.percentile(peers, 50)) / 1000
+    print(f"{kind:>8}: {over_paired:.1f} us | {np.median(copying - peers) / 1000:.1f} us | "
+          f"{p50[copying_row] - memcpy:.1f} / {p50[copying_row] - shm:.1f} us; zero-copy {p50[zero_copy_row]:.1f} us")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,10 @@ Invariants:
   it by themselves, and a frame that does not come within `lead` after it was due ends the poll: the
   client then sleeps as usual. So the CPU cost is bounded by 2 * lead per frame.
 - Env VIPC_SPIN_LEAD_US sets `lead` (default 1000); 0 disables hybrid waiting.
+- A realtime (SCHED_FIFO) client's yield gives way only to tasks of its own or a higher priority, so its
+  producer must run realtime at no lower priority (camerad does with PYMODELD_REALTIME=1,
+  daemons/common/realtime.py): a normal-priority producer queued on the polling client's CPU would wait for
+  the window to end. Realtime is what keeps a woken client off the producer's busy CPU (bench/vipc_latency.py).
 """
 import os
 import statistics
