@@ -262,7 +262,7 @@ def main() -> None:
     if copying_row not in p50:
       continue
     copying, peers = np.asarray(rows[copying_row]), np.asarray(paired[copying_row])
-    over_paired = copying.size and (np.percentile(copying, 50) - np.percentile(peers, 50)) / 1000
+    over_paired = (np.percentile(copying, 50) - np.percentile(peers, 50)) / 1000
     print(f"{kind:>8}: {over_paired:.1f} us | {np.median(copying - peers) / 1000:.1f} us | "
           f"{p50[copying_row] - memcpy:.1f} / {p50[copying_row] - shm:.1f} us; zero-copy {p50[zero_copy_row]:.1f} us")
 
