@@ -4,8 +4,11 @@ simulated USB+AMD device, each with camerad, the car stub and dmonitoringmodeld 
     python bench/modeld_latency.py [--duration 30] [--warmup 5] [--camera tici|mici] [--modes small,big]
 
 For each mode, in a fresh bus namespace, reports:
-- end to end: modelV2.logMonoTime - the moment the later of the frame's two VisionIPC announcements (narrow,
-  wide) reached this process (modeld needs both; it stamps modelV2 when it builds it);
+- end to end: modelV2.logMonoTime - the later logMonoTime of the frame's two camera states (narrow, wide),
+  which camerad stamps right before it announces each frame (modeld needs both; it stamps modelV2 when it
+  builds it). Both ends are stamped by their publishers, so the figure does not depend on when this process
+  runs (with PYMODELD_REALTIME=1 the realtime daemons preempt it); outputs are matched to camera states at the
+  end, since camerad publishes a state after its frame and a modelV2 can be drained first;
 - per stage from modelV2.stageTimings (warp, upload, model, readback, parse) and modelExecutionTime;
 - dropped frames: camera frames with no modelV2, and the share of modelV2 marked invalid.
 The big mode waits until modeld reports modelName "big" before measuring; the device is a simulator
@@ -28,13 +31,16 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from cereal.messaging import sub_sock  # noqa: E402
-from daemons.common.realtime import realtime_requested  # noqa: E402
 from msgq.namespace import Namespace  # noqa: E402
 from stacklib import drain, pct, start  # noqa: E402
-from visionipc import VISION_STREAM_NARROW_ROAD, VISION_STREAM_WIDE_ROAD, VisionIpcClient  # noqa: E402
 
 STAGES = ("warpMs", "uploadMs", "modelMs", "readbackMs", "parseMs")
 
+
+def matched(outputs: list, cam_time: dict) -> list:
+  """(end-to-end ms, execution ms, valid, stage timings, frame id) of each modelV2 whose camera states came."""
+  return [((t - cam_time[f]) / 1e6, execution, valid, stages, f) for f, t, execution, valid, stages in outputs
+          if f in cam_time]
 
 
 def run_mode(mode: str, args) -> dict:
@@ -43,12 +49,12 @@ def run_mode(mode: str, args) -> dict:
       from runtime import usb_amd
       usb_amd.plug()
     models = sub_sock("modelV2", conflate=False)
-    clients = [VisionIpcClient("camerad", s, False) for s in (VISION_STREAM_NARROW_ROAD, VISION_STREAM_WIDE_ROAD)]
+    cams = [sub_sock(service, conflate=False) for service in ("narrowRoadCameraState", "wideRoadCameraState")]
     procs = [start("selfdrive_stub.camerad", "--camera", args.camera), start("selfdrive_stub.car", "--camera", args.camera),
              start("daemons.dmonitoringmodeld"), start("daemons.modeld", *(["--no-big"] if mode == "small" else []))]
     print(f"[{mode}] camerad ({args.camera}), car, dmonitoringmodeld, modeld; warm-up {args.warmup:.0f} s, "
           f"then {args.duration:.0f} s", flush=True)
-    cam_time, rows, frames_seen = {}, [], []
+    cam_time, outputs, frames_seen = {}, [], []
     t_start = time.monotonic()
     measure_from = big_since = None
     next_report = t_start + 5
@@ -63,13 +69,13 @@ def run_mode(mode: str, args) -> dict:
         if now - t_start > args.warmup + args.duration + 120:
           print(f"[{mode}] gave up: modeld never got ready", flush=True)
           break
-        for client in clients:
-          while (buf := client.recv(0)) is not None:
-            t = time.monotonic_ns()
-            first = buf.frame_id not in cam_time
-            cam_time[buf.frame_id] = max(cam_time.get(buf.frame_id, 0), t)
+        for sock in cams:
+          for m in drain(sock):
+            frame_id = getattr(m, m.which()).frameId
+            first = frame_id not in cam_time
+            cam_time[frame_id] = max(cam_time.get(frame_id, 0), m.logMonoTime)
             if first and measure_from is not None:
-              frames_seen.append(buf.frame_id)
+              frames_seen.append(frame_id)
         for m in drain(models):
           mv2 = m.modelV2
           if mode == "big" and mv2.modelName != "big":
@@ -78,13 +84,14 @@ def run_mode(mode: str, args) -> dict:
             continue
           if mode == "big" and big_since is None:
             big_since = now
-          if measure_from is None or mv2.frameId not in cam_time:
+          if measure_from is None:
             continue
-          rows.append(((m.logMonoTime - cam_time[mv2.frameId]) / 1e6, mv2.modelExecutionTime * 1e3, m.valid,
-                       [getattr(mv2.stageTimings, s) for s in STAGES], mv2.frameId))
+          outputs.append((mv2.frameId, m.logMonoTime, mv2.modelExecutionTime * 1e3, m.valid,
+                          [getattr(mv2.stageTimings, s) for s in STAGES]))
         if now >= next_report:
-          lat = [r[0] for r in rows]
-          print(f"[{mode}] {now - t_start:5.1f} s: {len(rows)} outputs, p50 {pct(lat, 50):.2f} ms", flush=True)
+          rows = matched(outputs, cam_time)
+          print(f"[{mode}] {now - t_start:5.1f} s: {len(rows)} outputs, p50 {pct([r[0] for r in rows], 50):.2f} ms",
+                flush=True)
           next_report = now + 5
         time.sleep(0.001)
     finally:
@@ -95,10 +102,9 @@ def run_mode(mode: str, args) -> dict:
           p.wait(timeout=20)
         except subprocess.TimeoutExpired:
           p.kill()
-      for client in clients:
-        client.close()
       if mode == "big":
         usb_amd.unplug()
+  rows = matched(outputs, cam_time)
   ids = {r[4] for r in rows}
   expected = [f for f in frames_seen if f <= max(ids, default=-1)]
   return {"rows": rows, "dropped": sum(f not in ids for f in expected), "frames": len(expected)}
@@ -167,10 +173,6 @@ def main(argv=None):
   ap.add_argument("--modes", default="small,big", help="comma-separated: small, big")
   ap.add_argument("--interleaved", type=int, default=100, help="interleaved model-only runs per model (0: skip)")
   args = ap.parse_args(argv)
-  if realtime_requested():  # the end-to-end start is when this normal-priority process sees the announcement
-    print("warning: PYMODELD_REALTIME is on: the realtime daemons preempt this bench, which stamps when it sees "
-          "each frame's announcement, so end-to-end figures read low (even negative); stage timings stay valid",
-          flush=True)
   summaries = {}
   for mode in [m.strip() for m in args.modes.split(",") if m.strip()]:
     if mode not in ("small", "big"):

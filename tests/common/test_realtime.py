@@ -11,7 +11,7 @@ from daemons.common.realtime import PRIORITIES, apply_if_requested, config_realt
 
 CHILD = """
 import json, os, sys
-from daemons.common.realtime import apply_if_requested, config_realtime_process
+from daemons.common.realtime import config_realtime_process
 cores = json.loads(sys.argv[1])
 status = config_realtime_process(cores, 5)
 print(json.dumps({"priority": status.priority, "cores": sorted(status.cores) if status.cores else None,
