@@ -22,7 +22,7 @@ from setproctitle import setproctitle
 
 from cereal import messaging
 from daemons.common.cameras import DEVICE_CAMERAS, DeviceCameraConfig, config_for_frame, device_config
-from daemons.common.realtime import apply_if_requested
+from daemons.common.realtime import SCHEDULING_HELP, scheduling_plan
 from selfdrive_stub.scenes import FPS, SceneRenderer
 from visionipc import VISION_STREAM_CABIN, VISION_STREAM_NARROW_ROAD, VISION_STREAM_WIDE_ROAD, VisionIpcServer
 from visionipc.framefile import STREAM_FILE_NAMES, FrameReader
@@ -145,7 +145,7 @@ def parse_args(argv=None) -> argparse.Namespace:
   p = argparse.ArgumentParser(prog="python -m selfdrive_stub.camerad",
                               description="Serve road, wide road and cabin camera frames over VisionIPC at 20 Hz, "
                                           "with their FrameData messages. Streams without recorded frames are "
-                                          "synthetic scenes.")
+                                          "synthetic scenes.", epilog=SCHEDULING_HELP)
   p.add_argument("--camera", choices=sorted(DEVICE_CAMERAS), default=None,
                  help="device camera config (default: from the recorded frames' size, else tici)")
   p.add_argument("--seed", type=int, default=0, help="synthetic scene seed (frame k of a seed is always the same)")
@@ -157,7 +157,12 @@ def parse_args(argv=None) -> argparse.Namespace:
   p.add_argument("--loop", action="store_true", help="restart recorded frames at their end (default: exit)")
   p.add_argument("--buffers", type=int, default=VIPC_BUFFER_COUNT, help="VisionIPC buffers per stream")
   p.add_argument("--name", default="camerad", help="VisionIPC server name")
-  return p.parse_args(argv)
+  args = p.parse_args(argv)
+  try:
+    args.scheduling = scheduling_plan("camerad")  # checked now, applied before the frame loop
+  except ValueError as e:
+    p.error(str(e))
+  return args
 
 
 def main(argv=None) -> int:
@@ -176,7 +181,7 @@ def main(argv=None) -> int:
     device = device_config("tici")
   camerad = Camerad(device, args.seed, recorded, args.buffers, args.name)
   try:
-    apply_if_requested("camerad", lambda m: print(f"camerad: {m}", file=sys.stderr, flush=True))
+    args.scheduling.apply(lambda m: print(f"camerad: {m}", file=sys.stderr, flush=True))
     served = camerad.run(args.duration, lambda: bool(stop))
   finally:
     camerad.close()

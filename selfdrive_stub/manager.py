@@ -28,6 +28,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from daemons.common.realtime import PRIORITIES, scheduling_plan
 from selfdrive_stub.process import ManagedProcess, ProcessConfig
 
 READY_TIMEOUT_S = 30.0
@@ -435,6 +436,10 @@ namespace: OPENPILOT_PREFIX if set (outside tools can join the run), a fresh one
   after 5 s). E.g. OPENPILOT_PREFIX=demo pymodeld-manager, then in another terminal
   OPENPILOT_PREFIX=demo python -m selfdrive_stub.viewer --out view.png
 
+scheduling: PYMODELD_REALTIME=1 runs camerad, modeld and dmonitoringmodeld SCHED_FIFO at the reference
+  priorities; PYMODELD_CORES pins them, e.g. PYMODELD_CORES='camerad=0 modeld=1 dmonitoringmodeld=1'.
+  Each logs what took effect (daemons/common/realtime.py).
+
 fault injection (--inject, repeatable):
   amd-hang@10             arm a USB+AMD fault at 10 s (also amd-disconnect, amd-nan, amd-transfer_error,
                           amd-slow); needs --usb-gpu; modeld falls back to the small model
@@ -489,6 +494,11 @@ examples:
     p.error(str(e))
   if any(i.kind == "amd" for i in injections) and not opts.usb_gpu:
     p.error("a USB+AMD fault (--inject amd-...) needs --usb-gpu: without the device modeld never uses it")
+  try:  # the camera daemons would each refuse a bad value at their start; say it once, before starting any
+    for process in PRIORITIES:
+      scheduling_plan(process)
+  except ValueError as e:
+    p.error(str(e))
   return opts
 
 

@@ -17,7 +17,8 @@ Invariants:
 - A realtime (SCHED_FIFO) client's yield gives way only to tasks of its own or a higher priority, so its
   producer must run realtime at no lower priority (camerad does with PYMODELD_REALTIME=1,
   daemons/common/realtime.py): a normal-priority producer queued on the polling client's CPU would wait for
-  the window to end. Realtime is what keeps a woken client off the producer's busy CPU (bench/vipc_latency.py).
+  the window to end. Realtime, or pinning client and producer to different cores, is what keeps a woken client
+  off the producer's busy CPU (bench/vipc_latency.py).
 """
 import os
 import statistics

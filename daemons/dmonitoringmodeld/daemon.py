@@ -16,7 +16,7 @@ from setproctitle import setproctitle
 
 from cereal.messaging import PubMaster, SubMaster
 from daemons.common.cameras import UnknownCameraError
-from daemons.common.realtime import apply_if_requested
+from daemons.common.realtime import SCHEDULING_HELP, scheduling_plan
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH, Calibration, ModelState, send_raw_pred_enabled
 from daemons.dmonitoringmodeld.runner import make_runner
 from visionipc import VisionIpcClient, VisionStreamType
@@ -40,10 +40,14 @@ def log(msg: str) -> None:
 
 
 def main(argv=None) -> int:
-  ap = argparse.ArgumentParser(prog=PROCESS_NAME, description=__doc__.splitlines()[0])
+  ap = argparse.ArgumentParser(prog=PROCESS_NAME, description=__doc__.splitlines()[0], epilog=SCHEDULING_HELP)
   ap.add_argument("--model", default=MODEL_PATH, help="ONNX model with the DM contract")
   ap.add_argument("--server", default="camerad", help="VisionIPC server name")
   args = ap.parse_args(argv)
+  try:
+    scheduling = scheduling_plan(PROCESS_NAME)  # checked now, applied before the frame loop
+  except ValueError as e:
+    ap.error(str(e))
   setproctitle(PROCESS_NAME)
   stop = Stop()
 
@@ -52,7 +56,7 @@ def main(argv=None) -> int:
   sm = SubMaster(["extrinsicsCalibration"])
   calib = Calibration()
   client = VisionIpcClient(args.server, VisionStreamType.VISION_STREAM_CABIN, conflate=True)
-  apply_if_requested(PROCESS_NAME, log)
+  scheduling.apply(log)
   log("connecting to cabin stream")
   first = True
   skipped_geometry = None

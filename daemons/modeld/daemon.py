@@ -22,7 +22,7 @@ import setproctitle
 
 from cereal import messaging
 from daemons.common.cameras import config_for_frame
-from daemons.common.realtime import apply_if_requested
+from daemons.common.realtime import SCHEDULING_HELP, scheduling_plan
 from daemons.modeld.core import CarInputs, Frame, Modeld
 from daemons.modeld.model_state import ModelState, model_path
 from daemons.modeld.runner import runtime_runner, warmup
@@ -117,12 +117,17 @@ def _geometry(client: VisionIpcClient) -> tuple[int, int, int, int]:
 
 
 def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(prog="python -m daemons.modeld", description="road driving model daemon")
+  parser = argparse.ArgumentParser(prog="python -m daemons.modeld", description="road driving model daemon",
+                                   epilog=SCHEDULING_HELP)
   parser.add_argument("--wait-timeout-ms", type=int, default=int(os.environ.get("MODELD_WAIT_TIMEOUT_MS", 3000)),
                       help="USB+AMD wait timeout before the big model is declared failed (default 3000)")
   parser.add_argument("--big-load-limit-s", type=float, default=60.0, help="time limit for loading the big model")
   parser.add_argument("--no-big", action="store_true", help="never try the big model")
   args = parser.parse_args(argv)
+  try:
+    scheduling = scheduling_plan("modeld")  # checked now, applied before the frame loop
+  except ValueError as e:
+    parser.error(str(e))
   setproctitle.setproctitle("modeld")
   stop = threading.Event()
   for sig in (signal.SIGINT, signal.SIGTERM):
@@ -157,7 +162,7 @@ def main(argv=None) -> int:
 
   pm = messaging.PubMaster(["modelV2", "drivingModelData", "cameraOdometry"], process="modeld")
   sm = messaging.SubMaster(SUBSCRIPTIONS)
-  apply_if_requested("modeld", lambda m: print(f"modeld: {m}", flush=True))
+  scheduling.apply(lambda m: print(f"modeld: {m}", flush=True))
   buf_extra = None
   last_status = ("", "")
   current_geometry = (_geometry(vipc_main), _geometry(vipc_extra) if vipc_extra is not None else None)
