@@ -1,5 +1,7 @@
-"""modeld latency: road frame announced -> modelV2 published, small model on the CPU and big model on the
-simulated USB+AMD device, each with camerad, the car stub and dmonitoringmodeld running.
+"""modeld latency: road frame announced -> modelV2 published, small and big model, with the stack running.
+
+Small model on the CPU and big model on the simulated USB+AMD device, each with camerad, the car stub and
+dmonitoringmodeld running.
 
     python bench/modeld_latency.py [--duration 30] [--warmup 5] [--camera tici|mici] [--modes small,big]
 

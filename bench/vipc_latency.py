@@ -10,11 +10,12 @@ due, then poll), and while polling the client takes the frame at its doorbell, t
 trailer says the fill is complete, before the announcement is published (visionipc/client.py). "zero-copy,
 sleeping client" turns polling off: the client sleeps in the kernel until the announcement wakes it, which
 costs an idle CPU's wake-up. The client's CPU time per frame shows what the polling costs.
-"realtime" rows run the client SCHED_FIFO at modeld's priority and the producer at camerad's, as the stack runs
-with PYMODELD_REALTIME=1 (daemons/common/realtime.py; the reference does so on its device): a normal client
-woken while the producer copies can be queued on the producer's busy CPU on this VM and then takes the frame
-~200 us late, a realtime one is placed on the idle CPU. They are left out, with the reason, where realtime
-scheduling is not permitted.
+A normal client woken while the producer copies can be queued on the producer's busy CPU on this VM and then
+takes the frame ~200 us late. Two ways out, as the stack offers them (daemons/common/realtime.py): "realtime"
+rows run the client SCHED_FIFO at modeld's priority and the producer at camerad's (PYMODELD_REALTIME=1; a
+realtime client is placed on the idle CPU), "pinned" rows pin the producer to the first core and the client to
+the last, at normal priority (PYMODELD_CORES='camerad=0 modeld=1' on 2 cores). Each kind is left out, with the
+reason, where it cannot be applied.
 Peers: the copying rows pair every frame with a memcpy of the same frame into a private ring of 18 buffers,
 timed by the producer halfway to the next frame ("memcpy paired" rows): this VM's memcpy speed drifts by
 +-100 us between rows measured seconds apart, so the copying target (p50 <= memcpy p50 + 100 us) is read
@@ -34,6 +35,7 @@ import struct
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -53,11 +55,14 @@ CLIENT = """
 import json, sys, time
 from daemons.common.realtime import config_realtime_process
 from visionipc import VisionIpcClient
-count, lead_s, priority = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
-problem = config_realtime_process(None, priority).problem if priority else None
+count, lead_s, priority, core = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+if priority or core >= 0:
+  problem = config_realtime_process([core] if core >= 0 else None, priority or None).problem
+else:
+  problem = None
 client = VisionIpcClient("benchcam", 0, False, spin_lead_s=lead_s)
 assert client.connect(True, timeout=30)
-print("ready" if problem is None else f"not realtime: {problem}", flush=True)
+print("ready" if problem is None else f"not applied: {problem}", flush=True)
 lat = []
 cpu0 = time.process_time()
 while len(lat) < count:
@@ -94,29 +99,50 @@ def percentiles(values_ns) -> tuple[float, float]:
   return float(np.percentile(us, 50)), float(np.percentile(us, 99))
 
 
-class NotRealtime(Exception):
-  """The bench client could not run SCHED_FIFO here (the message says why)."""
+class NotApplied(Exception):
+  """The bench could not schedule its producer or client as a row asks (the message says why)."""
+
+
+@dataclass(frozen=True)
+class Scheduling:
+  """How a kind of row schedules the client (priority 0: normal; core -1: not pinned) and the producer."""
+  client_priority: int = 0
+  client_core: int = -1
+  producer_priority: int | None = None
+  producer_cores: list[int] | None = None
+
+
+SCHEDULING = {"normal": Scheduling(),
+              # a realtime client polls with sched_yield, which gives way only to tasks of its own or a higher
+              # priority, so its producer must be realtime too (as camerad is with PYMODELD_REALTIME=1)
+              "realtime": Scheduling(client_priority=PRIORITIES["modeld"], producer_priority=PRIORITIES["camerad"]),
+              "pinned": Scheduling(client_core=(os.cpu_count() or 1) - 1, producer_cores=[0])}
 
 
 @contextlib.contextmanager
-def producer_realtime(priority: int):
-  """The bench process, the producer, runs SCHED_FIFO at `priority` inside the block, as camerad does with
-  PYMODELD_REALTIME=1: a realtime client polls with sched_yield, which gives way only to tasks of its own or a
-  higher priority, so a normal-priority producer queued on its CPU would wait for the poll window to end."""
-  status = config_realtime_process(None, priority)
-  if status.problem is not None:
-    raise NotRealtime(status.problem)
+def producer_scheduling(kind: Scheduling):
+  """The bench process, the producer, runs as `kind` asks inside the block."""
+  if kind.producer_cores is not None and (os.cpu_count() or 1) < 2:
+    raise NotApplied("pinning producer and client apart needs 2 CPUs")
+  if kind.producer_priority is None and kind.producer_cores is None:
+    yield
+    return
+  affinity = os.sched_getaffinity(0)
+  status = config_realtime_process(kind.producer_cores, kind.producer_priority)
   try:
+    if status.problem is not None:
+      raise NotApplied(status.problem)
     yield
   finally:
     os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+    os.sched_setaffinity(0, affinity)
 
 
-def run_path(server: VisionIpcServer, path: str, lead_s: float, priority: int, count: int, warmup: int,
+def run_path(server: VisionIpcServer, path: str, lead_s: float, kind: Scheduling, count: int, warmup: int,
              interval_s: float, frame: np.ndarray, send_calls: list[int],
              paired_dsts: list | None = None) -> tuple[list[int], float, list[int]]:
   """Latencies (ns) of `count` frames handed over on `path` ("copying", "zero-copy" or "bus") to a client
-  polling `lead_s` around each due frame (0: sleeping until woken) at SCHED_FIFO `priority` (0: normal), the
+  polling `lead_s` around each due frame (0: sleeping until woken) and scheduled as `kind` asks, the
   client's CPU seconds per frame, and with `paired_dsts` the paired memcpy of each frame: the same copy into
   a private ring, halfway to the next frame, so that both see the machine in the same state (the memcpy speed
   of this VM drifts by +-100 us between rows measured seconds apart). Appends the duration of each measured
@@ -124,12 +150,13 @@ def run_path(server: VisionIpcServer, path: str, lead_s: float, priority: int, c
   calls, paired = [], []
   code = BUS_CLIENT if path == "bus" else CLIENT
   bus = pub_sock("vipc_bench_bus") if path == "bus" else None
-  client = subprocess.Popen([sys.executable, "-c", code, str(count + warmup), str(lead_s), str(priority)],
+  client = subprocess.Popen([sys.executable, "-c", code, str(count + warmup), str(lead_s),
+                             str(kind.client_priority), str(kind.client_core)],
                             stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT)
   try:
     ready = client.stdout.readline().strip()
-    if ready.startswith("not realtime"):
-      raise NotRealtime(ready)
+    if ready.startswith("not applied"):
+      raise NotApplied("client " + ready)
     assert ready == "ready", "bench client failed to connect"
     time.sleep(0.2)
     next_t = time.monotonic()
@@ -200,11 +227,12 @@ def main() -> None:
       interval = args.interval_ms / 1000
       shm_dsts = [np.frombuffer(m.data, np.uint8) for m in server._streams[STREAM].mappings]
       lead = args.spin_lead_us / 1e6
-      paths = {"bus wake-up, 56 B (peer)": ("bus", 0.0, False), "copying send()": ("copying", lead, False),
-               "zero-copy send_buffer()": ("zero-copy", lead, False),
-               "zero-copy, sleeping client": ("zero-copy", 0.0, False),
-               "copying, realtime": ("copying", lead, True), "zero-copy, realtime": ("zero-copy", lead, True)}
-      realtime_problem = None
+      paths = {"bus wake-up, 56 B (peer)": ("bus", 0.0, "normal"), "copying send()": ("copying", lead, "normal"),
+               "zero-copy send_buffer()": ("zero-copy", lead, "normal"),
+               "zero-copy, sleeping client": ("zero-copy", 0.0, "normal")}
+      for kind in ("realtime", "pinned"):
+        paths.update({f"copying, {kind}": ("copying", lead, kind), f"zero-copy, {kind}": ("zero-copy", lead, kind)})
+      left_out = {}  # kind of scheduling -> why its rows could not be measured
       private_ring = [np.ones_like(frame) for _ in range(18)]
       paired = {}  # copying row -> the paired memcpy of each of its frames
       calls = {name: [] for name in paths}
@@ -213,9 +241,8 @@ def main() -> None:
       per_round = args.count // args.rounds
 
       def measure(name: str) -> None:
-        path, lead_s, realtime = paths[name]
-        priority = PRIORITIES["modeld"] if realtime else 0
-        lat, cpu_per_frame, peers = run_path(server, path, lead_s, priority, per_round, 20, interval, frame,
+        path, lead_s, kind = paths[name]
+        lat, cpu_per_frame, peers = run_path(server, path, lead_s, SCHEDULING[kind], per_round, 20, interval, frame,
                                              calls[name], private_ring if path == "copying" else None)
         rows.setdefault(name, []).extend(lat)
         if peers:
@@ -226,17 +253,15 @@ def main() -> None:
         rows.setdefault("one frame memcpy (peer)", []).extend(memcpy_ns(frame, per_round, interval))
         rows.setdefault("memcpy into the shm ring", []).extend(memcpy_ns(frame, per_round, interval, dsts=shm_dsts))
         rows.setdefault("memcpy back to back (hot)", []).extend(memcpy_ns(frame, per_round, 0.0))
-        for name in (name for name, (_, _, realtime) in paths.items() if not realtime):
-          measure(name)
-        if realtime_problem is None:
+        for kind in (kind for kind in SCHEDULING if kind not in left_out):
           try:
-            with producer_realtime(PRIORITIES["camerad"]):
-              for name in (name for name, (_, _, realtime) in paths.items() if realtime):
+            with producer_scheduling(SCHEDULING[kind]):
+              for name in (name for name, (_, _, row_kind) in paths.items() if row_kind == kind):
                 measure(name)
-          except NotRealtime as e:
-            realtime_problem = str(e)
+          except NotApplied as e:
+            left_out[kind] = str(e)
       for name, peers in paired.items():
-        rows["memcpy paired, " + ("realtime" if paths[name][2] else "normal")] = peers
+        rows["memcpy paired, " + paths[name][2]] = peers
       rows["send() call (server side)"] = calls["copying send()"]
       rows["send_buffer() call (server)"] = calls["zero-copy send_buffer()"]
     finally:
@@ -251,14 +276,14 @@ def main() -> None:
     over = f"{q50 - bus:13.1f}" if name in paths and paths[name][0] != "bus" else f"{'':13}"  # hand-off rows
     client_cpu = f"{np.mean(cpu[name]) * 1e6:21.0f}" if name in cpu else ""
     print(f"{name:<28}{q50:>9.1f}{q99:>9.1f}{over}{q50 / memcpy:>12.2f}{client_cpu}")
-  if realtime_problem is not None:
-    print(f"{'realtime rows':<28}left out: {realtime_problem}")
+  for kind, why in left_out.items():
+    print(f"{kind + ' rows':<28}left out: {why}")
   shm = p50["memcpy into the shm ring"]
   print()
   print("copying p50 minus the memcpy p50: of its paired copies (target <= 100 us) | median of the per-frame "
         "differences | minus the separately measured memcpy rows, private / shm ring; zero-copy p50 (<= 150 us)")
   for kind, (copying_row, zero_copy_row) in {"normal": ("copying send()", "zero-copy send_buffer()"),
-                                             "realtime": ("copying, realtime", "zero-copy, realtime")}.items():
+                                             **{k: (f"copying, {k}", f"zero-copy, {k}") for k in SCHEDULING if k != "normal"}}.items():
     if copying_row not in p50:
       continue
     copying, peers = np.asarray(rows[copying_row]), np.asarray(paired[copying_row])
