@@ -28,7 +28,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from daemons.common.realtime import PRIORITIES, scheduling_plan
+from daemons.common.realtime import CORES_ENV, PRIORITIES, default_pins, scheduling_plan
 from selfdrive_stub.process import ManagedProcess, ProcessConfig
 
 READY_TIMEOUT_S = 30.0
@@ -341,7 +341,7 @@ class Manager:
     if self.opts.usb_gpu:
       from runtime import usb_amd
       usb_amd.plug()
-    env = dict(os.environ)
+    env = {**os.environ, CORES_ENV: self.opts.cores}
     self.monitor = ServiceMonitor({n: s.frequency for n, s in SERVICE_LIST.items() if n != "managerState"})
     pm = messaging.PubMaster(["managerState"], process="manager")
     cpu = CpuMeter()
@@ -355,7 +355,7 @@ class Manager:
     pending = list(self.injections)
     all_ready_at = None
     self.note(f"namespace {ns.prefix}; camera {self.opts.camera}; processes: "
-              f"{', '.join(p.name for p in self.procs)}", 0.0)
+              f"{', '.join(p.name for p in self.procs)}; pinned: {self.opts.cores or 'none'}", 0.0)
     try:
       while True:
         now = time.monotonic()
@@ -436,8 +436,10 @@ namespace: OPENPILOT_PREFIX if set (outside tools can join the run), a fresh one
   after 5 s). E.g. OPENPILOT_PREFIX=demo pymodeld-manager, then in another terminal
   OPENPILOT_PREFIX=demo python -m selfdrive_stub.viewer --out view.png
 
-scheduling: PYMODELD_REALTIME=1 runs camerad, modeld and dmonitoringmodeld SCHED_FIFO at the reference
-  priorities; PYMODELD_CORES pins them, e.g. PYMODELD_CORES='camerad=0 modeld=1 dmonitoringmodeld=1'.
+scheduling: camerad is pinned to the first CPU and modeld to the last (with 2 or more), so that modeld's
+  camera client is never queued behind camerad's copy of a frame; PYMODELD_CORES replaces that, e.g.
+  PYMODELD_CORES='camerad=0 modeld=1 dmonitoringmodeld=1', and PYMODELD_CORES='' pins nothing.
+  PYMODELD_REALTIME=1 runs camerad, modeld and dmonitoringmodeld SCHED_FIFO at the reference priorities.
   Each logs what took effect (daemons/common/realtime.py).
 
 fault injection (--inject, repeatable):
@@ -494,9 +496,12 @@ examples:
     p.error(str(e))
   if any(i.kind == "amd" for i in injections) and not opts.usb_gpu:
     p.error("a USB+AMD fault (--inject amd-...) needs --usb-gpu: without the device modeld never uses it")
+  opts.cores = os.environ.get(CORES_ENV)
+  if opts.cores is None:
+    opts.cores = default_pins()
   try:  # the camera daemons would each refuse a bad value at their start; say it once, before starting any
     for process in PRIORITIES:
-      scheduling_plan(process)
+      scheduling_plan(process, {**os.environ, CORES_ENV: opts.cores})
   except ValueError as e:
     p.error(str(e))
   return opts

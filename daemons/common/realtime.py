@@ -91,6 +91,15 @@ def cores_requested(process: str, environ=os.environ) -> frozenset[int] | None:
   return pins.get(process)
 
 
+def default_pins(allowed: Iterable[int] | None = None) -> str:
+  """The manager's PYMODELD_CORES when none is set: camerad on the first CPU it may use, modeld on the last, so
+  modeld's camera client is never queued behind camerad's copy of a frame (bench/vipc_latency.py, "pinned"
+  rows). dmonitoringmodeld is left free: on 2 CPUs it would share modeld's core and the two models, whose
+  frames come at the same time, each ran ~2x as long (bench/dm_latency.py). '' (nothing) on one CPU."""
+  cpus = sorted(os.sched_getaffinity(0) if allowed is None else allowed)
+  return f"camerad={cpus[0]} modeld={cpus[-1]}" if len(cpus) >= 2 else ""
+
+
 def _check_cores(cores: int | Iterable[int]) -> frozenset[int]:
   wanted = frozenset([cores] if isinstance(cores, int) else cores)
   count = os.cpu_count() or 1

@@ -8,7 +8,8 @@ import resource
 import pytest
 
 from daemons.common.realtime import (PRIORITIES, SchedulingPlan, config_realtime_process, cores_requested,
-                                     parse_cpu_list, realtime_requested, scheduling_plan)
+                                     default_pins, parse_cpu_list, realtime_requested, scheduling_plan)
+from selfdrive_stub import manager
 
 CHILD = """
 import json, os, sys
@@ -166,3 +167,19 @@ def test_daemons_refuse_a_bad_value_at_start_up(spawn_python, module):
   out, err = proc.communicate(timeout=60)
   assert proc.returncode == 2, (out, err)
   assert "error: PYMODELD_CORES: entry 'modeld=x': bad CPU list 'x'" in err
+
+
+def test_default_pins_put_camerad_and_modeld_on_the_outermost_allowed_cpus():
+  assert default_pins([3, 1, 2]) == "camerad=1 modeld=3"
+  assert default_pins([0]) == ""
+  cpus = sorted(os.sched_getaffinity(0))
+  assert default_pins() == (f"camerad={cpus[0]} modeld={cpus[-1]}" if len(cpus) > 1 else "")
+
+
+@pytest.mark.parametrize("value,cores", [(None, default_pins()), ("", ""), ("modeld=0", "modeld=0")])
+def test_manager_pins_by_default_unless_told_otherwise(monkeypatch, value, cores):
+  if value is None:
+    monkeypatch.delenv("PYMODELD_CORES", raising=False)
+  else:
+    monkeypatch.setenv("PYMODELD_CORES", value)
+  assert manager.parse_args(["--duration", "1"]).cores == cores

@@ -1,5 +1,7 @@
 """The whole stack under the manager: every process that exists comes up, every service it runs reaches its
 rate, a USB GPU hang falls back to the small model, and a run leaves nothing behind."""
+import os
+
 import pytest
 
 from cereal.services import SERVICE_LIST
@@ -25,6 +27,10 @@ def test_stack_comes_up_at_rate_and_shuts_down_clean(camera, run_manager, assert
       st = report["services"][service]
       assert st["hz"] >= 0.5 * st["expected_hz"], (service, st, out)
   assert "OK: no crashes, every service at rate" in out
+  cpus = sorted(os.sched_getaffinity(0))
+  if len(cpus) >= 2:  # the manager's default pinning reached the daemons, which say what took effect
+    assert f"pinned: camerad={cpus[0]} modeld={cpus[-1]}" in out
+    assert f"camerad: scheduling: cores [{cpus[0]}]" in out and f"modeld: scheduling: cores [{cpus[-1]}]" in out
   assert_nothing_left(out)
 
 
