@@ -14,14 +14,16 @@ A normal client woken while the producer copies can be queued on the producer's 
 takes the frame ~200 us late. Two ways out, as the stack offers them (daemons/common/realtime.py): "realtime"
 rows run the client SCHED_FIFO at modeld's priority and the producer at camerad's (PYMODELD_REALTIME=1; a
 realtime client is placed on the idle CPU), "pinned" rows pin the producer to the first core and the client to
-the last, at normal priority (PYMODELD_CORES='camerad=0 modeld=1' on 2 cores). Each kind is left out, with the
-reason, where it cannot be applied.
+the last, at normal priority (PYMODELD_CORES='camerad=0 modeld=1' on 2 cores, the manager's default), and
+"pinned+realtime" rows do both (the manager with PYMODELD_REALTIME=1). Each kind is left out, with the reason,
+where it cannot be applied.
 Peers: the copying rows pair every frame with a memcpy of the same frame into a private ring of 18 buffers,
 timed by the producer halfway to the next frame ("memcpy paired" rows): this VM's memcpy speed drifts by
 +-100 us between rows measured seconds apart, so the copying target (p50 <= memcpy p50 + 100 us) is read
-against these. Also measured in every round between the paths: one paced frame memcpy (numpy copyto into
-a ring of 18 buffers; a copy that starts on a CPU idle for 50 ms takes ~1.3x as long as one in a back-to-back
-loop, also shown), the same paced copy into the server's own shared-memory ring, and the bare bus wake-up (a
+against these. Every peer copy is one memcpy: a memoryview slice assignment (libc memcpy, as send() copies;
+numpy's copyto takes ~45 us longer when it runs cold, once per frame, so it would flatter the hand-off). Also
+measured in every round between the paths: one paced frame memcpy into a ring of 18 buffers (a copy that
+starts on a CPU idle for 50 ms takes ~1.3x as long as one in a back-to-back loop, also shown), the same paced copy into the server's own shared-memory ring, and the bare bus wake-up (a
 56-byte msgq message with the same pacing to a sleeping subscriber). "vs bus" is a hand-off's p50 minus the
 bus wake-up's (negative: faster than a bare bus wake-up). The last two rows time the server's send calls alone
 (they include waking a sleeping client).
@@ -112,17 +114,20 @@ class Scheduling:
   producer_cores: list[int] | None = None
 
 
+FIRST_CPU, LAST_CPU = min(os.sched_getaffinity(0)), max(os.sched_getaffinity(0))  # as the manager pins
 SCHEDULING = {"normal": Scheduling(),
               # a realtime client polls with sched_yield, which gives way only to tasks of its own or a higher
               # priority, so its producer must be realtime too (as camerad is with PYMODELD_REALTIME=1)
               "realtime": Scheduling(client_priority=PRIORITIES["modeld"], producer_priority=PRIORITIES["camerad"]),
-              "pinned": Scheduling(client_core=(os.cpu_count() or 1) - 1, producer_cores=[0])}
+              "pinned": Scheduling(client_core=LAST_CPU, producer_cores=[FIRST_CPU]),
+              # both, as the manager runs camerad and modeld with PYMODELD_REALTIME=1
+              "pinned+realtime": Scheduling(PRIORITIES["modeld"], LAST_CPU, PRIORITIES["camerad"], [FIRST_CPU])}
 
 
 @contextlib.contextmanager
 def producer_scheduling(kind: Scheduling):
   """The bench process, the producer, runs as `kind` asks inside the block."""
-  if kind.producer_cores is not None and (os.cpu_count() or 1) < 2:
+  if kind.producer_cores is not None and FIRST_CPU == LAST_CPU:
     raise NotApplied("pinning producer and client apart needs 2 CPUs")
   if kind.producer_priority is None and kind.producer_cores is None:
     yield
@@ -148,6 +153,7 @@ def run_path(server: VisionIpcServer, path: str, lead_s: float, kind: Scheduling
   of this VM drifts by +-100 us between rows measured seconds apart). Appends the duration of each measured
   send call to `send_calls`."""
   calls, paired = [], []
+  src = memoryview(frame)
   code = BUS_CLIENT if path == "bus" else CLIENT
   bus = pub_sock("vipc_bench_bus") if path == "bus" else None
   client = subprocess.Popen([sys.executable, "-c", code, str(count + warmup), str(lead_s),
@@ -176,7 +182,7 @@ def run_path(server: VisionIpcServer, path: str, lead_s: float, kind: Scheduling
       calls.append(time.monotonic_ns() - t0)
       if paired_dsts is not None:
         time.sleep(max(0.0, next_t + interval_s / 2 - time.monotonic()))
-        paired.append(memcpy_once(paired_dsts[i % len(paired_dsts)], frame))
+        paired.append(memcpy_once(paired_dsts[i % len(paired_dsts)], src))
       if (i + 1) % 100 == 0:
         print(f"  {path}: {i + 1}/{count + warmup}", file=sys.stderr)
     out, _ = client.communicate(timeout=60)
@@ -189,22 +195,25 @@ def run_path(server: VisionIpcServer, path: str, lead_s: float, kind: Scheduling
   return [ns for _, ns in measured], cpu_per_frame, [paired[frame_id] for frame_id, _ in measured] if paired else []
 
 
-def memcpy_once(dst: np.ndarray, frame: np.ndarray) -> int:
+def memcpy_once(dst: memoryview, src: memoryview) -> int:
   t0 = time.monotonic_ns()
-  np.copyto(dst, frame)
+  dst[:] = src
   return time.monotonic_ns() - t0
 
 
-def memcpy_ns(frame: np.ndarray, count: int, interval_s: float, ring: int = 18, dsts: list | None = None) -> list[int]:
+def private_ring(size: int, ring: int = 18) -> list[memoryview]:
+  return [memoryview(np.ones(size, np.uint8)) for _ in range(ring)]
+
+
+def memcpy_ns(src: memoryview, count: int, interval_s: float, dsts: list[memoryview]) -> list[int]:
   """Durations of `count` frame copies into a ring of destinations, one every `interval_s` (0: back to back).
   Paced copies start on a CPU that was idle, with caches and TLB as cold as the hand-off paths find them."""
-  dsts = dsts if dsts is not None else [np.ones_like(frame) for _ in range(ring)]
   out = []
   next_t = time.monotonic()
   for i in range(count):
     next_t += interval_s
     time.sleep(max(0.0, next_t - time.monotonic()))
-    out.append(memcpy_once(dsts[i % len(dsts)], frame))
+    out.append(memcpy_once(dsts[i % len(dsts)], src))
   return out
 
 
@@ -225,15 +234,16 @@ def main() -> None:
     server.start_listener()
     try:
       interval = args.interval_ms / 1000
-      shm_dsts = [np.frombuffer(m.data, np.uint8) for m in server._streams[STREAM].mappings]
+      src = memoryview(frame)
+      shm_dsts = [m.data for m in server._streams[STREAM].mappings]
       lead = args.spin_lead_us / 1e6
       paths = {"bus wake-up, 56 B (peer)": ("bus", 0.0, "normal"), "copying send()": ("copying", lead, "normal"),
                "zero-copy send_buffer()": ("zero-copy", lead, "normal"),
                "zero-copy, sleeping client": ("zero-copy", 0.0, "normal")}
-      for kind in ("realtime", "pinned"):
+      for kind in (kind for kind in SCHEDULING if kind != "normal"):
         paths.update({f"copying, {kind}": ("copying", lead, kind), f"zero-copy, {kind}": ("zero-copy", lead, kind)})
       left_out = {}  # kind of scheduling -> why its rows could not be measured
-      private_ring = [np.ones_like(frame) for _ in range(18)]
+      paired_ring, peer_ring = private_ring(size), private_ring(size)
       paired = {}  # copying row -> the paired memcpy of each of its frames
       calls = {name: [] for name in paths}
       cpu = {name: [] for name in paths}
@@ -243,16 +253,16 @@ def main() -> None:
       def measure(name: str) -> None:
         path, lead_s, kind = paths[name]
         lat, cpu_per_frame, peers = run_path(server, path, lead_s, SCHEDULING[kind], per_round, 20, interval, frame,
-                                             calls[name], private_ring if path == "copying" else None)
+                                             calls[name], paired_ring if path == "copying" else None)
         rows.setdefault(name, []).extend(lat)
         if peers:
           paired.setdefault(name, []).extend(peers)
         cpu[name].append(cpu_per_frame)
 
       for _ in range(args.rounds):  # interleaved rounds, so a load change on the machine hits every row alike
-        rows.setdefault("one frame memcpy (peer)", []).extend(memcpy_ns(frame, per_round, interval))
-        rows.setdefault("memcpy into the shm ring", []).extend(memcpy_ns(frame, per_round, interval, dsts=shm_dsts))
-        rows.setdefault("memcpy back to back (hot)", []).extend(memcpy_ns(frame, per_round, 0.0))
+        rows.setdefault("one frame memcpy (peer)", []).extend(memcpy_ns(src, per_round, interval, peer_ring))
+        rows.setdefault("memcpy into the shm ring", []).extend(memcpy_ns(src, per_round, interval, shm_dsts))
+        rows.setdefault("memcpy back to back (hot)", []).extend(memcpy_ns(src, per_round, 0.0, peer_ring))
         for kind in (kind for kind in SCHEDULING if kind not in left_out):
           try:
             with producer_scheduling(SCHEDULING[kind]):
@@ -270,14 +280,14 @@ def main() -> None:
   memcpy, bus = p50["one frame memcpy (peer)"], p50["bus wake-up, 56 B (peer)"]
   print(f"\nVisionIPC hand-off, {W}x{H} padded NV12 ({size} B), {args.count} frames per path, "
         f"one every {args.interval_ms:g} ms, two processes")
-  print(f"{'path':<28}{'p50 us':>9}{'p99 us':>9}{'vs bus us':>13}{'p50/memcpy':>12}{'client CPU us/frame':>21}")
+  print(f"{'path':<32}{'p50 us':>9}{'p99 us':>9}{'vs bus us':>13}{'p50/memcpy':>12}{'client CPU us/frame':>21}")
   for name, values in rows.items():
     q50, q99 = percentiles(values)
     over = f"{q50 - bus:13.1f}" if name in paths and paths[name][0] != "bus" else f"{'':13}"  # hand-off rows
     client_cpu = f"{np.mean(cpu[name]) * 1e6:21.0f}" if name in cpu else ""
-    print(f"{name:<28}{q50:>9.1f}{q99:>9.1f}{over}{q50 / memcpy:>12.2f}{client_cpu}")
+    print(f"{name:<32}{q50:>9.1f}{q99:>9.1f}{over}{q50 / memcpy:>12.2f}{client_cpu}")
   for kind, why in left_out.items():
-    print(f"{kind + ' rows':<28}left out: {why}")
+    print(f"{kind + ' rows':<32}left out: {why}")
   shm = p50["memcpy into the shm ring"]
   print()
   print("copying p50 minus the memcpy p50: of its paired copies (target <= 100 us) | median of the per-frame "
@@ -288,7 +298,7 @@ def main() -> None:
       continue
     copying, peers = np.asarray(rows[copying_row]), np.asarray(paired[copying_row])
     over_paired = (np.percentile(copying, 50) - np.percentile(peers, 50)) / 1000
-    print(f"{kind:>8}: {over_paired:.1f} us | {np.median(copying - peers) / 1000:.1f} us | "
+    print(f"{kind:>15}: {over_paired:.1f} us | {np.median(copying - peers) / 1000:.1f} us | "
           f"{p50[copying_row] - memcpy:.1f} / {p50[copying_row] - shm:.1f} us; zero-copy {p50[zero_copy_row]:.1f} us")
 
 
