@@ -8,7 +8,8 @@ reference: SCHED_FIFO tasks are placed by priority (the CPU running the lowest p
 and a client pinned off the producer's core cannot be queued there at all (the reference pins modeld and
 dmonitoringmodeld to core 7, camerad elsewhere). bench/vipc_latency.py measures each kind of client.
 
-Both are opt-in, per process, from the environment:
+Both are set per process from the environment (a daemon started alone gets neither; the manager, when
+PYMODELD_CORES is unset, pins camerad and modeld: default_pins):
 - PYMODELD_REALTIME=1: SCHED_FIFO at the reference priorities (PRIORITIES). The reference applies it only on its
   device; on a PC realtime Python loops hold their CPU against everything at normal priority (the kernel keeps
   5 % of each CPU for those by default, sched_rt_runtime_us).
@@ -36,8 +37,9 @@ CORES_ENV = "PYMODELD_CORES"
 PRIORITIES = {"camerad": 54, "modeld": 54, "dmonitoringmodeld": 5}
 SCHEDULING_HELP = (f"environment: {REALTIME_ENV}=1 runs the frame loop SCHED_FIFO at the reference priority "
                    f"(camerad 54, modeld 54, dmonitoringmodeld 5); {CORES_ENV}='camerad=0 modeld=1 "
-                   "dmonitoringmodeld=1' pins each named process to its cores (taskset -c lists). Both are off "
-                   "by default; what is not permitted is logged and the process runs on.")
+                   "dmonitoringmodeld=1' pins each named process to its cores (taskset -c lists; the manager "
+                   "pins camerad and modeld unless it is set). What is not permitted is logged and the process "
+                   "runs on.")
 
 
 @dataclass(frozen=True)
