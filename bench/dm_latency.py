@@ -22,8 +22,9 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from cereal.messaging import sub_sock  # noqa: E402
+from daemons.common.realtime import stack_pins  # noqa: E402
 from msgq.namespace import Namespace  # noqa: E402
-from stacklib import REPO_ROOT, drain, pct, pins, start  # noqa: E402
+from stacklib import REPO_ROOT, drain, pct, start  # noqa: E402
 
 
 
@@ -87,7 +88,7 @@ def main(argv=None):
       procs.append(start("daemons.modeld"))
     procs.append(start("daemons.dmonitoringmodeld"))
     print(f"running camerad ({args.camera}), car{', modeld' if with_modeld else ''}, dmonitoringmodeld; "
-          f"pinned: {pins() or 'none'}; warm-up {args.warmup:.0f} s, then {args.duration:.0f} s", flush=True)
+          f"pinned: {stack_pins() or 'none'}; warm-up {args.warmup:.0f} s, then {args.duration:.0f} s", flush=True)
     announced, published = {}, {}
     stages = {k: [] for k in ("warpMs", "modelMs", "readbackMs", "parseMs")}
     daemon_dropped = []

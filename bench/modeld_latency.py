@@ -33,8 +33,9 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from cereal.messaging import sub_sock  # noqa: E402
+from daemons.common.realtime import stack_pins  # noqa: E402
 from msgq.namespace import Namespace  # noqa: E402
-from stacklib import drain, pct, pins, start  # noqa: E402
+from stacklib import drain, pct, start  # noqa: E402
 
 STAGES = ("warpMs", "uploadMs", "modelMs", "readbackMs", "parseMs")
 
@@ -54,7 +55,7 @@ def run_mode(mode: str, args) -> dict:
     cams = [sub_sock(service, conflate=False) for service in ("narrowRoadCameraState", "wideRoadCameraState")]
     procs = [start("selfdrive_stub.camerad", "--camera", args.camera), start("selfdrive_stub.car", "--camera", args.camera),
              start("daemons.dmonitoringmodeld"), start("daemons.modeld", *(["--no-big"] if mode == "small" else []))]
-    print(f"[{mode}] camerad ({args.camera}), car, dmonitoringmodeld, modeld; pinned: {pins() or 'none'}; "
+    print(f"[{mode}] camerad ({args.camera}), car, dmonitoringmodeld, modeld; pinned: {stack_pins() or 'none'}; "
           f"warm-up {args.warmup:.0f} s, then {args.duration:.0f} s", flush=True)
     cam_time, outputs, frames_seen = {}, [], []
     t_start = time.monotonic()

@@ -6,20 +6,17 @@ import sys
 import numpy as np
 
 from cereal.messaging import log_from_bytes
-from daemons.common.realtime import CORES_ENV, default_pins
+from daemons.common.realtime import CORES_ENV, stack_pins
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def pins() -> str:
-  """PYMODELD_CORES of the stack: as the manager pins it, unless PYMODELD_CORES says otherwise ('' pins nothing)."""
-  return os.environ.get(CORES_ENV, default_pins())
-
-
 def start(module, *args):
-  """Start a stack process in the current namespace (read from os.environ now: the caller enters it first)."""
-  return subprocess.Popen([sys.executable, "-m", module, *args], cwd=REPO_ROOT, env={**os.environ, CORES_ENV: pins()},
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  """Start a stack process, pinned as the manager pins it, in the current namespace (read from os.environ now:
+  the caller enters it first)."""
+  return subprocess.Popen([sys.executable, "-m", module, *args], cwd=REPO_ROOT,
+                          env={**os.environ, CORES_ENV: stack_pins()}, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
 
 
 def drain(sock):

@@ -23,8 +23,9 @@ timed by the producer halfway to the next frame ("memcpy paired" rows): this VM'
 against these. Every peer copy is one memcpy: a memoryview slice assignment (libc memcpy, as send() copies;
 numpy's copyto takes ~45 us longer when it runs cold, once per frame, so it would flatter the hand-off). Also
 measured in every round between the paths: one paced frame memcpy into a ring of 18 buffers (a copy that
-starts on a CPU idle for 50 ms takes ~1.3x as long as one in a back-to-back loop, also shown), the same paced copy into the server's own shared-memory ring, and the bare bus wake-up (a
-56-byte msgq message with the same pacing to a sleeping subscriber). "vs bus" is a hand-off's p50 minus the
+starts on a CPU idle for 50 ms takes ~1.3x as long as one in a back-to-back loop, also shown), the same paced
+copy into the server's own shared-memory ring, and the bare bus wake-up (a 56-byte msgq message with the same
+pacing to a sleeping subscriber). "vs bus" is a hand-off's p50 minus the
 bus wake-up's (negative: faster than a bare bus wake-up). The last two rows time the server's send calls alone
 (they include waking a sleeping client).
 Usage: python bench/vipc_latency.py [--count N] [--interval-ms MS] [--rounds R] [--spin-lead-us US]
@@ -124,14 +125,18 @@ SCHEDULING = {"normal": Scheduling(),
               "pinned+realtime": Scheduling(PRIORITIES["modeld"], LAST_CPU, PRIORITIES["camerad"], [FIRST_CPU])}
 
 
+def hand_off_rows(kind: str) -> tuple[str, str]:
+  """Names of the copying and the zero-copy row of a kind of scheduling (the normal ones name the calls)."""
+  if kind == "normal":
+    return "copying send()", "zero-copy send_buffer()"
+  return f"copying, {kind}", f"zero-copy, {kind}"
+
+
 @contextlib.contextmanager
 def producer_scheduling(kind: Scheduling):
   """The bench process, the producer, runs as `kind` asks inside the block."""
   if kind.producer_cores is not None and FIRST_CPU == LAST_CPU:
     raise NotApplied("pinning producer and client apart needs 2 CPUs")
-  if kind.producer_priority is None and kind.producer_cores is None:
-    yield
-    return
   affinity = os.sched_getaffinity(0)
   status = config_realtime_process(kind.producer_cores, kind.producer_priority)
   try:
@@ -237,11 +242,12 @@ def main() -> None:
       src = memoryview(frame)
       shm_dsts = [m.data for m in server._streams[STREAM].mappings]
       lead = args.spin_lead_us / 1e6
-      paths = {"bus wake-up, 56 B (peer)": ("bus", 0.0, "normal"), "copying send()": ("copying", lead, "normal"),
-               "zero-copy send_buffer()": ("zero-copy", lead, "normal"),
-               "zero-copy, sleeping client": ("zero-copy", 0.0, "normal")}
-      for kind in (kind for kind in SCHEDULING if kind != "normal"):
-        paths.update({f"copying, {kind}": ("copying", lead, kind), f"zero-copy, {kind}": ("zero-copy", lead, kind)})
+      paths = {"bus wake-up, 56 B (peer)": ("bus", 0.0, "normal")}
+      for kind in SCHEDULING:
+        copying_row, zero_copy_row = hand_off_rows(kind)
+        paths.update({copying_row: ("copying", lead, kind), zero_copy_row: ("zero-copy", lead, kind)})
+        if kind == "normal":
+          paths["zero-copy, sleeping client"] = ("zero-copy", 0.0, "normal")
       left_out = {}  # kind of scheduling -> why its rows could not be measured
       paired_ring, peer_ring = private_ring(size), private_ring(size)
       paired = {}  # copying row -> the paired memcpy of each of its frames
@@ -292,8 +298,8 @@ def main() -> None:
   print()
   print("copying p50 minus the memcpy p50: of its paired copies (target <= 100 us) | median of the per-frame "
         "differences | minus the separately measured memcpy rows, private / shm ring; zero-copy p50 (<= 150 us)")
-  for kind, (copying_row, zero_copy_row) in {"normal": ("copying send()", "zero-copy send_buffer()"),
-                                             **{k: (f"copying, {k}", f"zero-copy, {k}") for k in SCHEDULING if k != "normal"}}.items():
+  for kind in SCHEDULING:
+    copying_row, zero_copy_row = hand_off_rows(kind)
     if copying_row not in p50:
       continue
     copying, peers = np.asarray(rows[copying_row]), np.asarray(paired[copying_row])

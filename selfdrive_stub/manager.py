@@ -28,7 +28,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from daemons.common.realtime import CORES_ENV, PRIORITIES, default_pins, scheduling_plan
+from daemons.common.realtime import CORES_ENV, PRIORITIES, scheduling_plan, stack_pins
 from selfdrive_stub.process import ManagedProcess, ProcessConfig
 
 READY_TIMEOUT_S = 30.0
@@ -496,9 +496,7 @@ examples:
     p.error(str(e))
   if any(i.kind == "amd" for i in injections) and not opts.usb_gpu:
     p.error("a USB+AMD fault (--inject amd-...) needs --usb-gpu: without the device modeld never uses it")
-  opts.cores = os.environ.get(CORES_ENV)
-  if opts.cores is None:
-    opts.cores = default_pins()
+  opts.cores = stack_pins()
   try:  # the camera daemons would each refuse a bad value at their start; say it once, before starting any
     for process in PRIORITIES:
       scheduling_plan(process, {**os.environ, CORES_ENV: opts.cores})

@@ -105,6 +105,12 @@ def default_pins(allowed: Iterable[int] | None = None) -> str:
   return f"camerad={cpus[0]} modeld={cpus[-1]}" if len(cpus) >= 2 else ""
 
 
+def stack_pins(environ=os.environ) -> str:
+  """PYMODELD_CORES for the whole stack (the manager, the full-stack benches): the environment's if set ('' pins
+  nothing), else default_pins()."""
+  return environ.get(CORES_ENV, default_pins())
+
+
 def _check_cores(cores: int | Iterable[int]) -> frozenset[int]:
   wanted = frozenset([cores] if isinstance(cores, int) else cores)
   count = os.cpu_count() or 1
