@@ -6,9 +6,10 @@ Invariants:
   fields: protocol.TRAILER) sits at `trailer_offset` (8-byte aligned, past the image).
 - Only the server writes. A fill is: gen_start = g (new, never reused), pixels, the announcement fields
   (frame_id, sof, eof, valid), gen_end = g, then the announcement on the bus. A reader that finds
-  gen_start == gen_end == g after using the pixels knows the frame was not touched meanwhile (x86 keeps
-  stores in program order; each word is one aligned 8-byte store), and one that finds them equal before
-  reading the fields has the frame's complete announcement (the doorbell, see client.py).
+  gen_start == gen_end == g after using the pixels knows the frame was not touched meanwhile (each word is one
+  aligned 8-byte store), and one that finds them equal before reading the fields has the frame's complete
+  announcement (the doorbell, see client.py). The server writes the trailer through _fill.c, which fences
+  these stores: a large memcpy may use non-temporal stores, which x86 does not keep in order with others.
 - Clients map read-only: a consumer cannot corrupt a frame other clients see.
 - Every page is mapped up front (MAP_POPULATE; VIPC_PREFAULT=0 opts out): no page faults on the hot path.
 """

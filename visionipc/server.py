@@ -22,6 +22,12 @@ import numpy as np
 
 from msgq import pub_sock
 from visionipc import protocol
+
+try:
+  from visionipc import _fill
+except ImportError as e:  # a checkout used without installing it
+  raise ImportError("visionipc._fill (visionipc/_fill.c) is not built: run `pip install -e .` in the repository "
+                    "(needs a C compiler and the Python headers)") from e
 from visionipc.buffer import BufferMapping, VisionBuf
 from visionipc.endpoints import announce_endpoint, check_name, check_stream, control_socket_path
 from visionipc.errors import FrameSizeError, GeometryError, UnknownStreamError, VisionIpcError
@@ -118,28 +124,32 @@ class VisionIpcServer:
     st = self._streams.get(mapping.stream)
     if st is None or st.mappings[mapping.idx] is not mapping:  # e.g. a client's frame
       raise VisionIpcError(f"buffer {mapping.idx} does not belong to server {self.name!r}")
-    self._complete_fill(st, mapping, buf.generation, frame_id, timestamp_sof, timestamp_eof, valid)
+    _fill.complete(mapping.trailer, buf.generation, frame_id, timestamp_sof, timestamp_eof, valid)
+    self._announce(st, mapping, buf.generation, frame_id, timestamp_sof, timestamp_eof, valid)
     buf.frame_id, buf.timestamp_sof, buf.timestamp_eof, buf.valid = frame_id, timestamp_sof, timestamp_eof, valid
 
   def send(self, stream: int, data, frame_id: int = 0, timestamp_sof: int = 0, timestamp_eof: int = 0,
            valid: bool = True) -> None:
     """Copy `data` (bytes-like of exactly the buffer length) into the next buffer and announce it.
-    The copy is one memmove through memoryviews: numpy's copy machinery costs ~75 us more per frame when it
-    runs cold, as it does once per frame (bench/vipc_latency.py). It holds the GIL for the copy (~1 ms)."""
+    The fill is one C call (_fill.c: one memcpy between the ordered trailer stores, GIL held for the ~1 ms
+    copy): the Python it replaces ran cold once per frame and cost ~50 us (bench/vipc_latency.py)."""
     st = self._stream(stream)
+    idx = st.next_idx
+    mapping, generation = st.mappings[idx], self._generation + 1
     try:
-      src = memoryview(data).cast("B")  # any C-contiguous bytes-like object, as flat bytes
+      copied = _fill.fill(mapping.data, mapping.trailer, data, generation, frame_id, timestamp_sof, timestamp_eof,
+                          valid)
     except TypeError:
       if not isinstance(data, np.ndarray):
-        raise TypeError(f"frame data must be a bytes-like object, got {type(data).__name__}") from None
-      src = memoryview(np.ascontiguousarray(data)).cast("B")  # e.g. a strided view
-    expected = st.mappings[0].len
-    if src.nbytes != expected:
-      raise FrameSizeError(f"stream {stream} of server {self.name!r}: frame is {src.nbytes} bytes, "
-                           f"buffers hold {expected}")
-    mapping, generation = self._start_fill(st)
-    mapping.data[:] = src
-    self._complete_fill(st, mapping, generation, frame_id, timestamp_sof, timestamp_eof, valid)
+        raise TypeError(f"frame data must be a C-contiguous bytes-like object or a numpy array, got "
+                        f"{type(data).__name__}") from None
+      copied = _fill.fill(mapping.data, mapping.trailer, np.ascontiguousarray(data), generation, frame_id,
+                          timestamp_sof, timestamp_eof, valid)  # e.g. a strided view
+    if copied != mapping.len:  # nothing was written
+      raise FrameSizeError(f"stream {stream} of server {self.name!r}: frame is {copied} bytes, "
+                           f"buffers hold {mapping.len}")
+    self._generation, st.next_idx = generation, (idx + 1) % len(st.mappings)
+    self._announce(st, mapping, generation, frame_id, timestamp_sof, timestamp_eof, valid)
 
   def _start_fill(self, st: _Stream, idx: int | None = None) -> tuple[BufferMapping, int]:
     """Take the next buffer of the ring (or buffer `idx`) and give it a new generation in its gen_start word."""
@@ -150,19 +160,12 @@ class VisionIpcServer:
       raise IndexError(f"stream {st.mappings[0].stream} has buffers 0..{len(st.mappings) - 1}, got index {idx!r}")
     self._generation += 1
     mapping = st.mappings[idx]
-    mapping.trailer[0] = self._generation
+    _fill.start(mapping.trailer, self._generation)
     return mapping, self._generation
 
-  def _complete_fill(self, st: _Stream, mapping: BufferMapping, generation: int, frame_id: int, timestamp_sof: int,
-                     timestamp_eof: int, valid: bool) -> None:
-    """Write the announcement fields and gen_end (the doorbell), then publish the announcement."""
-    trailer = mapping.trailer
-    try:  # the trailer's uint64 words check the ranges, before anything says the frame is complete
-      trailer[2], trailer[3], trailer[4], trailer[5] = frame_id, timestamp_sof, timestamp_eof, 1 if valid else 0
-    except (ValueError, TypeError):
-      raise ValueError(f"frame_id, timestamp_sof and timestamp_eof must be integers in [0, 2**64), got "
-                       f"{frame_id!r}, {timestamp_sof!r}, {timestamp_eof!r}") from None
-    trailer[1] = generation  # complete: from here a polling client may take the frame (the doorbell)
+  def _announce(self, st: _Stream, mapping: BufferMapping, generation: int, frame_id: int, timestamp_sof: int,
+                timestamp_eof: int, valid: bool) -> None:
+    """Publish the announcement of a complete fill (its gen_end, the doorbell, is already stored)."""
     # A client polling on this very CPU can only see the doorbell once we give the CPU up: let it take the
     # frame now, before the announcement is encoded and published (bench/vipc_latency.py measures both).
     os.sched_yield()

@@ -34,7 +34,7 @@ def test_send_copies_any_layout_of_the_right_size_and_refuses_what_is_not_bytes(
     server.send(0, data, frame_id)
     buf = client.recv(1000)
     assert buf.frame_id == frame_id and bytes(buf.data) == np.ascontiguousarray(data).tobytes()
-  with pytest.raises(TypeError, match="bytes-like object, got list"):
+  with pytest.raises(TypeError, match="C-contiguous bytes-like object or a numpy array, got list"):
     server.send(0, [0] * 4608)
   client.close()
 
