@@ -184,6 +184,8 @@ class VisionIpcClient:
         start, end = window
         if time.monotonic() < start:
           msg = self._sleep_for_announcement(min(start, deadline))
+          if msg is None and start <= deadline:
+            self._pacing.woke_late(time.monotonic() - start)
         if msg is None:
           frame, msg = self._poll(min(end, deadline))
           if frame is not None:

@@ -5,7 +5,7 @@ import pytest
 
 from msgq.fake import FAKE_ENV
 from visionipc import VISION_STREAM_CABIN, VisionIpcClient
-from visionipc.pacing import ArrivalPacing
+from visionipc.pacing import LATE_LEADS, PHASE_FRAMES, ArrivalPacing
 
 RECV_TIMEOUT_MS = 10_000
 
@@ -24,7 +24,7 @@ def test_no_poll_window_until_a_full_history_of_steady_intervals():
   pacing.arrived(0.20)
   assert pacing.period == pytest.approx(0.05)
   start, end = pacing.poll_window()
-  assert start == pytest.approx(0.249) and end == pytest.approx(0.251)
+  assert start == pytest.approx(0.249) and end == pytest.approx(0.25 + LATE_LEADS * 0.001)
 
 
 def test_irregular_arrivals_turn_polling_off_until_they_are_steady_again():
@@ -37,14 +37,41 @@ def test_irregular_arrivals_turn_polling_off_until_they_are_steady_again():
   assert pacing.period == pytest.approx(0.05)
 
 
+def test_one_late_arrival_does_not_move_the_next_window_past_its_frame():
+  """Frames are late, never early: the due time comes from the earliest of the last PHASE_FRAMES arrivals."""
+  pacing = fed(ArrivalPacing(lead_s=0.001, history=4), [0.0, 0.05, 0.10, 0.15, 0.20])
+  pacing.arrived(0.2530)  # 3 ms late (its producer woke late)
+  start, end = pacing.poll_window()
+  assert start == pytest.approx(0.299, abs=1e-4), "the next frame is due on the old phase, at 0.30"
+  for t in (0.30, 0.35, 0.40):  # the producer's phase moved by 3 ms for good
+    pacing.arrived(t + 0.003)
+  assert PHASE_FRAMES == 4 and pacing.poll_window()[0] == pytest.approx(0.452, abs=1e-4), \
+    "after PHASE_FRAMES late arrivals the window follows the new phase"
+
+
+def test_late_wake_ups_open_the_window_earlier_by_a_high_quantile_at_most_one_lead():
+  pacing = fed(ArrivalPacing(lead_s=0.001, history=4, lateness_history=10), [0.0, 0.05, 0.10, 0.15, 0.20])
+  assert pacing.wake_margin == 0.0
+  for late in [0.0002] * 8 + [0.0004, 0.0020]:  # mostly 0.2 ms late, one 2 ms outlier
+    pacing.woke_late(late)
+  assert pacing.wake_margin == pytest.approx(0.0004), "the 90th percentile, not the outlier"
+  assert pacing.poll_window()[0] == pytest.approx(0.25 - 0.001 - 0.0004)
+  for _ in range(10):
+    pacing.woke_late(0.005)
+  assert pacing.wake_margin == pytest.approx(0.001), "never more than one lead"
+  pacing.woke_late(-1.0)  # woken early (a signal): counts as on time
+  pacing.reset()
+  assert pacing.wake_margin == pytest.approx(0.001), "the lateness is the machine's: a new server keeps it"
+
+
 def test_reset_forgets_the_period_and_lead_zero_or_fast_frames_never_poll():
   pacing = fed(ArrivalPacing(lead_s=0.001, history=3), [0.0, 0.05, 0.10, 0.15])
   assert pacing.poll_window() is not None
   pacing.reset()
   assert pacing.period is None and pacing.poll_window() is None
   assert fed(ArrivalPacing(lead_s=0.0, history=3), [0.0, 0.05, 0.10, 0.15]).poll_window() is None
-  fast = fed(ArrivalPacing(lead_s=0.001, history=3), [0.0, 0.0015, 0.003, 0.0045])
-  assert fast.poll_window() is None, "frames closer than two leads apart: polling would never sleep"
+  fast = fed(ArrivalPacing(lead_s=0.001, history=3), [0.0, 0.005, 0.010, 0.015])
+  assert fast.poll_window() is None, "frames no farther apart than a whole window: polling would never sleep"
   with pytest.raises(ValueError, match="-0.5"):
     ArrivalPacing(lead_s=-0.5)
 
