@@ -19,6 +19,9 @@ def test_fill_copies_and_writes_every_trailer_word():
   assert trailer.tolist() == [7, 7, 42, 1000, 2000, 1]
   assert fill(dst, trailer, bytes(64), 2**64 - 1, 0, 0, 0, False) == 64
   assert trailer.tolist() == [2**64 - 1, 2**64 - 1, 0, 0, 0, 0] and not dst.any()
+  floats = np.arange(16, dtype=np.float32)  # an ndarray is read directly: its length is in bytes too
+  assert fill(dst, trailer, floats, 8, 0, 0, 0, True) == 64 and dst.tobytes() == floats.tobytes()
+  assert fill(dst, trailer, memoryview(src.tobytes()), 9, 0, 0, 0, True) == 64 and np.array_equal(dst, src)
 
 
 def test_a_zero_copy_fill_is_start_then_complete():

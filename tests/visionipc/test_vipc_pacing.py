@@ -95,6 +95,7 @@ def test_a_periodic_producer_is_learned_and_every_frame_arrives_in_order_even_af
   assert learned, "the 20 ms period was never learned"
   # generous bounds: scheduling on a loaded machine jitters arrivals, but the median stays near 20 ms
   assert 0.010 < float(np.median(learned)) < 0.030
+  assert client._pacing._lateness, "the client never reported how late a sleep to a poll window ended"
   assert client._pacing.period is None, "the late last frame must switch polling off"
   assert client.recv(50) is None
 
