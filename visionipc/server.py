@@ -22,16 +22,16 @@ import numpy as np
 
 from msgq import pub_sock
 from visionipc import protocol
+from visionipc.buffer import BufferMapping, VisionBuf
+from visionipc.endpoints import announce_endpoint, check_name, check_stream, control_socket_path
+from visionipc.errors import FrameSizeError, GeometryError, UnknownStreamError, VisionIpcError
+from visionipc.nv12 import check_geometry, tight_nv12_layout
 
 try:
   from visionipc import _fill
 except ImportError as e:  # a checkout used without installing it
   raise ImportError("visionipc._fill (visionipc/_fill.c) is not built: run `pip install -e .` in the repository "
                     "(needs a C compiler and the Python headers)") from e
-from visionipc.buffer import BufferMapping, VisionBuf
-from visionipc.endpoints import announce_endpoint, check_name, check_stream, control_socket_path
-from visionipc.errors import FrameSizeError, GeometryError, UnknownStreamError, VisionIpcError
-from visionipc.nv12 import check_geometry, tight_nv12_layout
 
 log = logging.getLogger("visionipc.server")
 
@@ -133,7 +133,7 @@ class VisionIpcServer:
     """Copy `data` (bytes-like of exactly the buffer length) into the next buffer and announce it.
     The fill is one C call (_fill.c: one memcpy between the ordered trailer stores, GIL held for the ~1 ms
     copy); nothing is written if `data` has the wrong size or a field is out of range."""
-    st = self._streams.get(stream) or self._stream(stream)  # the latter raises; one call fewer when cold
+    st = self._stream(stream)
     idx = st.next_idx
     mapping, generation = st.mappings[idx], self._generation + 1
     try:
