@@ -23,6 +23,8 @@ def test_send_with_the_wrong_length_names_both_sizes(server):
     server.send(0, bytes(4607))
   with pytest.raises(UnknownStreamError, match=r"no stream 3"):
     server.send(3, bytes(4608))
+  with pytest.raises(UnknownStreamError, match=r"no stream \[0\]"):
+    server.send([0], bytes(4608))
 
 
 def test_send_copies_any_layout_of_the_right_size_and_refuses_what_is_not_bytes(server):
