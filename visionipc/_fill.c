@@ -2,11 +2,11 @@
 
 Why C: the copying send() ran cold Python once per frame (after ~50 ms asleep) between the caller's call and
 the first pixel (a memoryview and cast of the frame, the generation store, the ring bookkeeping) and between
-the last pixel and the doorbell; as one call a frame reached the client 15-55 us sooner (A/B per frame against
-the Python fill, four runs). A numpy frame's memory is read through numpy's C API: numpy's buffer export
-costs ~5 us more when cold. And the order is enforced: a large memcpy may use non-temporal stores, which x86
-does not keep in order with ordinary stores, so a fence sits between gen_start and the pixels and between
-the pixels and the announcement fields; gen_end is a release store.
+the last pixel and the doorbell; as one call a frame reached the client 15-74 us sooner in five of six A/B runs
+(frames alternating with the Python fill; 20 us later in the first). A numpy frame's memory is read through
+numpy's C API: numpy's buffer export costs ~5 us more when cold. And the order is enforced: a large memcpy may
+use non-temporal stores, which x86 does not keep in order with ordinary stores, so a fence sits between
+gen_start and the pixels and between the pixels and the announcement fields; gen_end is a release store.
 
 The trailer is six little-endian uint64 words (protocol.TRAILER): gen_start, gen_end, frame_id,
 timestamp_sof, timestamp_eof, valid. Every argument is checked before the first store, so a bad call
