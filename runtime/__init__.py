@@ -14,10 +14,10 @@ from .errors import (ArtifactError, InputError, JitError, ModelError, RuntimeCor
 
 
 def __getattr__(name):  # lazy: importing runtime must not pull in onnx for device-only users
-    if name == "OnnxRunner":
-        from .runner import OnnxRunner
-        return OnnxRunner
-    if name in ("TinyJit", "Tensor"):
-        from . import jit, tensor
-        return {"TinyJit": jit.TinyJit, "Tensor": tensor.Tensor}[name]
-    raise AttributeError(name)
+  if name == "OnnxRunner":
+    from .runner import OnnxRunner
+    return OnnxRunner
+  if name in ("TinyJit", "Tensor"):
+    from . import jit, tensor
+    return {"TinyJit": jit.TinyJit, "Tensor": tensor.Tensor}[name]
+  raise AttributeError(name)

@@ -22,94 +22,94 @@ ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112  # CBLAS enums
 
 
 def _load():
-    global _lib, _set, _get, _sgemm
-    if _lib is not None:
+  global _lib, _set, _get, _sgemm
+  if _lib is not None:
+    return
+  _lib = False
+  libdir = os.path.join(os.path.dirname(np.__file__), "..", "numpy.libs")
+  for path in glob.glob(os.path.join(libdir, "*openblas*")):
+    try:
+      lib = ctypes.CDLL(path)
+    except OSError:
+      continue
+    for prefix, suffix in (("scipy_openblas_", "64_"), ("openblas_", ""), ("scipy_openblas_", ""),
+                           ("openblas_", "64_")):
+      s = getattr(lib, f"{prefix}set_num_threads{suffix}", None)
+      g = getattr(lib, f"{prefix}get_num_threads{suffix}", None)
+      if s is not None and g is not None:
+        s.argtypes, g.restype = [ctypes.c_int], ctypes.c_int
+        _lib, _set, _get = lib, s, g
+        cblas = "scipy_cblas_sgemm" if prefix.startswith("scipy") else "cblas_sgemm"
+        gemm = getattr(lib, cblas + ("64_" if suffix else ""), None)
+        if gemm is not None:
+          integer = ctypes.c_int64 if suffix else ctypes.c_int
+          gemm.restype = None
+          gemm.argtypes = ([ctypes.c_int] * 3 + [integer] * 3 + [ctypes.c_float, ctypes.c_void_p, integer,
+                           ctypes.c_void_p, integer, ctypes.c_float, ctypes.c_void_p, integer])
+          _sgemm = (gemm, integer)
         return
-    _lib = False
-    libdir = os.path.join(os.path.dirname(np.__file__), "..", "numpy.libs")
-    for path in glob.glob(os.path.join(libdir, "*openblas*")):
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for prefix, suffix in (("scipy_openblas_", "64_"), ("openblas_", ""), ("scipy_openblas_", ""),
-                               ("openblas_", "64_")):
-            s = getattr(lib, f"{prefix}set_num_threads{suffix}", None)
-            g = getattr(lib, f"{prefix}get_num_threads{suffix}", None)
-            if s is not None and g is not None:
-                s.argtypes, g.restype = [ctypes.c_int], ctypes.c_int
-                _lib, _set, _get = lib, s, g
-                cblas = "scipy_cblas_sgemm" if prefix.startswith("scipy") else "cblas_sgemm"
-                gemm = getattr(lib, cblas + ("64_" if suffix else ""), None)
-                if gemm is not None:
-                    integer = ctypes.c_int64 if suffix else ctypes.c_int
-                    gemm.restype = None
-                    gemm.argtypes = ([ctypes.c_int] * 3 + [integer] * 3 + [ctypes.c_float, ctypes.c_void_p, integer,
-                                     ctypes.c_void_p, integer, ctypes.c_float, ctypes.c_void_p, integer])
-                    _sgemm = (gemm, integer)
-                return
 
 
 def available() -> bool:
-    _load()
-    return bool(_lib)
+  _load()
+  return bool(_lib)
 
 
 def default_threads() -> int:
-    v = os.environ.get("PYMODELD_RUNTIME_THREADS", "1")
-    try:
-        n = int(v)
-    except ValueError:
-        raise ValueError(f"PYMODELD_RUNTIME_THREADS must be a positive integer, got {v!r}") from None
-    if n < 1:
-        raise ValueError(f"PYMODELD_RUNTIME_THREADS must be a positive integer, got {v!r}")
-    return n
+  v = os.environ.get("PYMODELD_RUNTIME_THREADS", "1")
+  try:
+    n = int(v)
+  except ValueError:
+    raise ValueError(f"PYMODELD_RUNTIME_THREADS must be a positive integer, got {v!r}") from None
+  if n < 1:
+    raise ValueError(f"PYMODELD_RUNTIME_THREADS must be a positive integer, got {v!r}")
+  return n
 
 
 def get_threads() -> int | None:
-    _load()
-    return int(_get()) if _lib else None
+  _load()
+  return int(_get()) if _lib else None
 
 
 def set_threads(n: int) -> None:
-    if not isinstance(n, int) or n < 1:
-        raise ValueError(f"BLAS thread count must be a positive integer, got {n!r}")
-    _load()
-    if _lib and _get() != n:
-        _set(n)
+  if not isinstance(n, int) or n < 1:
+    raise ValueError(f"BLAS thread count must be a positive integer, got {n!r}")
+  _load()
+  if _lib and _get() != n:
+    _set(n)
 
 
 def gemm_available() -> bool:
-    _load()
-    return _sgemm is not None
+  _load()
+  return _sgemm is not None
 
 
 def _operand(a: np.ndarray):
-    """(transpose flag, leading dimension) of a 2-D float32 view BLAS can read in place, or None."""
-    if a.ndim != 2 or a.dtype != np.float32:
-        return None
-    (s0, s1), item = a.strides, a.itemsize
-    if (s1 == item or a.shape[1] == 1) and s0 % item == 0 and s0 // item >= max(a.shape[1], 1):
-        return NO_TRANS, s0 // item
-    if (s0 == item or a.shape[0] == 1) and s1 % item == 0 and s1 // item >= max(a.shape[0], 1):
-        return TRANS, s1 // item
+  """(transpose flag, leading dimension) of a 2-D float32 view BLAS can read in place, or None."""
+  if a.ndim != 2 or a.dtype != np.float32:
     return None
+  (s0, s1), item = a.strides, a.itemsize
+  if (s1 == item or a.shape[1] == 1) and s0 % item == 0 and s0 // item >= max(a.shape[1], 1):
+    return NO_TRANS, s0 // item
+  if (s0 == item or a.shape[0] == 1) and s1 % item == 0 and s1 // item >= max(a.shape[0], 1):
+    return TRANS, s1 // item
+  return None
 
 
 def gemm_call(A: np.ndarray, B: np.ndarray, C: np.ndarray, beta: float = 0.0):
-    """A zero-argument callable computing C = A @ B + beta * C in place, or None when sgemm is unavailable
-    or an operand's layout is not one BLAS reads directly. The arrays must outlive the callable."""
-    _load()
-    if _sgemm is None:
-        return None
-    ops = [_operand(A), _operand(B), _operand(C)]
-    if any(o is None for o in ops) or ops[2][0] != NO_TRANS:
-        return None
-    (m, k), (k2, n) = A.shape, B.shape
-    if C.shape != (m, n) or k != k2:
-        raise ValueError(f"gemm shapes differ: A {A.shape} @ B {B.shape} -> C {C.shape}")
-    fn, integer = _sgemm
-    args = (ROW_MAJOR, ops[0][0], ops[1][0], integer(m), integer(n), integer(k), ctypes.c_float(1.0),
-            ctypes.c_void_p(A.ctypes.data), integer(ops[0][1]), ctypes.c_void_p(B.ctypes.data), integer(ops[1][1]),
-            ctypes.c_float(beta), ctypes.c_void_p(C.ctypes.data), integer(ops[2][1]))
-    return lambda: fn(*args)
+  """A zero-argument callable computing C = A @ B + beta * C in place, or None when sgemm is unavailable
+  or an operand's layout is not one BLAS reads directly. The arrays must outlive the callable."""
+  _load()
+  if _sgemm is None:
+    return None
+  ops = [_operand(A), _operand(B), _operand(C)]
+  if any(o is None for o in ops) or ops[2][0] != NO_TRANS:
+    return None
+  (m, k), (k2, n) = A.shape, B.shape
+  if C.shape != (m, n) or k != k2:
+    raise ValueError(f"gemm shapes differ: A {A.shape} @ B {B.shape} -> C {C.shape}")
+  fn, integer = _sgemm
+  args = (ROW_MAJOR, ops[0][0], ops[1][0], integer(m), integer(n), integer(k), ctypes.c_float(1.0),
+          ctypes.c_void_p(A.ctypes.data), integer(ops[0][1]), ctypes.c_void_p(B.ctypes.data), integer(ops[1][1]),
+          ctypes.c_float(beta), ctypes.c_void_p(C.ctypes.data), integer(ops[2][1]))
+  return lambda: fn(*args)

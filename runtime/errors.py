@@ -2,32 +2,32 @@
 
 
 class RuntimeCoreError(Exception):
-    """Base class for errors raised by the runtime compiler and executor."""
+  """Base class for errors raised by the runtime compiler and executor."""
 
 
 class UnsupportedOpError(RuntimeCoreError):
-    """An ONNX op (or an attribute value of one) this runtime does not implement."""
+  """An ONNX op (or an attribute value of one) this runtime does not implement."""
 
 
 class UnsupportedDtypeError(RuntimeCoreError):
-    """An ONNX element type this runtime does not implement."""
+  """An ONNX element type this runtime does not implement."""
 
 
 class ModelError(RuntimeCoreError):
-    """The model itself is malformed (missing value, bad shape, inconsistent attributes)."""
+  """The model itself is malformed (missing value, bad shape, inconsistent attributes)."""
 
 
 class InputError(RuntimeCoreError, ValueError):
-    """A caller passed an input with a wrong name, shape or dtype."""
+  """A caller passed an input with a wrong name, shape or dtype."""
 
 
 class ScheduleCycleError(RuntimeCoreError):
-    """Kernel dependencies (RAW and WAR) form a cycle, so no order exists."""
+  """Kernel dependencies (RAW and WAR) form a cycle, so no order exists."""
 
 
 class JitError(RuntimeCoreError):
-    """Capture or replay of a TinyJit-like function failed its contract."""
+  """Capture or replay of a TinyJit-like function failed its contract."""
 
 
 class ArtifactError(RuntimeCoreError):
-    """A saved artifact is unreadable, of an unknown version or does not match."""
+  """A saved artifact is unreadable, of an unknown version or does not match."""

@@ -25,113 +25,113 @@ FAULT_FILE = "usb_amd.fault"
 
 @dataclass(frozen=True)
 class Fault:
-    kind: str
-    after: int = 0
-    factor: float = 1.0
+  kind: str
+  after: int = 0
+  factor: float = 1.0
 
-    def __post_init__(self):
-        if self.kind not in FAULT_KINDS:
-            raise ValueError(f"unknown fault kind {self.kind!r}; expected one of {', '.join(FAULT_KINDS)}")
-        if not isinstance(self.after, int) or self.after < 0:
-            raise ValueError(f"fault 'after' must be a non-negative integer, got {self.after!r}")
-        if not self.factor >= 1.0:
-            raise ValueError(f"slow factor must be >= 1, got {self.factor!r}")
+  def __post_init__(self):
+    if self.kind not in FAULT_KINDS:
+      raise ValueError(f"unknown fault kind {self.kind!r}; expected one of {', '.join(FAULT_KINDS)}")
+    if not isinstance(self.after, int) or self.after < 0:
+      raise ValueError(f"fault 'after' must be a non-negative integer, got {self.after!r}")
+    if not self.factor >= 1.0:
+      raise ValueError(f"slow factor must be >= 1, got {self.factor!r}")
 
-    def __str__(self) -> str:
-        params = [f"after={self.after}"] if self.after else []
-        if self.kind == "slow":
-            params.append(f"factor={self.factor:g}")
-        return self.kind + ("@" + ",".join(params) if params else "")
+  def __str__(self) -> str:
+    params = [f"after={self.after}"] if self.after else []
+    if self.kind == "slow":
+      params.append(f"factor={self.factor:g}")
+    return self.kind + ("@" + ",".join(params) if params else "")
 
 
 def parse_fault(spec: str) -> Fault:
-    """'hang', 'hang@after=5', 'slow@factor=4,after=2' -> Fault."""
-    kind, _, params = spec.strip().partition("@")
-    kwargs: dict = {}
-    for part in filter(None, (p.strip() for p in params.split(","))):
-        key, eq, value = part.partition("=")
-        if not eq or key not in ("after", "factor"):
-            raise ValueError(f"bad fault parameter {part!r} in {spec!r}; expected after=N or factor=F")
-        try:
-            kwargs[key] = int(value) if key == "after" else float(value)
-        except ValueError:
-            raise ValueError(f"bad value {value!r} for {key} in fault spec {spec!r}") from None
-    return Fault(kind.strip(), **kwargs)
+  """'hang', 'hang@after=5', 'slow@factor=4,after=2' -> Fault."""
+  kind, _, params = spec.strip().partition("@")
+  kwargs: dict = {}
+  for part in filter(None, (p.strip() for p in params.split(","))):
+    key, eq, value = part.partition("=")
+    if not eq or key not in ("after", "factor"):
+      raise ValueError(f"bad fault parameter {part!r} in {spec!r}; expected after=N or factor=F")
+    try:
+      kwargs[key] = int(value) if key == "after" else float(value)
+    except ValueError:
+      raise ValueError(f"bad value {value!r} for {key} in fault spec {spec!r}") from None
+  return Fault(kind.strip(), **kwargs)
 
 
 def parse_faults(text: str) -> list[Fault]:
-    return [parse_fault(s) for s in text.replace("\n", ";").split(";") if s.strip()]
+  return [parse_fault(s) for s in text.replace("\n", ";").split(";") if s.strip()]
 
 
 def fault_file_path() -> str:
-    from msgq.namespace import runtime_dir   # the namespace of this run (OPENPILOT_PREFIX)
-    return os.path.join(runtime_dir(), FAULT_FILE)
+  from msgq.namespace import runtime_dir   # the namespace of this run (OPENPILOT_PREFIX)
+  return os.path.join(runtime_dir(), FAULT_FILE)
 
 
 def inject(spec: str | Fault) -> str:
-    """Write the fault file (atomically) so a running device arms it on its next submission."""
-    text = str(spec) if isinstance(spec, Fault) else ";".join(str(f) for f in parse_faults(spec))
-    path = fault_file_path()
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        f.write(text + "\n")
-    os.replace(tmp, path)
-    return path
+  """Write the fault file (atomically) so a running device arms it on its next submission."""
+  text = str(spec) if isinstance(spec, Fault) else ";".join(str(f) for f in parse_faults(spec))
+  path = fault_file_path()
+  tmp = f"{path}.{os.getpid()}.tmp"
+  with open(tmp, "w") as f:
+    f.write(text + "\n")
+  os.replace(tmp, path)
+  return path
 
 
 def clear() -> None:
-    """Remove the fault file (a fault that already fired stays in effect until the device is reopened)."""
-    try:
-        os.unlink(fault_file_path())
-    except FileNotFoundError:
-        pass
+  """Remove the fault file (a fault that already fired stays in effect until the device is reopened)."""
+  try:
+    os.unlink(fault_file_path())
+  except FileNotFoundError:
+    pass
 
 
 class FaultFileWatcher:
-    """Arms each new version of the fault file once; notices removal of a not-yet-fired file fault."""
+  """Arms each new version of the fault file once; notices removal of a not-yet-fired file fault."""
 
-    def __init__(self):
-        self._seen: tuple | None = None
+  def __init__(self):
+    self._seen: tuple | None = None
 
-    def poll(self) -> list[Fault] | None:
-        """New faults if the file changed since the last poll, [] if it was removed, None if unchanged."""
-        try:
-            st = os.stat(fault_file_path())
-        except FileNotFoundError:
-            if self._seen is None:
-                return None
-            self._seen = None
-            return []
-        sig = (st.st_ino, st.st_mtime_ns, st.st_size)
-        if sig == self._seen:
-            return None
-        self._seen = sig
-        with open(fault_file_path()) as f:
-            return parse_faults(f.read())
+  def poll(self) -> list[Fault] | None:
+    """New faults if the file changed since the last poll, [] if it was removed, None if unchanged."""
+    try:
+      st = os.stat(fault_file_path())
+    except FileNotFoundError:
+      if self._seen is None:
+        return None
+      self._seen = None
+      return []
+    sig = (st.st_ino, st.st_mtime_ns, st.st_size)
+    if sig == self._seen:
+      return None
+    self._seen = sig
+    with open(fault_file_path()) as f:
+      return parse_faults(f.read())
 
 
 def main(argv: list[str]) -> int:
-    from runtime import usb_amd
-    commands = ("inject", "clear", "plug", "unplug", "status")
-    if not argv or argv[0] not in commands or len(argv) != (2 if argv[0] == "inject" else 1):
-        print("usage: python -m runtime.faults inject SPEC | clear | plug | unplug | status", file=sys.stderr)
-        return 2
-    cmd = argv[0]
-    if cmd == "inject":
-        print(inject(argv[1]))
-    elif cmd == "clear":
-        clear()
-    elif cmd == "plug":
-        print(usb_amd.plug())
-    elif cmd == "unplug":
-        usb_amd.unplug()
-    else:
-        present, why = usb_amd.presence()
-        print(f"USB+AMD {'present' if present else 'absent'}: {why}")
-        path = fault_file_path()
-        print(f"fault file {path}: {open(path).read().strip() if os.path.exists(path) else '(none)'}")
-    return 0
+  from runtime import usb_amd
+  commands = ("inject", "clear", "plug", "unplug", "status")
+  if not argv or argv[0] not in commands or len(argv) != (2 if argv[0] == "inject" else 1):
+    print("usage: python -m runtime.faults inject SPEC | clear | plug | unplug | status", file=sys.stderr)
+    return 2
+  cmd = argv[0]
+  if cmd == "inject":
+    print(inject(argv[1]))
+  elif cmd == "clear":
+    clear()
+  elif cmd == "plug":
+    print(usb_amd.plug())
+  elif cmd == "unplug":
+    usb_amd.unplug()
+  else:
+    present, why = usb_amd.presence()
+    print(f"USB+AMD {'present' if present else 'absent'}: {why}")
+    path = fault_file_path()
+    print(f"fault file {path}: {open(path).read().strip() if os.path.exists(path) else '(none)'}")
+  return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+  sys.exit(main(sys.argv[1:]))

@@ -28,67 +28,67 @@ ONNX_DTYPE_NAMES = {0: "UNDEFINED", 8: "STRING", 14: "COMPLEX64", 15: "COMPLEX12
 
 
 def dtype_from_onnx(code: int, where: str) -> np.dtype:
-    if code not in ONNX_DTYPES:
-        raise UnsupportedDtypeError(f"{where}: ONNX element type {ONNX_DTYPE_NAMES.get(code, code)} "
-                                    f"is not supported (supported: {sorted(str(d) for d in ONNX_DTYPES.values())})")
-    return ONNX_DTYPES[code]
+  if code not in ONNX_DTYPES:
+    raise UnsupportedDtypeError(f"{where}: ONNX element type {ONNX_DTYPE_NAMES.get(code, code)} "
+                                f"is not supported (supported: {sorted(str(d) for d in ONNX_DTYPES.values())})")
+  return ONNX_DTYPES[code]
 
 
 def dtype_to_onnx(dtype: np.dtype) -> int:
-    for code, dt in ONNX_DTYPES.items():
-        if dt == dtype:
-            return code
-    raise UnsupportedDtypeError(f"numpy dtype {dtype} has no ONNX element type here")
+  for code, dt in ONNX_DTYPES.items():
+    if dt == dtype:
+      return code
+  raise UnsupportedDtypeError(f"numpy dtype {dtype} has no ONNX element type here")
 
 
 @dataclass(frozen=True)
 class Spec:
-    """Static shape and dtype of one value."""
-    shape: tuple[int, ...]
-    dtype: np.dtype
+  """Static shape and dtype of one value."""
+  shape: tuple[int, ...]
+  dtype: np.dtype
 
-    @property
-    def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+  @property
+  def nbytes(self) -> int:
+    return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
 
-    def to_json(self) -> dict:
-        return {"shape": list(self.shape), "dtype": self.dtype.str}
+  def to_json(self) -> dict:
+    return {"shape": list(self.shape), "dtype": self.dtype.str}
 
-    @staticmethod
-    def from_json(d: dict) -> "Spec":
-        return Spec(tuple(int(s) for s in d["shape"]), np.dtype(d["dtype"]))
+  @staticmethod
+  def from_json(d: dict) -> "Spec":
+    return Spec(tuple(int(s) for s in d["shape"]), np.dtype(d["dtype"]))
 
 
 def spec_of(a: np.ndarray) -> Spec:
-    return Spec(tuple(int(s) for s in a.shape), a.dtype)
+  return Spec(tuple(int(s) for s in a.shape), a.dtype)
 
 
 @dataclass
 class Node:
-    op: str
-    inputs: list[str]
-    outputs: list[str]
-    attrs: dict = field(default_factory=dict)
-    name: str = ""
+  op: str
+  inputs: list[str]
+  outputs: list[str]
+  attrs: dict = field(default_factory=dict)
+  name: str = ""
 
-    def describe(self) -> str:
-        return f"{self.op} node {self.name!r}" if self.name else f"{self.op} node producing {self.outputs}"
+  def describe(self) -> str:
+    return f"{self.op} node {self.name!r}" if self.name else f"{self.op} node producing {self.outputs}"
 
-    def to_json(self) -> dict:
-        return {"op": self.op, "inputs": self.inputs, "outputs": self.outputs, "attrs": self.attrs, "name": self.name}
+  def to_json(self) -> dict:
+    return {"op": self.op, "inputs": self.inputs, "outputs": self.outputs, "attrs": self.attrs, "name": self.name}
 
-    @staticmethod
-    def from_json(d: dict) -> "Node":
-        return Node(d["op"], list(d["inputs"]), list(d["outputs"]), dict(d["attrs"]), d.get("name", ""))
+  @staticmethod
+  def from_json(d: dict) -> "Node":
+    return Node(d["op"], list(d["inputs"]), list(d["outputs"]), dict(d["attrs"]), d.get("name", ""))
 
 
 @dataclass
 class Graph:
-    inputs: dict[str, Spec]
-    outputs: list[str]
-    nodes: list[Node]
-    consts: dict[str, np.ndarray]
-    metadata: dict[str, str] = field(default_factory=dict)
-    opset: int = 13
-    # values whose storage lives outside the program (mutable state): name -> Spec; never planned or folded
-    held: dict[str, Spec] = field(default_factory=dict)
+  inputs: dict[str, Spec]
+  outputs: list[str]
+  nodes: list[Node]
+  consts: dict[str, np.ndarray]
+  metadata: dict[str, str] = field(default_factory=dict)
+  opset: int = 13
+  # values whose storage lives outside the program (mutable state): name -> Spec; never planned or folded
+  held: dict[str, Spec] = field(default_factory=dict)

@@ -41,271 +41,271 @@ _gone_in_process = False             # set by an injected disconnect, cleared by
 
 # ---- enumeration ---------------------------------------------------------------------------------
 def presence_path() -> str:
-    from msgq.namespace import runtime_dir
-    return os.path.join(runtime_dir(), PRESENCE_FILE)
+  from msgq.namespace import runtime_dir
+  return os.path.join(runtime_dir(), PRESENCE_FILE)
 
 
 def presence() -> tuple[bool, str]:
-    """(present, why) for the simulated USB+AMD device."""
-    if _gone_in_process:
-        return False, "disconnected (injected fault); plug it in again with runtime.usb_amd.plug()"
-    env = os.environ.get(PRESENCE_ENV)
-    if env is not None:
-        if env.lower() in ("1", "present", "yes", "true"):
-            return True, f"{PRESENCE_ENV}={env}"
-        return False, f"{PRESENCE_ENV}={env} (not 1/present)"
-    path = presence_path()
-    if os.path.exists(path):
-        return True, f"presence file {path}"
-    return False, f"no presence file {path} and {PRESENCE_ENV} unset (python -m runtime.faults plug)"
+  """(present, why) for the simulated USB+AMD device."""
+  if _gone_in_process:
+    return False, "disconnected (injected fault); plug it in again with runtime.usb_amd.plug()"
+  env = os.environ.get(PRESENCE_ENV)
+  if env is not None:
+    if env.lower() in ("1", "present", "yes", "true"):
+      return True, f"{PRESENCE_ENV}={env}"
+    return False, f"{PRESENCE_ENV}={env} (not 1/present)"
+  path = presence_path()
+  if os.path.exists(path):
+    return True, f"presence file {path}"
+  return False, f"no presence file {path} and {PRESENCE_ENV} unset (python -m runtime.faults plug)"
 
 
 def plug() -> str:
-    global _gone_in_process
-    _gone_in_process = False
-    path = presence_path()
-    with open(path, "w") as f:
-        f.write("USB+AMD simulator\n")
-    return path
+  global _gone_in_process
+  _gone_in_process = False
+  path = presence_path()
+  with open(path, "w") as f:
+    f.write("USB+AMD simulator\n")
+  return path
 
 
 def unplug() -> None:
-    try:
-        os.unlink(presence_path())
-    except FileNotFoundError:
-        pass
+  try:
+    os.unlink(presence_path())
+  except FileNotFoundError:
+    pass
 
 
 # ---- link and memory -----------------------------------------------------------------------------
 @dataclass
 class UsbLink:
-    """The modelled USB link: every physical transfer costs latency_s plus its bytes / bandwidth."""
-    bandwidth_bytes_s: float = 350e6
-    latency_s: float = 100e-6
-    chunk_bytes: int = CHUNK
-    transfers: int = 0                 # physical transfers actually carried
-    bytes_moved: int = 0
+  """The modelled USB link: every physical transfer costs latency_s plus its bytes / bandwidth."""
+  bandwidth_bytes_s: float = 350e6
+  latency_s: float = 100e-6
+  chunk_bytes: int = CHUNK
+  transfers: int = 0                 # physical transfers actually carried
+  bytes_moved: int = 0
 
-    @classmethod
-    def from_env(cls) -> UsbLink:
-        return cls(bandwidth_bytes_s=float(os.environ.get("PYMODELD_USB_BANDWIDTH_MBPS", 350)) * 1e6,
-                   latency_s=float(os.environ.get("PYMODELD_USB_LATENCY_US", 100)) * 1e-6)
+  @classmethod
+  def from_env(cls) -> UsbLink:
+    return cls(bandwidth_bytes_s=float(os.environ.get("PYMODELD_USB_BANDWIDTH_MBPS", 350)) * 1e6,
+               latency_s=float(os.environ.get("PYMODELD_USB_LATENCY_US", 100)) * 1e-6)
 
-    def window(self, direction: str) -> int:
-        return self.chunk_bytes if direction == "upload" else 2 * self.chunk_bytes
+  def window(self, direction: str) -> int:
+    return self.chunk_bytes if direction == "upload" else 2 * self.chunk_bytes
 
-    def chunks(self, nbytes: int, direction: str) -> int:
-        w = self.window(direction)
-        return max(1, (nbytes + w - 1) // w)
+  def chunks(self, nbytes: int, direction: str) -> int:
+    w = self.window(direction)
+    return max(1, (nbytes + w - 1) // w)
 
-    def cost_s(self, nbytes: int, direction: str) -> float:
-        return self.chunks(nbytes, direction) * self.latency_s + nbytes / self.bandwidth_bytes_s
+  def cost_s(self, nbytes: int, direction: str) -> float:
+    return self.chunks(nbytes, direction) * self.latency_s + nbytes / self.bandwidth_bytes_s
 
 
 class VramBlock:
-    __slots__ = ("offset", "nbytes", "__weakref__")
+  __slots__ = ("offset", "nbytes", "__weakref__")
 
-    def __init__(self, offset: int, nbytes: int):
-        self.offset, self.nbytes = offset, nbytes
+  def __init__(self, offset: int, nbytes: int):
+    self.offset, self.nbytes = offset, nbytes
 
 
 class VramAllocator(LRUAllocator):
-    """LRU cache over a range allocator of the simulated VRAM."""
+  """LRU cache over a range allocator of the simulated VRAM."""
 
-    def __init__(self, vram_bytes: int, cap_bytes: int, completed):
-        super().__init__(cap_bytes, completed)
-        self.ranges = RangeAllocator(vram_bytes, alignment=256)
+  def __init__(self, vram_bytes: int, cap_bytes: int, completed):
+    super().__init__(cap_bytes, completed)
+    self.ranges = RangeAllocator(vram_bytes, alignment=256)
 
-    def _alloc(self, nbytes: int, options: Any) -> VramBlock:
-        return VramBlock(self.ranges.alloc(nbytes), nbytes)
+  def _alloc(self, nbytes: int, options: Any) -> VramBlock:
+    return VramBlock(self.ranges.alloc(nbytes), nbytes)
 
-    def _free(self, handle: VramBlock) -> None:
-        self.ranges.free(handle.offset)
+  def _free(self, handle: VramBlock) -> None:
+    self.ranges.free(handle.offset)
 
-    @property
-    def device_used_bytes(self) -> int:
-        return self.ranges.used_bytes
+  @property
+  def device_used_bytes(self) -> int:
+    return self.ranges.used_bytes
 
 
 # ---- the device ----------------------------------------------------------------------------------
 class USBAMDDevice(Compiled):
-    host_visible = False
+  host_visible = False
 
-    def __init__(self, name: str = "USB+AMD", link: UsbLink | None = None, vram_bytes: int | None = None):
-        present, why = presence()
-        if not present:
-            raise DeviceUnavailable(f"{name} is not present: {why}")
-        self.link = link or UsbLink.from_env()
-        self.vram_bytes = vram_bytes or int(os.environ.get("PYMODELD_USB_VRAM_MB", 256)) << 20
-        self._fault_watch = faults.FaultFileWatcher()
-        self._armed: list[tuple[Any, int, bool]] = []      # (fault, compute count when armed, from file)
-        self._compute_submitted = 0
-        super().__init__(name, self._new_allocator())
-        self._boot()
-        env = os.environ.get(faults.FAULT_ENV)
-        for f in faults.parse_faults(env) if env else []:
-            self.inject_fault(f)
+  def __init__(self, name: str = "USB+AMD", link: UsbLink | None = None, vram_bytes: int | None = None):
+    present, why = presence()
+    if not present:
+      raise DeviceUnavailable(f"{name} is not present: {why}")
+    self.link = link or UsbLink.from_env()
+    self.vram_bytes = vram_bytes or int(os.environ.get("PYMODELD_USB_VRAM_MB", 256)) << 20
+    self._fault_watch = faults.FaultFileWatcher()
+    self._armed: list[tuple[Any, int, bool]] = []      # (fault, compute count when armed, from file)
+    self._compute_submitted = 0
+    super().__init__(name, self._new_allocator())
+    self._boot()
+    env = os.environ.get(faults.FAULT_ENV)
+    for f in faults.parse_faults(env) if env else []:
+      self.inject_fault(f)
 
-    def _new_allocator(self) -> VramAllocator:
-        cap = int(os.environ.get("PYMODELD_USB_LRU_BYTES", 64 << 20))
-        return VramAllocator(self.vram_bytes, cap, lambda: self.completed_value)
+  def _new_allocator(self) -> VramAllocator:
+    cap = int(os.environ.get("PYMODELD_USB_LRU_BYTES", 64 << 20))
+    return VramAllocator(self.vram_bytes, cap, lambda: self.completed_value)
 
-    def _boot(self) -> None:
-        self._vram = np.zeros(self.vram_bytes, dtype=np.uint8)    # calloc: pages are committed on first touch
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._stop = threading.Event()
-        self._fault_error: DeviceError | None = None
-        self._slow, self._nan, self._transfer_error = 1.0, False, False
-        self.hung = False
-        self._worker = threading.Thread(target=self._work, name=f"{self.name} queue", daemon=True)
-        self._worker.start()
+  def _boot(self) -> None:
+    self._vram = np.zeros(self.vram_bytes, dtype=np.uint8)    # calloc: pages are committed on first touch
+    self._queue: queue.SimpleQueue = queue.SimpleQueue()
+    self._stop = threading.Event()
+    self._fault_error: DeviceError | None = None
+    self._slow, self._nan, self._transfer_error = 1.0, False, False
+    self.hung = False
+    self._worker = threading.Thread(target=self._work, name=f"{self.name} queue", daemon=True)
+    self._worker.start()
 
-    # ---- faults ------------------------------------------------------------------------------------
-    def inject_fault(self, fault: faults.Fault | str) -> None:
-        """Arm a fault; it fires once `fault.after` more compute submissions have been made."""
-        f = faults.parse_fault(fault) if isinstance(fault, str) else fault
-        self._armed.append((f, self._compute_submitted, False))
+  # ---- faults ------------------------------------------------------------------------------------
+  def inject_fault(self, fault: faults.Fault | str) -> None:
+    """Arm a fault; it fires once `fault.after` more compute submissions have been made."""
+    f = faults.parse_fault(fault) if isinstance(fault, str) else fault
+    self._armed.append((f, self._compute_submitted, False))
 
-    def _poll_fault_file(self) -> None:
-        new = self._fault_watch.poll()
-        if new is None:
-            return
-        self._armed = [a for a in self._armed if not a[2]]       # a removed/replaced file disarms its faults
-        self._armed += [(f, self._compute_submitted, True) for f in new]
+  def _poll_fault_file(self) -> None:
+    new = self._fault_watch.poll()
+    if new is None:
+      return
+    self._armed = [a for a in self._armed if not a[2]]       # a removed/replaced file disarms its faults
+    self._armed += [(f, self._compute_submitted, True) for f in new]
 
-    def _device_fault(self) -> DeviceError | None:
-        return self._fault_error
+  def _device_fault(self) -> DeviceError | None:
+    return self._fault_error
 
-    def _activate(self, fault: faults.Fault) -> bool:
-        """Apply a fault on the worker; returns False when the queue must stop."""
-        global _gone_in_process
-        if fault.kind == "hang":
-            self.hung = True
-            return False
-        if fault.kind == "disconnect":
-            _gone_in_process = True
-            unplug()
-            self._fail(DeviceDisconnected(f"{self.name} disconnected (injected fault)"))
-            return False
-        if fault.kind == "slow":
-            self._slow = fault.factor
-        elif fault.kind == "nan":
-            self._nan = True
-        elif fault.kind == "transfer_error":
-            self._transfer_error = True
-        return True
+  def _activate(self, fault: faults.Fault) -> bool:
+    """Apply a fault on the worker; returns False when the queue must stop."""
+    global _gone_in_process
+    if fault.kind == "hang":
+      self.hung = True
+      return False
+    if fault.kind == "disconnect":
+      _gone_in_process = True
+      unplug()
+      self._fail(DeviceDisconnected(f"{self.name} disconnected (injected fault)"))
+      return False
+    if fault.kind == "slow":
+      self._slow = fault.factor
+    elif fault.kind == "nan":
+      self._nan = True
+    elif fault.kind == "transfer_error":
+      self._transfer_error = True
+    return True
 
-    def _fail(self, err: DeviceError) -> None:
-        with self._cv:
-            self._fault_error = without_traceback(err)  # e may come from the worker, whose frames hold a command
-            self._cv.notify_all()
+  def _fail(self, err: DeviceError) -> None:
+    with self._cv:
+      self._fault_error = without_traceback(err)  # e may come from the worker, whose frames hold a command
+      self._cv.notify_all()
 
-    # ---- queue -------------------------------------------------------------------------------------
-    def _execute(self, cmd: Command) -> None:
-        self._poll_fault_file()
-        due = [a for a in self._armed if self._compute_submitted - a[1] >= a[0].after]
-        if due:
-            self._armed = [a for a in self._armed if a not in due]
-            cmd.fault = [a[0] for a in due]
-        if cmd.stage == "compute":
-            self._compute_submitted += 1
-        self._queue.put(cmd)
+  # ---- queue -------------------------------------------------------------------------------------
+  def _execute(self, cmd: Command) -> None:
+    self._poll_fault_file()
+    due = [a for a in self._armed if self._compute_submitted - a[1] >= a[0].after]
+    if due:
+      self._armed = [a for a in self._armed if a not in due]
+      cmd.fault = [a[0] for a in due]
+    if cmd.stage == "compute":
+      self._compute_submitted += 1
+    self._queue.put(cmd)
 
-    def _work(self) -> None:
-        self._worker_ident = threading.get_ident()
-        stop, q = self._stop, self._queue
-        while not stop.is_set():
-            cmd = q.get()
-            if cmd is None or stop.is_set():
-                return
-            if cmd.fault and not all(self._activate(f) for f in cmd.fault):
-                cmd = None                        # a parked worker must not pin the command's host memory
-                stop.wait()                       # hung or gone: nothing completes until reopen()/close()
-                return
-            failure = None
-            try:
-                t0 = time.perf_counter()
-                self._run_timed(cmd) if self._slow == 1.0 else self._run_slow(cmd, t0)
-            except DeviceError as e:
-                failure = e
-            except Exception as e:              # a kernel bug: the device reports it, the queue stops
-                failure = DeviceError(f"{self.name}: command {cmd.value} ({cmd.stage}) failed: {e!r}")
-            if failure is not None:
-                self._fail(failure)
-                failure = cmd = None
-                stop.wait()
-                return
-            if stop.is_set():                   # reopened meanwhile: this command belongs to the old device
-                return
-            value, cmd = cmd.value, None        # drop its references (host memory it read) before signalling
-            self._signal(value)
+  def _work(self) -> None:
+    self._worker_ident = threading.get_ident()
+    stop, q = self._stop, self._queue
+    while not stop.is_set():
+      cmd = q.get()
+      if cmd is None or stop.is_set():
+        return
+      if cmd.fault and not all(self._activate(f) for f in cmd.fault):
+        cmd = None                        # a parked worker must not pin the command's host memory
+        stop.wait()                       # hung or gone: nothing completes until reopen()/close()
+        return
+      failure = None
+      try:
+        t0 = time.perf_counter()
+        self._run_timed(cmd) if self._slow == 1.0 else self._run_slow(cmd, t0)
+      except DeviceError as e:
+        failure = e
+      except Exception as e:              # a kernel bug: the device reports it, the queue stops
+        failure = DeviceError(f"{self.name}: command {cmd.value} ({cmd.stage}) failed: {e!r}")
+      if failure is not None:
+        self._fail(failure)
+        failure = cmd = None
+        stop.wait()
+        return
+      if stop.is_set():                   # reopened meanwhile: this command belongs to the old device
+        return
+      value, cmd = cmd.value, None        # drop its references (host memory it read) before signalling
+      self._signal(value)
 
-    def _run_slow(self, cmd: Command, t0: float) -> None:
-        fn = cmd.fn
+  def _run_slow(self, cmd: Command, t0: float) -> None:
+    fn = cmd.fn
 
-        def slowed():
-            fn()
-            time.sleep((time.perf_counter() - t0) * (self._slow - 1.0))
-        cmd.fn = slowed
-        self._run_timed(cmd)
+    def slowed():
+      fn()
+      time.sleep((time.perf_counter() - t0) * (self._slow - 1.0))
+    cmd.fn = slowed
+    self._run_timed(cmd)
 
-    def on_queue(self) -> bool:
-        return threading.get_ident() == getattr(self, "_worker_ident", None)
+  def on_queue(self) -> bool:
+    return threading.get_ident() == getattr(self, "_worker_ident", None)
 
-    def memory(self, handle: VramBlock) -> np.ndarray:
-        return self._vram[handle.offset:handle.offset + handle.nbytes]
+  def memory(self, handle: VramBlock) -> np.ndarray:
+    return self._vram[handle.offset:handle.offset + handle.nbytes]
 
-    # ---- transfers over the modelled link ----------------------------------------------------------
-    def chunks(self, nbytes: int, direction: str) -> int:
-        return 1 if direction == "direct" else self.link.chunks(nbytes, direction)
+  # ---- transfers over the modelled link ----------------------------------------------------------
+  def chunks(self, nbytes: int, direction: str) -> int:
+    return 1 if direction == "direct" else self.link.chunks(nbytes, direction)
 
-    def _move(self, direction: str, dst: np.ndarray, src: np.ndarray) -> None:
-        """Carry src -> dst over the link chunk by chunk (on the worker)."""
-        n, w = src.nbytes, self.link.window(direction)
-        for lo in range(0, max(n, 1), w):
-            if self._transfer_error:
-                self._transfer_error = False
-                raise TransferError(f"{self.name}: USB {direction} transfer at byte {lo} of {n} failed "
-                                    f"(injected fault)")
-            dst[lo:lo + w] = src[lo:lo + w]
-            self.link.transfers += 1
-            self.link.bytes_moved += min(w, n - lo)
-        time.sleep(self.link.cost_s(n, direction))
+  def _move(self, direction: str, dst: np.ndarray, src: np.ndarray) -> None:
+    """Carry src -> dst over the link chunk by chunk (on the worker)."""
+    n, w = src.nbytes, self.link.window(direction)
+    for lo in range(0, max(n, 1), w):
+      if self._transfer_error:
+        self._transfer_error = False
+        raise TransferError(f"{self.name}: USB {direction} transfer at byte {lo} of {n} failed "
+                            f"(injected fault)")
+      dst[lo:lo + w] = src[lo:lo + w]
+      self.link.transfers += 1
+      self.link.bytes_moved += min(w, n - lo)
+    time.sleep(self.link.cost_s(n, direction))
 
-    def copyin(self, handle: VramBlock, offset: int, src: np.ndarray) -> int:
-        """Queue an upload; src must stay unchanged until the returned timeline value completes."""
-        return self.submit(lambda: self._move("upload", self.memory(handle)[offset:offset + src.nbytes], src),
-                           stage="upload")
+  def copyin(self, handle: VramBlock, offset: int, src: np.ndarray) -> int:
+    """Queue an upload; src must stay unchanged until the returned timeline value completes."""
+    return self.submit(lambda: self._move("upload", self.memory(handle)[offset:offset + src.nbytes], src),
+                       stage="upload")
 
-    def copyout(self, dst: np.ndarray, handle: VramBlock, offset: int, dtype: np.dtype) -> None:
-        def run():
-            self._move("readback", dst, self.memory(handle)[offset:offset + dst.nbytes])
-            if self._nan and np.dtype(dtype).kind == "f":
-                dst.view(dtype)[:] = np.nan
-        self.wait(self.submit(run, stage="readback"))
+  def copyout(self, dst: np.ndarray, handle: VramBlock, offset: int, dtype: np.dtype) -> None:
+    def run():
+      self._move("readback", dst, self.memory(handle)[offset:offset + dst.nbytes])
+      if self._nan and np.dtype(dtype).kind == "f":
+        dst.view(dtype)[:] = np.nan
+    self.wait(self.submit(run, stage="readback"))
 
-    # ---- lifecycle ---------------------------------------------------------------------------------
-    def _shutdown(self) -> None:
-        self._stop.set()
-        self._queue.put(None)
-        if self._worker is not threading.current_thread():
-            self._worker.join(timeout=10)
+  # ---- lifecycle ---------------------------------------------------------------------------------
+  def _shutdown(self) -> None:
+    self._stop.set()
+    self._queue.put(None)
+    if self._worker is not threading.current_thread():
+      self._worker.join(timeout=10)
 
-    def reopen(self) -> None:
-        """Reset the device: drop queued work and all device memory, clear faults and the error state."""
-        self._shutdown()
-        present, why = presence()
-        if not present:
-            raise DeviceUnavailable(f"{self.name} cannot be reopened: {why}")
-        with self._cv:
-            self.generation += 1
-            self.completed_value = self.timeline_value     # abandoned commands will never touch memory again
-            self.error_state = None
-            self._cv.notify_all()
-        self._armed = []
-        self.allocator = self._new_allocator()
-        self._boot()
+  def reopen(self) -> None:
+    """Reset the device: drop queued work and all device memory, clear faults and the error state."""
+    self._shutdown()
+    present, why = presence()
+    if not present:
+      raise DeviceUnavailable(f"{self.name} cannot be reopened: {why}")
+    with self._cv:
+      self.generation += 1
+      self.completed_value = self.timeline_value     # abandoned commands will never touch memory again
+      self.error_state = None
+      self._cv.notify_all()
+    self._armed = []
+    self.allocator = self._new_allocator()
+    self._boot()
 
-    def close(self) -> None:
-        self._shutdown()
-        self._vram = None
+  def close(self) -> None:
+    self._shutdown()
+    self._vram = None

@@ -14,76 +14,76 @@ Bind = Callable[[list, list, list], Callable[[], None]]
 
 @dataclass
 class Kernel:
-    op: str
-    out_specs: list[Spec]
-    bind: Bind
-    scratch_specs: list[Spec] = field(default_factory=list)
-    flops: int = 0
-    # the output may share storage with input 0 (in-place chain fusion is then legal)
-    elementwise: bool = False
-    # the output is input 0 reshaped: the lowering aliases storage instead of copying
-    view: bool = False
-    # shape-only ops (Shape, Size, ConstantOfShape ...) know their value at build time
-    const_value: Optional[np.ndarray] = None
+  op: str
+  out_specs: list[Spec]
+  bind: Bind
+  scratch_specs: list[Spec] = field(default_factory=list)
+  flops: int = 0
+  # the output may share storage with input 0 (in-place chain fusion is then legal)
+  elementwise: bool = False
+  # the output is input 0 reshaped: the lowering aliases storage instead of copying
+  view: bool = False
+  # shape-only ops (Shape, Size, ConstantOfShape ...) know their value at build time
+  const_value: Optional[np.ndarray] = None
 
 
 KERNELS: dict[str, Callable] = {}
 
 
 def register(*ops: str):
-    def deco(fn):
-        for op in ops:
-            KERNELS[op] = fn
-        return fn
-    return deco
+  def deco(fn):
+    for op in ops:
+      KERNELS[op] = fn
+    return fn
+  return deco
 
 
 def supported_ops() -> list[str]:
-    """ONNX ops this runtime implements (internal frontend ops start with '_' and are left out)."""
-    return sorted(k for k in KERNELS if not k.startswith("_"))
+  """ONNX ops this runtime implements (internal frontend ops start with '_' and are left out)."""
+  return sorted(k for k in KERNELS if not k.startswith("_"))
 
 
 def build_kernel(op: str, attrs: dict, specs: list, consts: list, where: str) -> Kernel:
-    if op not in KERNELS:
-        raise UnsupportedOpError(f"{where}: op {op!r} is not supported")
-    try:
-        return KERNELS[op](op, attrs, specs, consts)
-    except (UnsupportedOpError, ModelError) as e:
-        raise type(e)(f"{where}: {e}") from None
+  if op not in KERNELS:
+    raise UnsupportedOpError(f"{where}: op {op!r} is not supported")
+  try:
+    return KERNELS[op](op, attrs, specs, consts)
+  except (UnsupportedOpError, ModelError) as e:
+    raise type(e)(f"{where}: {e}") from None
 
 
 def need_const(consts: list, i: int, what: str) -> np.ndarray:
-    if i >= len(consts) or consts[i] is None:
-        raise UnsupportedOpError(f"{what} must be a compile-time constant")
-    return consts[i]
+  if i >= len(consts) or consts[i] is None:
+    raise UnsupportedOpError(f"{what} must be a compile-time constant")
+  return consts[i]
 
 
 def opt(specs: list, i: int):
-    return specs[i] if i < len(specs) else None
+  return specs[i] if i < len(specs) else None
 
 
 def numel(shape) -> int:
-    return int(np.prod(shape, dtype=np.int64))
+  return int(np.prod(shape, dtype=np.int64))
 
 
 def norm_axis(axis: int, rank: int, what: str) -> int:
-    if not -rank <= axis < max(rank, 1):
-        raise ModelError(f"{what}: axis {axis} out of range for rank {rank}")
-    return axis % max(rank, 1)
+  if not -rank <= axis < max(rank, 1):
+    raise ModelError(f"{what}: axis {axis} out of range for rank {rank}")
+  return axis % max(rank, 1)
 
 
 def broadcast_shape(*shapes, what: str = "broadcast") -> tuple[int, ...]:
-    try:
-        return tuple(int(s) for s in np.broadcast_shapes(*shapes))
-    except ValueError:
-        raise ModelError(f"{what}: shapes {list(shapes)} do not broadcast") from None
+  try:
+    return tuple(int(s) for s in np.broadcast_shapes(*shapes))
+  except ValueError:
+    raise ModelError(f"{what}: shapes {list(shapes)} do not broadcast") from None
 
 
 def copy_kernel(op: str, src_of: Callable, out: Spec, flops: int = 0) -> Kernel:
-    """Kernel copying `src_of(ins)` into the output. `src_of` runs once, at bind time, so it must return a
-    *view* of the bound inputs (a computed array would freeze the first call's values)."""
-    def bind(ins, outs, scratch):
-        o = outs[0]
-        src = src_of(ins)
-        return lambda: np.copyto(o, src)
-    return Kernel(op, [out], bind, flops=flops)
+  """Kernel copying `src_of(ins)` into the output. `src_of` runs once, at bind time, so it must return a
+  *view* of the bound inputs (a computed array would freeze the first call's values)."""
+  def bind(ins, outs, scratch):
+    o = outs[0]
+    src = src_of(ins)
+    return lambda: np.copyto(o, src)
+  return Kernel(op, [out], bind, flops=flops)

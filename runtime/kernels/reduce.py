@@ -23,54 +23,54 @@ REDUCERS = {
 
 @register(*REDUCERS)
 def reduce_op(op, attrs, specs, consts):
-    x = specs[0]
-    rank = len(x.shape)
-    if "axes" in attrs:
-        axes = list(attrs["axes"])
-    elif opt(specs, 1) is not None:
-        axes = [int(v) for v in need_const(consts, 1, f"{op} axes")]
-    else:
-        axes = []
-    if not axes:
-        if int(attrs.get("noop_with_empty_axes", 0)):
-            def bind_id(ins, outs, scr):
-                a, o = ins[0], outs[0]
-                return lambda: np.copyto(o, a)
-            return Kernel(op, [x], bind_id)
-        axes = list(range(rank))
-    axes = tuple(sorted({norm_axis(a, rank, op) for a in axes}))
-    keep = int(attrs.get("keepdims", 1))
-    kept = tuple(1 if i in axes else s for i, s in enumerate(x.shape))
-    shape = kept if keep else tuple(s for i, s in enumerate(x.shape) if i not in axes)
-    fn = REDUCERS[op]
+  x = specs[0]
+  rank = len(x.shape)
+  if "axes" in attrs:
+    axes = list(attrs["axes"])
+  elif opt(specs, 1) is not None:
+    axes = [int(v) for v in need_const(consts, 1, f"{op} axes")]
+  else:
+    axes = []
+  if not axes:
+    if int(attrs.get("noop_with_empty_axes", 0)):
+      def bind_id(ins, outs, scr):
+        a, o = ins[0], outs[0]
+        return lambda: np.copyto(o, a)
+      return Kernel(op, [x], bind_id)
+    axes = list(range(rank))
+  axes = tuple(sorted({norm_axis(a, rank, op) for a in axes}))
+  keep = int(attrs.get("keepdims", 1))
+  kept = tuple(1 if i in axes else s for i, s in enumerate(x.shape))
+  shape = kept if keep else tuple(s for i, s in enumerate(x.shape) if i not in axes)
+  fn = REDUCERS[op]
 
-    def bind(ins, outs, scr):
-        a, o = ins[0], outs[0].reshape(kept)
-        return lambda: fn(a, axes, o)
-    return Kernel(op, [Spec(shape, x.dtype)], bind, flops=numel(x.shape))
+  def bind(ins, outs, scr):
+    a, o = ins[0], outs[0].reshape(kept)
+    return lambda: fn(a, axes, o)
+  return Kernel(op, [Spec(shape, x.dtype)], bind, flops=numel(x.shape))
 
 
 @register("ArgMax", "ArgMin")
 def argmax(op, attrs, specs, consts):
-    x = specs[0]
-    rank = len(x.shape)
-    axis = norm_axis(int(attrs.get("axis", 0)), rank, op)
-    keep = int(attrs.get("keepdims", 1))
-    last = int(attrs.get("select_last_index", 0))
-    kept = tuple(1 if i == axis else s for i, s in enumerate(x.shape))
-    shape = kept if keep else tuple(s for i, s in enumerate(x.shape) if i != axis)
-    fn = np.argmax if op == "ArgMax" else np.argmin
-    n = x.shape[axis]
-    if n == 0:
-        raise ModelError(f"{op} over an empty axis {axis}")
+  x = specs[0]
+  rank = len(x.shape)
+  axis = norm_axis(int(attrs.get("axis", 0)), rank, op)
+  keep = int(attrs.get("keepdims", 1))
+  last = int(attrs.get("select_last_index", 0))
+  kept = tuple(1 if i == axis else s for i, s in enumerate(x.shape))
+  shape = kept if keep else tuple(s for i, s in enumerate(x.shape) if i != axis)
+  fn = np.argmax if op == "ArgMax" else np.argmin
+  n = x.shape[axis]
+  if n == 0:
+    raise ModelError(f"{op} over an empty axis {axis}")
 
-    def bind(ins, outs, scr):
-        a, o = ins[0], outs[0].reshape(kept)
-        if last:
-            flipped = np.flip(a, axis=axis)
+  def bind(ins, outs, scr):
+    a, o = ins[0], outs[0].reshape(kept)
+    if last:
+      flipped = np.flip(a, axis=axis)
 
-            def run():
-                np.copyto(o, (n - 1) - np.expand_dims(fn(flipped, axis=axis), axis))
-            return run
-        return lambda: np.copyto(o, np.expand_dims(fn(a, axis=axis), axis))
-    return Kernel(op, [Spec(shape, np.dtype(np.int64))], bind)
+      def run():
+        np.copyto(o, (n - 1) - np.expand_dims(fn(flipped, axis=axis), axis))
+      return run
+    return lambda: np.copyto(o, np.expand_dims(fn(a, axis=axis), axis))
+  return Kernel(op, [Spec(shape, np.dtype(np.int64))], bind)

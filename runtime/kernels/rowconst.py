@@ -17,37 +17,37 @@ _rows: dict = {}
 
 
 def const_row(value, dtype) -> np.ndarray:
-    dtype = np.dtype(dtype)
-    key = (dtype.str, np.asarray(value, dtype).tobytes())
-    row = _rows.get(key)
-    if row is None:
-        row = np.empty(ROW, dtype)
-        row.fill(value)
-        row.flags.writeable = False
-        _rows[key] = row
-    return row
+  dtype = np.dtype(dtype)
+  key = (dtype.str, np.asarray(value, dtype).tobytes())
+  row = _rows.get(key)
+  if row is None:
+    row = np.empty(ROW, dtype)
+    row.fill(value)
+    row.flags.writeable = False
+    _rows[key] = row
+  return row
 
 
 def _flat(a: np.ndarray):
-    return a.reshape(-1) if a.flags.c_contiguous else None
+  return a.reshape(-1) if a.flags.c_contiguous else None
 
 
 def bound_const_op(ufunc, src: np.ndarray, value, dst: np.ndarray):
-    """A zero-argument callable computing dst = ufunc(src, value); src may be dst. Falls back to the plain
-    ufunc call where the arrays are not contiguous or the dtypes differ."""
-    fs, fd = _flat(src), _flat(dst)
-    if fs is None or fd is None or src.shape != dst.shape or src.dtype != dst.dtype or src.dtype.kind not in "fiu":
-        return lambda: ufunc(src, value, out=dst)
-    row = const_row(value, src.dtype)
-    n = fs.size // ROW * ROW
-    body = (fs[:n].reshape(-1, ROW), fd[:n].reshape(-1, ROW))
-    tail = (fs[n:], fd[n:], row[:fs.size - n])
-    if n == 0:
-        return lambda: ufunc(tail[0], tail[2], out=tail[1])
-    if n == fs.size:
-        return lambda: ufunc(body[0], row, out=body[1])
+  """A zero-argument callable computing dst = ufunc(src, value); src may be dst. Falls back to the plain
+  ufunc call where the arrays are not contiguous or the dtypes differ."""
+  fs, fd = _flat(src), _flat(dst)
+  if fs is None or fd is None or src.shape != dst.shape or src.dtype != dst.dtype or src.dtype.kind not in "fiu":
+    return lambda: ufunc(src, value, out=dst)
+  row = const_row(value, src.dtype)
+  n = fs.size // ROW * ROW
+  body = (fs[:n].reshape(-1, ROW), fd[:n].reshape(-1, ROW))
+  tail = (fs[n:], fd[n:], row[:fs.size - n])
+  if n == 0:
+    return lambda: ufunc(tail[0], tail[2], out=tail[1])
+  if n == fs.size:
+    return lambda: ufunc(body[0], row, out=body[1])
 
-    def run():
-        ufunc(body[0], row, out=body[1])
-        ufunc(tail[0], tail[2], out=tail[1])
-    return run
+  def run():
+    ufunc(body[0], row, out=body[1])
+    ufunc(tail[0], tail[2], out=tail[1])
+  return run

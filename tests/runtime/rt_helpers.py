@@ -16,32 +16,32 @@ ONNX_DATA = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "dat
 
 def tiny_model(op, inputs: dict, attrs=None, n_outputs=1, consts=None, opset=17, out_names=None,
                output_types=None) -> bytes:
-    """One-node model. inputs: name -> ndarray (graph input) ; consts: name -> ndarray (initializer).
-    Input order of the node follows inputs then consts, as given by `order` if present."""
-    consts = consts or {}
-    order = list(inputs) + list(consts)
-    return node_model([helper.make_node(op, order, out_names or [f"y{i}" for i in range(n_outputs)],
-                                        **(attrs or {}))], inputs, consts, opset,
-                      out_names or [f"y{i}" for i in range(n_outputs)])
+  """One-node model. inputs: name -> ndarray (graph input) ; consts: name -> ndarray (initializer).
+  Input order of the node follows inputs then consts, as given by `order` if present."""
+  consts = consts or {}
+  order = list(inputs) + list(consts)
+  return node_model([helper.make_node(op, order, out_names or [f"y{i}" for i in range(n_outputs)],
+                                      **(attrs or {}))], inputs, consts, opset,
+                    out_names or [f"y{i}" for i in range(n_outputs)])
 
 
 def node_model(nodes, inputs: dict, consts: dict, opset=17, outputs=("y0",), metadata=None) -> bytes:
-    g_in = [helper.make_tensor_value_info(n, NP2ONNX[a.dtype], a.shape) for n, a in inputs.items()]
-    g_out = [onnx.ValueInfoProto(name=o) for o in outputs]  # types left to inference
-    inits = [numpy_helper.from_array(a, n) for n, a in consts.items()]
-    g = helper.make_graph(nodes, "t", g_in, g_out, inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 8
-    for k, v in (metadata or {}).items():
-        p = m.metadata_props.add()
-        p.key, p.value = k, v
-    return m.SerializeToString()
+  g_in = [helper.make_tensor_value_info(n, NP2ONNX[a.dtype], a.shape) for n, a in inputs.items()]
+  g_out = [onnx.ValueInfoProto(name=o) for o in outputs]  # types left to inference
+  inits = [numpy_helper.from_array(a, n) for n, a in consts.items()]
+  g = helper.make_graph(nodes, "t", g_in, g_out, inits)
+  m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+  m.ir_version = 8
+  for k, v in (metadata or {}).items():
+    p = m.metadata_props.add()
+    p.key, p.value = k, v
+  return m.SerializeToString()
 
 
 def ort_run(model_bytes: bytes, feeds: dict) -> list:
-    import onnxruntime as ort
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.log_severity_level = 3
-    s = ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
-    return s.run(None, feeds)
+  import onnxruntime as ort
+  so = ort.SessionOptions()
+  so.intra_op_num_threads = 1
+  so.log_severity_level = 3
+  s = ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
+  return s.run(None, feeds)

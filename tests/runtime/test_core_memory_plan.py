@@ -13,59 +13,59 @@ from rt_helpers import ONNX_DATA
 
 
 def assert_plan_sound(step_buffers, sizes, held, live_out, plan):
-    life = lifetimes(step_buffers, held, live_out)
-    assert not set(plan.offsets) & held, "held buffers must never be planned"
-    assert set(plan.offsets) == set(life)
-    for b, (_, off) in plan.offsets.items():
-        assert off % ALIGN == 0
-        assert off + sizes[b] <= plan.arena_bytes["CPU"]
-    items = sorted(plan.offsets)
-    for i, a in enumerate(items):
-        for b in items[i + 1:]:
-            (fa, la), (fb, lb) = life[a], life[b]
-            if fa <= lb and fb <= la:  # lifetimes intersect
-                oa, ob = plan.offsets[a][1], plan.offsets[b][1]
-                assert oa + sizes[a] <= ob or ob + sizes[b] <= oa, f"{a} and {b} overlap while both live"
+  life = lifetimes(step_buffers, held, live_out)
+  assert not set(plan.offsets) & held, "held buffers must never be planned"
+  assert set(plan.offsets) == set(life)
+  for b, (_, off) in plan.offsets.items():
+    assert off % ALIGN == 0
+    assert off + sizes[b] <= plan.arena_bytes["CPU"]
+  items = sorted(plan.offsets)
+  for i, a in enumerate(items):
+    for b in items[i + 1:]:
+      (fa, la), (fb, lb) = life[a], life[b]
+      if fa <= lb and fb <= la:  # lifetimes intersect
+        oa, ob = plan.offsets[a][1], plan.offsets[b][1]
+        assert oa + sizes[a] <= ob or ob + sizes[b] <= oa, f"{a} and {b} overlap while both live"
 
 
 @pytest.mark.parametrize("seed", range(20))
 def test_random_lifetimes(seed):
-    rng = np.random.default_rng(seed)
-    n_steps, n_bufs = 30, 40
-    names = [f"b{i}" for i in range(n_bufs)]
-    sizes = {b: int(rng.integers(1, 5000)) for b in names}
-    held = set(rng.choice(names, 5, replace=False))
-    steps = [[] for _ in range(n_steps)]
-    for b in names:
-        first = int(rng.integers(0, n_steps))
-        last = int(rng.integers(first, n_steps))
-        for s in {first, last, int(rng.integers(first, last + 1))}:
-            steps[s].append(b)
-    live_out = set(rng.choice(names, 3, replace=False))
-    plan = plan_memory(steps, sizes, {}, held, live_out)
-    assert_plan_sound(steps, sizes, held, live_out, plan)
-    assert plan.arena_bytes["CPU"] <= plan.naive_bytes
+  rng = np.random.default_rng(seed)
+  n_steps, n_bufs = 30, 40
+  names = [f"b{i}" for i in range(n_bufs)]
+  sizes = {b: int(rng.integers(1, 5000)) for b in names}
+  held = set(rng.choice(names, 5, replace=False))
+  steps = [[] for _ in range(n_steps)]
+  for b in names:
+    first = int(rng.integers(0, n_steps))
+    last = int(rng.integers(first, n_steps))
+    for s in {first, last, int(rng.integers(first, last + 1))}:
+      steps[s].append(b)
+  live_out = set(rng.choice(names, 3, replace=False))
+  plan = plan_memory(steps, sizes, {}, held, live_out)
+  assert_plan_sound(steps, sizes, held, live_out, plan)
+  assert plan.arena_bytes["CPU"] <= plan.naive_bytes
 
 
 def test_adjacent_lifetimes_share_memory():
-    # b0 lives in steps 0-1, b1 in steps 2-3: b1 may take b0's place; b2 (step 1-2) may not
-    steps = [["b0"], ["b0", "b2"], ["b1", "b2"], ["b1"]]
-    sizes = {"b0": 1000, "b1": 1000, "b2": 1000}
-    plan = plan_memory(steps, sizes, {}, set(), set())
-    assert plan.offsets["b1"][1] == plan.offsets["b0"][1]
-    assert plan.arena_bytes["CPU"] == 2 * 1024
+  # b0 lives in steps 0-1, b1 in steps 2-3: b1 may take b0's place; b2 (step 1-2) may not
+  steps = [["b0"], ["b0", "b2"], ["b1", "b2"], ["b1"]]
+  sizes = {"b0": 1000, "b1": 1000, "b2": 1000}
+  plan = plan_memory(steps, sizes, {}, set(), set())
+  assert plan.offsets["b1"][1] == plan.offsets["b0"][1]
+  assert plan.arena_bytes["CPU"] == 2 * 1024
 
 
 @pytest.mark.parametrize("model", ["light_squeezenet", "light_inception_v1"])
 def test_compiled_model_plan_is_sound_and_smaller_than_naive(model):
-    p = lower(import_onnx(os.path.join(ONNX_DATA, "light", model + ".onnx")))
-    step_buffers = [sorted({p.storage[v] for n in nodes for v in list(n.inputs) + list(n.outputs) if v})
-                    for nodes in p.steps]
-    held = set(p.inputs) | set(p.consts)
-    sizes = {b: p.specs[b].nbytes for b in p.plan.offsets}
-    assert_plan_sound(step_buffers, sizes, held, {p.storage[o] for o in p.outputs}, p.plan)
-    assert p.plan.arena_bytes["CPU"] < p.plan.naive_bytes / 2
-    linked = link(p)
-    assert linked.arena.ctypes.data % ALIGN == 0
-    for name, a in linked.inputs.items():  # inputs live outside the arena
-        assert not np.shares_memory(a, linked.arena)
+  p = lower(import_onnx(os.path.join(ONNX_DATA, "light", model + ".onnx")))
+  step_buffers = [sorted({p.storage[v] for n in nodes for v in list(n.inputs) + list(n.outputs) if v})
+                  for nodes in p.steps]
+  held = set(p.inputs) | set(p.consts)
+  sizes = {b: p.specs[b].nbytes for b in p.plan.offsets}
+  assert_plan_sound(step_buffers, sizes, held, {p.storage[o] for o in p.outputs}, p.plan)
+  assert p.plan.arena_bytes["CPU"] < p.plan.naive_bytes / 2
+  linked = link(p)
+  assert linked.arena.ctypes.data % ALIGN == 0
+  for name, a in linked.inputs.items():  # inputs live outside the arena
+    assert not np.shares_memory(a, linked.arena)

@@ -12,15 +12,15 @@ R = np.random.default_rng(1234)
 
 
 def f32(*shape, lo=-2.0, hi=2.0):
-    return R.uniform(lo, hi, shape).astype(np.float32)
+  return R.uniform(lo, hi, shape).astype(np.float32)
 
 
 def i64(*vals):
-    return np.array(vals, np.int64)
+  return np.array(vals, np.int64)
 
 
 def case(op, inputs, consts=None, attrs=None, opset=17, n_out=1, id=None, rtol=1e-4, atol=1e-5):
-    return pytest.param(op, inputs, consts or {}, attrs or {}, opset, n_out, rtol, atol, id=id or op)
+  return pytest.param(op, inputs, consts or {}, attrs or {}, opset, n_out, rtol, atol, id=id or op)
 
 
 UNARY = ["Relu", "Sigmoid", "Tanh", "Neg", "Abs", "Exp", "Floor", "Ceil", "Sign", "Softplus", "Softsign",
@@ -62,14 +62,14 @@ CASES += [
     case("CastLike", {"x": f32(3), "t": np.zeros(1, np.float64)}),
 ]
 for op in ["Add", "Sub", "Mul", "Div"]:
-    CASES += [case(op, {"a": f32(2, 3, 4), "b": f32(3, 1)}, id=f"{op}-bcast"),
-              case(op, {"a": f32(4, 1), "b": f32(2, 4, 5, lo=0.5)}, id=f"{op}-bcast-left"),
-              case(op, {"a": f32(2, 5)}, {"b": np.array(1.5, np.float32)}, id=f"{op}-scalar-const")]
+  CASES += [case(op, {"a": f32(2, 3, 4), "b": f32(3, 1)}, id=f"{op}-bcast"),
+            case(op, {"a": f32(4, 1), "b": f32(2, 4, 5, lo=0.5)}, id=f"{op}-bcast-left"),
+            case(op, {"a": f32(2, 5)}, {"b": np.array(1.5, np.float32)}, id=f"{op}-scalar-const")]
 for op in ["Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"]:
-    CASES.append(case(op, {"a": R.integers(0, 3, (3, 4)).astype(np.int64),
-                           "b": R.integers(0, 3, (4,)).astype(np.int64)}))
+  CASES.append(case(op, {"a": R.integers(0, 3, (3, 4)).astype(np.int64),
+                         "b": R.integers(0, 3, (4,)).astype(np.int64)}))
 for op in ["And", "Or", "Xor"]:
-    CASES.append(case(op, {"a": R.random((3, 4)) > 0.5, "b": R.random((1, 4)) > 0.5}))
+  CASES.append(case(op, {"a": R.random((3, 4)) > 0.5, "b": R.random((1, 4)) > 0.5}))
 
 # ---- conv family
 CASES += [
@@ -157,7 +157,7 @@ CASES += [
 # ---- reductions
 for op in ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare", "ReduceL1",
            "ReduceL2", "ReduceLogSumExp"]:
-    CASES.append(case(op, {"x": f32(2, 3, 4)}, {"axes": i64(0, -1)}, {"keepdims": 0}, opset=18, id=f"{op}-axes"))
+  CASES.append(case(op, {"x": f32(2, 3, 4)}, {"axes": i64(0, -1)}, {"keepdims": 0}, opset=18, id=f"{op}-axes"))
 CASES += [
     case("ReduceLogSum", {"x": f32(2, 3, 4, lo=0.1)}, attrs={"keepdims": 1}, opset=18),
     case("ReduceSum", {"x": f32(2, 3, 4)}, {"axes": i64(1)}, opset=13, id="ReduceSum-13"),
@@ -219,92 +219,92 @@ CASES += [
 
 
 def _other_values(a):
-    """Different values of the same spec (integers only permuted: they may be indices)."""
-    if a.dtype == np.bool_:
-        return ~a
-    b = a[::-1].copy() if a.ndim else a.copy()
-    return np.asarray(b if a.dtype.kind in "iu" else b * 2 + 1, dtype=a.dtype)
+  """Different values of the same spec (integers only permuted: they may be indices)."""
+  if a.dtype == np.bool_:
+    return ~a
+  b = a[::-1].copy() if a.ndim else a.copy()
+  return np.asarray(b if a.dtype.kind in "iu" else b * 2 + 1, dtype=a.dtype)
 
 
 @pytest.mark.parametrize("op,inputs,consts,attrs,opset,n_out,rtol,atol", CASES)
 def test_op_matches_onnxruntime(op, inputs, consts, attrs, opset, n_out, rtol, atol):
-    model = tiny_model(op, inputs, attrs, n_outputs=n_out, consts=consts, opset=opset)
-    runner = OnnxRunner(model)
-    runner(**{n: _other_values(a) for n, a in inputs.items()})  # a kernel must not freeze its first call
-    ours = runner(**inputs)
-    ref = ort_run(model, inputs)
-    for i, r in enumerate(ref):
-        got = ours[f"y{i}"]
-        assert got.dtype == r.dtype, f"output {i}: dtype {got.dtype} vs onnxruntime {r.dtype}"
-        assert got.shape == r.shape, f"output {i}: shape {got.shape} vs onnxruntime {r.shape}"
-        if got.dtype.kind == "f":
-            np.testing.assert_allclose(got, r, rtol=rtol, atol=atol)
-        else:
-            np.testing.assert_array_equal(got, r)
+  model = tiny_model(op, inputs, attrs, n_outputs=n_out, consts=consts, opset=opset)
+  runner = OnnxRunner(model)
+  runner(**{n: _other_values(a) for n, a in inputs.items()})  # a kernel must not freeze its first call
+  ours = runner(**inputs)
+  ref = ort_run(model, inputs)
+  for i, r in enumerate(ref):
+    got = ours[f"y{i}"]
+    assert got.dtype == r.dtype, f"output {i}: dtype {got.dtype} vs onnxruntime {r.dtype}"
+    assert got.shape == r.shape, f"output {i}: shape {got.shape} vs onnxruntime {r.shape}"
+    if got.dtype.kind == "f":
+      np.testing.assert_allclose(got, r, rtol=rtol, atol=atol)
+    else:
+      np.testing.assert_array_equal(got, r)
 
 
 def test_every_registered_op_has_a_parity_case():
-    covered = {p.values[0] for p in CASES} | {"Constant"}  # Constant: covered in test_core_passes
-    missing = sorted(set(supported_ops()) - covered)
-    assert not missing, f"ops without a parity test: {missing}"
+  covered = {p.values[0] for p in CASES} | {"Constant"}  # Constant: covered in test_core_passes
+  missing = sorted(set(supported_ops()) - covered)
+  assert not missing, f"ops without a parity test: {missing}"
 
 
 def _random_window_attrs(rng, nd, with_dil=True):
-    k = [int(rng.integers(1, 4)) for _ in range(nd)]
-    attrs = {"kernel_shape": k, "strides": [int(rng.integers(1, 3)) for _ in range(nd)]}
-    if with_dil:
-        attrs["dilations"] = [int(rng.integers(1, 3)) for _ in range(nd)]
-    if rng.random() < 0.3:
-        attrs["auto_pad"] = str(rng.choice(["SAME_UPPER", "SAME_LOWER", "VALID"]))
-        if attrs["auto_pad"] != "VALID":  # onnxruntime rejects SAME with dilation or stride > kernel
-            attrs.pop("dilations", None)
-            attrs["strides"] = [min(s, kk) for s, kk in zip(attrs["strides"], k)]
-    else:
-        attrs["pads"] = [int(rng.integers(0, kk)) for kk in k] * 2 if rng.random() < 0.5 else \
-            [int(rng.integers(0, kk)) for kk in k + k]
-    return attrs
+  k = [int(rng.integers(1, 4)) for _ in range(nd)]
+  attrs = {"kernel_shape": k, "strides": [int(rng.integers(1, 3)) for _ in range(nd)]}
+  if with_dil:
+    attrs["dilations"] = [int(rng.integers(1, 3)) for _ in range(nd)]
+  if rng.random() < 0.3:
+    attrs["auto_pad"] = str(rng.choice(["SAME_UPPER", "SAME_LOWER", "VALID"]))
+    if attrs["auto_pad"] != "VALID":  # onnxruntime rejects SAME with dilation or stride > kernel
+      attrs.pop("dilations", None)
+      attrs["strides"] = [min(s, kk) for s, kk in zip(attrs["strides"], k)]
+  else:
+    attrs["pads"] = [int(rng.integers(0, kk)) for kk in k] * 2 if rng.random() < 0.5 else \
+        [int(rng.integers(0, kk)) for kk in k + k]
+  return attrs
 
 
 @pytest.mark.parametrize("seed", range(12))
 def test_random_conv_configurations(seed):
-    rng = np.random.default_rng(100 + seed)
-    nd = int(rng.choice([1, 2, 2, 3]))
-    G = int(rng.choice([1, 1, 2, 3]))
-    Cg, Mg = int(rng.integers(1, 4)), int(rng.integers(1, 4))
-    attrs = _random_window_attrs(rng, nd)
-    attrs["group"] = G
-    k = attrs.pop("kernel_shape")
-    x = rng.standard_normal((int(rng.integers(1, 3)), G * Cg) + tuple(int(rng.integers(5, 10)) for _ in range(nd)))
-    consts = {"w": rng.standard_normal((G * Mg, Cg) + tuple(k)).astype(np.float32)}
-    if rng.random() < 0.5:
-        consts["b"] = rng.standard_normal(G * Mg).astype(np.float32)
-    inputs = {"x": x.astype(np.float32)}
-    model = tiny_model("Conv", inputs, attrs, consts=consts)
-    runner = OnnxRunner(model)
-    runner(x=inputs["x"] * 2 + 1)
-    np.testing.assert_allclose(runner(**inputs)["y0"], ort_run(model, inputs)[0], rtol=1e-4, atol=1e-4)
+  rng = np.random.default_rng(100 + seed)
+  nd = int(rng.choice([1, 2, 2, 3]))
+  G = int(rng.choice([1, 1, 2, 3]))
+  Cg, Mg = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+  attrs = _random_window_attrs(rng, nd)
+  attrs["group"] = G
+  k = attrs.pop("kernel_shape")
+  x = rng.standard_normal((int(rng.integers(1, 3)), G * Cg) + tuple(int(rng.integers(5, 10)) for _ in range(nd)))
+  consts = {"w": rng.standard_normal((G * Mg, Cg) + tuple(k)).astype(np.float32)}
+  if rng.random() < 0.5:
+    consts["b"] = rng.standard_normal(G * Mg).astype(np.float32)
+  inputs = {"x": x.astype(np.float32)}
+  model = tiny_model("Conv", inputs, attrs, consts=consts)
+  runner = OnnxRunner(model)
+  runner(x=inputs["x"] * 2 + 1)
+  np.testing.assert_allclose(runner(**inputs)["y0"], ort_run(model, inputs)[0], rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("seed", range(12))
 def test_random_pool_configurations(seed):
-    rng = np.random.default_rng(200 + seed)
-    nd = int(rng.choice([1, 2, 2, 3]))
-    op = str(rng.choice(["MaxPool", "AveragePool"]))
-    attrs = _random_window_attrs(rng, nd, with_dil=op == "MaxPool")
-    if "auto_pad" not in attrs and rng.random() < 0.5:
-        attrs["ceil_mode"] = 1
-    if op == "AveragePool":
-        attrs["count_include_pad"] = int(rng.integers(0, 2))
-    x = rng.standard_normal((1, 3) + tuple(int(rng.integers(6, 10)) for _ in range(nd))).astype(np.float32)
-    model = tiny_model(op, {"x": x}, attrs)
-    runner = OnnxRunner(model)
-    runner(x=x * 2 + 1)
-    np.testing.assert_allclose(runner(x=x)["y0"], ort_run(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
+  rng = np.random.default_rng(200 + seed)
+  nd = int(rng.choice([1, 2, 2, 3]))
+  op = str(rng.choice(["MaxPool", "AveragePool"]))
+  attrs = _random_window_attrs(rng, nd, with_dil=op == "MaxPool")
+  if "auto_pad" not in attrs and rng.random() < 0.5:
+    attrs["ceil_mode"] = 1
+  if op == "AveragePool":
+    attrs["count_include_pad"] = int(rng.integers(0, 2))
+  x = rng.standard_normal((1, 3) + tuple(int(rng.integers(6, 10)) for _ in range(nd))).astype(np.float32)
+  model = tiny_model(op, {"x": x}, attrs)
+  runner = OnnxRunner(model)
+  runner(x=x * 2 + 1)
+  np.testing.assert_allclose(runner(x=x)["y0"], ort_run(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("op,k", [("AveragePool", [1, 8]), ("AveragePool", [2, 2]), ("MaxPool", [1, 4]),
                                   ("MaxPool", [3, 2]), ("AveragePool", [8, 1])])
 def test_non_overlapping_pools(op, k):
-    x = f32(2, 3, 24, 16)
-    model = tiny_model(op, {"x": x}, {"kernel_shape": k, "strides": k})
-    np.testing.assert_allclose(OnnxRunner(model)(x=x)["y0"], ort_run(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
+  x = f32(2, 3, 24, 16)
+  model = tiny_model(op, {"x": x}, {"kernel_shape": k, "strides": k})
+  np.testing.assert_allclose(OnnxRunner(model)(x=x)["y0"], ort_run(model, {"x": x})[0], rtol=1e-5, atol=1e-6)

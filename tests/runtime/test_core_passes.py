@@ -17,156 +17,156 @@ rng = np.random.default_rng(3)
 
 
 def test_shape_arithmetic_and_constants_fold_away():
-    x = rng.standard_normal((2, 3, 4)).astype(np.float32)
-    nodes = [helper.make_node("Shape", ["x"], ["s"]),
-             helper.make_node("Constant", [], ["k"], value=numpy_helper.from_array(np.array([0], np.int64))),
-             helper.make_node("Gather", ["s", "k"], ["n"], axis=0),
-             helper.make_node("Constant", [], ["m1"], value=numpy_helper.from_array(np.array([-1], np.int64))),
-             helper.make_node("Concat", ["n", "m1"], ["shape"], axis=0),
-             helper.make_node("Reshape", ["x", "shape"], ["y0"])]
-    model = node_model(nodes, {"x": x}, {})
-    p = lower(import_onnx(model))
-    assert p.steps == []  # shape arithmetic ran at compile time; the reshape needs no kernel
-    assert p.storage["y0"] == "x"  # and the reshape is a view of the input, not a copy
-    np.testing.assert_array_equal(OnnxRunner(model)(x=x)["y0"], x.reshape(2, 12))
+  x = rng.standard_normal((2, 3, 4)).astype(np.float32)
+  nodes = [helper.make_node("Shape", ["x"], ["s"]),
+           helper.make_node("Constant", [], ["k"], value=numpy_helper.from_array(np.array([0], np.int64))),
+           helper.make_node("Gather", ["s", "k"], ["n"], axis=0),
+           helper.make_node("Constant", [], ["m1"], value=numpy_helper.from_array(np.array([-1], np.int64))),
+           helper.make_node("Concat", ["n", "m1"], ["shape"], axis=0),
+           helper.make_node("Reshape", ["x", "shape"], ["y0"])]
+  model = node_model(nodes, {"x": x}, {})
+  p = lower(import_onnx(model))
+  assert p.steps == []  # shape arithmetic ran at compile time; the reshape needs no kernel
+  assert p.storage["y0"] == "x"  # and the reshape is a view of the input, not a copy
+  np.testing.assert_array_equal(OnnxRunner(model)(x=x)["y0"], x.reshape(2, 12))
 
 
 def test_batchnorm_folds_into_conv_with_same_result():
-    x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
-    consts = {"w": rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "s": rng.uniform(0.5, 2, 4).astype(np.float32),
-              "b": rng.standard_normal(4).astype(np.float32), "m": rng.standard_normal(4).astype(np.float32),
-              "v": rng.uniform(0.5, 2, 4).astype(np.float32)}
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
-             helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["n"], epsilon=1e-3),
-             helper.make_node("Relu", ["n"], ["y0"])]
-    model = node_model(nodes, {"x": x}, consts)
-    r = OnnxRunner(model)
-    assert r.program.op_counts() == {"Conv": 1, "Relu": 1}
-    assert len(r.program.steps) == 1  # relu runs in place behind the conv
-    np.testing.assert_allclose(r(x=x)["y0"], ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-5)
-    unfolded = OnnxRunner(model, config={"fold_batchnorm": False})
-    assert unfolded.program.op_counts()["BatchNormalization"] == 1
-    np.testing.assert_allclose(unfolded(x=x)["y0"], r(x=x)["y0"], rtol=1e-4, atol=1e-5)
+  x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
+  consts = {"w": rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "s": rng.uniform(0.5, 2, 4).astype(np.float32),
+            "b": rng.standard_normal(4).astype(np.float32), "m": rng.standard_normal(4).astype(np.float32),
+            "v": rng.uniform(0.5, 2, 4).astype(np.float32)}
+  nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+           helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["n"], epsilon=1e-3),
+           helper.make_node("Relu", ["n"], ["y0"])]
+  model = node_model(nodes, {"x": x}, consts)
+  r = OnnxRunner(model)
+  assert r.program.op_counts() == {"Conv": 1, "Relu": 1}
+  assert len(r.program.steps) == 1  # relu runs in place behind the conv
+  np.testing.assert_allclose(r(x=x)["y0"], ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-5)
+  unfolded = OnnxRunner(model, config={"fold_batchnorm": False})
+  assert unfolded.program.op_counts()["BatchNormalization"] == 1
+  np.testing.assert_allclose(unfolded(x=x)["y0"], r(x=x)["y0"], rtol=1e-4, atol=1e-5)
 
 
 def test_residual_add_relu_chain_runs_in_place():
-    x = rng.standard_normal((1, 4, 5, 5)).astype(np.float32)
-    w = rng.standard_normal((4, 4, 1, 1)).astype(np.float32)
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]),
-             helper.make_node("Add", ["x", "c"], ["a"]),  # conv output second: the pass swaps the operands
-             helper.make_node("Relu", ["a"], ["y0"])]
-    model = node_model(nodes, {"x": x}, {"w": w})
-    r = OnnxRunner(model)
-    assert len(r.program.steps) == 1
-    assert r.program.storage["y0"] == r.program.storage["c"]
-    np.testing.assert_allclose(r(x=x)["y0"], ort_run(model, {"x": x})[0], rtol=1e-5, atol=1e-5)
+  x = rng.standard_normal((1, 4, 5, 5)).astype(np.float32)
+  w = rng.standard_normal((4, 4, 1, 1)).astype(np.float32)
+  nodes = [helper.make_node("Conv", ["x", "w"], ["c"]),
+           helper.make_node("Add", ["x", "c"], ["a"]),  # conv output second: the pass swaps the operands
+           helper.make_node("Relu", ["a"], ["y0"])]
+  model = node_model(nodes, {"x": x}, {"w": w})
+  r = OnnxRunner(model)
+  assert len(r.program.steps) == 1
+  assert r.program.storage["y0"] == r.program.storage["c"]
+  np.testing.assert_allclose(r(x=x)["y0"], ort_run(model, {"x": x})[0], rtol=1e-5, atol=1e-5)
 
 
 def test_value_read_twice_is_not_overwritten_in_place():
-    x = rng.standard_normal((3, 4)).astype(np.float32)
-    nodes = [helper.make_node("Exp", ["x"], ["e"]),
-             helper.make_node("Relu", ["e"], ["r"]),      # e is read again below: r needs its own buffer
-             helper.make_node("Sub", ["r", "e"], ["y0"])]
-    model = node_model(nodes, {"x": x}, {})
-    r = OnnxRunner(model)
-    assert r.program.storage["r"] != r.program.storage["e"]
-    np.testing.assert_allclose(r(x=x)["y0"], np.zeros_like(x), atol=1e-6)
+  x = rng.standard_normal((3, 4)).astype(np.float32)
+  nodes = [helper.make_node("Exp", ["x"], ["e"]),
+           helper.make_node("Relu", ["e"], ["r"]),      # e is read again below: r needs its own buffer
+           helper.make_node("Sub", ["r", "e"], ["y0"])]
+  model = node_model(nodes, {"x": x}, {})
+  r = OnnxRunner(model)
+  assert r.program.storage["r"] != r.program.storage["e"]
+  np.testing.assert_allclose(r(x=x)["y0"], np.zeros_like(x), atol=1e-6)
 
 
 def test_inspect_cli_prints_the_summary():
-    model = os.path.join(ONNX_DATA, "light", "light_squeezenet.onnx")
-    out = subprocess.run([sys.executable, "-m", "runtime.inspect", model], capture_output=True, text=True,
-                         timeout=120, check=True).stdout
-    for needle in ("inputs:", "data_0: [1, 3, 224, 224] float32", "outputs:", "Conv=26", "FLOPs:",
-                   "planned arena:"):
-        assert needle in out
+  model = os.path.join(ONNX_DATA, "light", "light_squeezenet.onnx")
+  out = subprocess.run([sys.executable, "-m", "runtime.inspect", model], capture_output=True, text=True,
+                       timeout=120, check=True).stdout
+  for needle in ("inputs:", "data_0: [1, 3, 224, 224] float32", "outputs:", "Conv=26", "FLOPs:",
+                 "planned arena:"):
+    assert needle in out
 
 
 def test_per_channel_mul_and_add_fold_into_conv():
-    x = rng.standard_normal((1, 3, 6, 6)).astype(np.float32)
-    consts = {"w": rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "b": rng.standard_normal(4).astype(np.float32),
-              "scale": rng.standard_normal((4, 1, 1)).astype(np.float32),
-              "shift": rng.standard_normal((1, 4, 1, 1)).astype(np.float32),
-              "full": rng.standard_normal((1, 4, 6, 6)).astype(np.float32)}
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
-             helper.make_node("Mul", ["scale", "c"], ["m"]),
-             helper.make_node("Add", ["m", "shift"], ["a"]),
-             helper.make_node("Add", ["a", "full"], ["y0"])]  # varies spatially: must not fold
-    model = node_model(nodes, {"x": x}, consts)
-    r = OnnxRunner(model)
-    assert r.program.op_counts() == {"Conv": 1, "Add": 1}
-    np.testing.assert_allclose(r(x=x)["y0"], ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-5)
+  x = rng.standard_normal((1, 3, 6, 6)).astype(np.float32)
+  consts = {"w": rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "b": rng.standard_normal(4).astype(np.float32),
+            "scale": rng.standard_normal((4, 1, 1)).astype(np.float32),
+            "shift": rng.standard_normal((1, 4, 1, 1)).astype(np.float32),
+            "full": rng.standard_normal((1, 4, 6, 6)).astype(np.float32)}
+  nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+           helper.make_node("Mul", ["scale", "c"], ["m"]),
+           helper.make_node("Add", ["m", "shift"], ["a"]),
+           helper.make_node("Add", ["a", "full"], ["y0"])]  # varies spatially: must not fold
+  model = node_model(nodes, {"x": x}, consts)
+  r = OnnxRunner(model)
+  assert r.program.op_counts() == {"Conv": 1, "Add": 1}
+  np.testing.assert_allclose(r(x=x)["y0"], ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-5)
 
 
 def test_concat_inputs_are_written_in_place_when_only_the_concat_reads_them():
-    x = rng.standard_normal((1, 3, 6, 6)).astype(np.float32)
-    w1 = rng.standard_normal((4, 3, 1, 1)).astype(np.float32)
-    w2 = rng.standard_normal((5, 3, 3, 3)).astype(np.float32)
-    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"]),
-             helper.make_node("Relu", ["a"], ["ar"]),
-             helper.make_node("Conv", ["x", "w2"], ["b"], pads=[1, 1, 1, 1]),
-             helper.make_node("Exp", ["b"], ["e"]),           # b is read twice: it keeps its own buffer
-             helper.make_node("Concat", ["ar", "b", "x"], ["c"], axis=1),
-             helper.make_node("Sub", ["c", "c"], ["z"]),
-             helper.make_node("Concat", ["c", "e"], ["y0"], axis=1)]
-    model = node_model(nodes, {"x": x}, {"w1": w1, "w2": w2})
-    r = OnnxRunner(model)
-    p = r.program
-    assert p.storage["ar"] == p.storage["a"] != "a"            # relu's buffer moved into a concat output
-    assert p.storage_offset["ar"] == 0
-    assert p.storage["b"] == "b" and p.storage["x"] == "x"      # read twice / graph input: copied
-    assert p.storage["e"] == p.storage["y0"] and p.storage_offset["e"] == 12 * 36 * 4
-    want = ort_run(model, {"x": x})[0]
-    for _ in range(2):  # the second run sees the first run's arena contents
-        np.testing.assert_allclose(r(x=x)["y0"], want, rtol=1e-4, atol=1e-5)
-    off = OnnxRunner(model, config={"zero_copy_concat": False})
-    assert off.program.storage_offset == {} and off.program.storage["ar"] == "a"
-    np.testing.assert_allclose(off(x=x)["y0"], want, rtol=1e-4, atol=1e-5)
+  x = rng.standard_normal((1, 3, 6, 6)).astype(np.float32)
+  w1 = rng.standard_normal((4, 3, 1, 1)).astype(np.float32)
+  w2 = rng.standard_normal((5, 3, 3, 3)).astype(np.float32)
+  nodes = [helper.make_node("Conv", ["x", "w1"], ["a"]),
+           helper.make_node("Relu", ["a"], ["ar"]),
+           helper.make_node("Conv", ["x", "w2"], ["b"], pads=[1, 1, 1, 1]),
+           helper.make_node("Exp", ["b"], ["e"]),           # b is read twice: it keeps its own buffer
+           helper.make_node("Concat", ["ar", "b", "x"], ["c"], axis=1),
+           helper.make_node("Sub", ["c", "c"], ["z"]),
+           helper.make_node("Concat", ["c", "e"], ["y0"], axis=1)]
+  model = node_model(nodes, {"x": x}, {"w1": w1, "w2": w2})
+  r = OnnxRunner(model)
+  p = r.program
+  assert p.storage["ar"] == p.storage["a"] != "a"            # relu's buffer moved into a concat output
+  assert p.storage_offset["ar"] == 0
+  assert p.storage["b"] == "b" and p.storage["x"] == "x"      # read twice / graph input: copied
+  assert p.storage["e"] == p.storage["y0"] and p.storage_offset["e"] == 12 * 36 * 4
+  want = ort_run(model, {"x": x})[0]
+  for _ in range(2):  # the second run sees the first run's arena contents
+    np.testing.assert_allclose(r(x=x)["y0"], want, rtol=1e-4, atol=1e-5)
+  off = OnnxRunner(model, config={"zero_copy_concat": False})
+  assert off.program.storage_offset == {} and off.program.storage["ar"] == "a"
+  np.testing.assert_allclose(off(x=x)["y0"], want, rtol=1e-4, atol=1e-5)
 
 
 def test_concat_on_a_later_axis_copies_its_inputs():
-    x = rng.standard_normal((2, 3, 4)).astype(np.float32)
-    nodes = [helper.make_node("Exp", ["x"], ["e"]), helper.make_node("Neg", ["x"], ["n"]),
-             helper.make_node("Concat", ["e", "n"], ["y0"], axis=1)]  # slices of axis 1 are strided when N=2
-    model = node_model(nodes, {"x": x}, {})
-    r = OnnxRunner(model)
-    assert r.program.storage_offset == {}
-    np.testing.assert_allclose(r(x=x)["y0"], np.concatenate([np.exp(x), -x], axis=1), rtol=1e-6)
+  x = rng.standard_normal((2, 3, 4)).astype(np.float32)
+  nodes = [helper.make_node("Exp", ["x"], ["e"]), helper.make_node("Neg", ["x"], ["n"]),
+           helper.make_node("Concat", ["e", "n"], ["y0"], axis=1)]  # slices of axis 1 are strided when N=2
+  model = node_model(nodes, {"x": x}, {})
+  r = OnnxRunner(model)
+  assert r.program.storage_offset == {}
+  np.testing.assert_allclose(r(x=x)["y0"], np.concatenate([np.exp(x), -x], axis=1), rtol=1e-6)
 
 
 def _bn_relu_conv(scale, extra_reader=False, group=1):
-    x = rng.standard_normal((1, 4, 7, 7)).astype(np.float32)
-    consts = {"s": scale.astype(np.float32), "b": rng.standard_normal(4).astype(np.float32),
-              "m": rng.standard_normal(4).astype(np.float32), "v": rng.uniform(0.5, 2, 4).astype(np.float32),
-              "w": rng.standard_normal((6, 4 // group, 3, 3)).astype(np.float32),
-              "cb": rng.standard_normal(6).astype(np.float32)}
-    nodes = [helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["n"], epsilon=1e-3),
-             helper.make_node("Relu", ["n"], ["r"]),
-             helper.make_node("Conv", ["r", "w", "cb"], ["y0"], pads=[1, 1, 1, 1], group=group)]
-    outputs = ("y0", "r") if extra_reader else ("y0",)
-    return node_model(nodes, {"x": x}, consts, outputs=outputs), x
+  x = rng.standard_normal((1, 4, 7, 7)).astype(np.float32)
+  consts = {"s": scale.astype(np.float32), "b": rng.standard_normal(4).astype(np.float32),
+            "m": rng.standard_normal(4).astype(np.float32), "v": rng.uniform(0.5, 2, 4).astype(np.float32),
+            "w": rng.standard_normal((6, 4 // group, 3, 3)).astype(np.float32),
+            "cb": rng.standard_normal(6).astype(np.float32)}
+  nodes = [helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["n"], epsilon=1e-3),
+           helper.make_node("Relu", ["n"], ["r"]),
+           helper.make_node("Conv", ["r", "w", "cb"], ["y0"], pads=[1, 1, 1, 1], group=group)]
+  outputs = ("y0", "r") if extra_reader else ("y0",)
+  return node_model(nodes, {"x": x}, consts, outputs=outputs), x
 
 
 def test_positive_batchnorm_scale_moves_into_the_conv_after_relu():
-    for group in (1, 2):
-        model, x = _bn_relu_conv(rng.uniform(0.2, 2, 4), group=group)
-        r = OnnxRunner(model)
-        assert r.program.op_counts() == {"Add": 1, "Relu": 1, "Conv": 1}  # one pass instead of BN's two
-        np.testing.assert_allclose(r(x=x)["y0"], ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
+  for group in (1, 2):
+    model, x = _bn_relu_conv(rng.uniform(0.2, 2, 4), group=group)
+    r = OnnxRunner(model)
+    assert r.program.op_counts() == {"Add": 1, "Relu": 1, "Conv": 1}  # one pass instead of BN's two
+    np.testing.assert_allclose(r(x=x)["y0"], ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
 
 
 def test_batchnorm_scale_stays_when_a_scale_is_not_positive_or_the_relu_has_another_reader():
-    for scale, extra in ((np.array([0.5, -0.3, 1.0, 2.0]), False), (np.array([0.5, 0.0, 1.0, 2.0]), False),
-                         (rng.uniform(0.2, 2, 4), True)):
-        model, x = _bn_relu_conv(scale, extra_reader=extra)
-        r = OnnxRunner(model)
-        assert r.program.op_counts().get("BatchNormalization") == 1
-        ours, ref = r(x=x), ort_run(model, {"x": x})
-        np.testing.assert_allclose(ours["y0"], ref[0], rtol=1e-4, atol=1e-4)
+  for scale, extra in ((np.array([0.5, -0.3, 1.0, 2.0]), False), (np.array([0.5, 0.0, 1.0, 2.0]), False),
+                       (rng.uniform(0.2, 2, 4), True)):
+    model, x = _bn_relu_conv(scale, extra_reader=extra)
+    r = OnnxRunner(model)
+    assert r.program.op_counts().get("BatchNormalization") == 1
+    ours, ref = r(x=x), ort_run(model, {"x": x})
+    np.testing.assert_allclose(ours["y0"], ref[0], rtol=1e-4, atol=1e-4)
 
 
 def test_batchnorm_scale_stays_when_the_shift_would_overflow():
-    model, x = _bn_relu_conv(np.array([1e-44, 0.5, 1.0, 2.0]))  # b / a overflows float32 in channel 0
-    r = OnnxRunner(model)
-    assert r.program.op_counts().get("BatchNormalization") == 1
-    np.testing.assert_allclose(r(x=x)["y0"], ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
+  model, x = _bn_relu_conv(np.array([1e-44, 0.5, 1.0, 2.0]))  # b / a overflows float32 in channel 0
+  r = OnnxRunner(model)
+  assert r.program.op_counts().get("BatchNormalization") == 1
+  np.testing.assert_allclose(r(x=x)["y0"], ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
