@@ -286,7 +286,7 @@ def print_table(r: dict) -> None:
   print(f"  unexpected restarts: {r['unexpected_restarts'] or 'none'}; lost messages: {r['lost_messages'] or 'none'}; "
         f"malformed: {r['malformed'] or 'none'}")
   print(f"  slow subscriber: {r['slow_subscriber']['reads']} reads, {r['slow_subscriber']['dropped']} dropped (expected)")
-  print(f"  road model: " + "; ".join(f"{m['t']:.0f}s {m['model']}" + (f" ({m['fallback']})" if m['fallback'] else "")
+  print("  road model: " + "; ".join(f"{m['t']:.0f}s {m['model']}" + (f" ({m['fallback']})" if m['fallback'] else "")
                                     for m in r["road_models"]))
   print(f"  leftovers after exit: {r['leftovers'] or 'none'}")
   print(f"  RESULT: {'PASS' if r['ok'] else 'FAIL'}")

@@ -45,11 +45,11 @@ import numpy as np
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)  # run from a checkout
 
-from daemons.common.realtime import PRIORITIES, config_realtime_process
-from msgq import pub_sock
-from msgq.namespace import Namespace
-from visionipc import VisionIpcServer, get_nv12_info
-from visionipc.pacing import DEFAULT_LEAD_S
+from daemons.common.realtime import PRIORITIES, config_realtime_process  # noqa: E402
+from msgq import pub_sock  # noqa: E402
+from msgq.namespace import Namespace  # noqa: E402
+from visionipc import VisionIpcServer, get_nv12_info  # noqa: E402
+from visionipc.pacing import DEFAULT_LEAD_S  # noqa: E402
 
 W, H = 1928, 1208
 STREAM = 0

@@ -251,7 +251,6 @@ def link(program: Program, alloc=None, held: dict | None = None) -> Linked:
   every kernel. `held` maps each held name to the caller's array (referenced, never copied)."""
   if not program.kernels:
     program.build_kernels()
-  dev = program.device
   planned = max(program.plan.arena_bytes.values(), default=0)  # one arena holds every planned offset
   arena = aligned_bytes(planned + program.scratch_bytes, alloc)
   scratch_mem = arena[planned:]

@@ -7,7 +7,8 @@ Invariants:
 - Start order: a process starts once every process it is `after` is ready (all the services it owns have
   published since it started), has given up (missing/crashed) or READY_TIMEOUT_S has passed.
 - Every run gets its own namespace (msgq.namespace.Namespace): OPENPILOT_PREFIX if set (so outside tools can
-  join), a fresh manager<pid>_<hex> otherwise; at start, such namespaces left by a SIGKILLed manager are removed. On exit — normal, Ctrl-C, SIGTERM or an exception — every child group gets
+  join), a fresh manager<pid>_<hex> otherwise; at start, such namespaces left by a SIGKILLed manager are removed.
+  On exit — normal, Ctrl-C, SIGTERM or an exception — every child group gets
   SIGINT, then SIGKILL after 5 s (dependents first, so the logger stops last), and the namespace's shared
   memory and sockets are removed. Children also die
   with the manager if it is SIGKILLed (PR_SET_PDEATHSIG, see process.py).

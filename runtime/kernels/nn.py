@@ -13,7 +13,6 @@ Padded copies and im2col columns live in per-step scratch (shared between steps)
 is re-filled on every call instead of being assumed to stay zero."""
 from __future__ import annotations
 
-import math
 from functools import partial
 
 import numpy as np
@@ -151,7 +150,7 @@ def conv(op, attrs, specs, consts):
   im2col (columns copied into scratch, then one BLAS matmul per image and group). Depthwise and im2col
   use a channels-last scratch when channels outnumber the output row length (long contiguous runs),
   channels-first otherwise."""
-  x, w = specs[0], specs[1]
+  x = specs[0]
   if len(x.shape) < 3:
     raise ModelError(f"Conv input must be (N, C, spatial...), got shape {x.shape}")
   N, C, *S = x.shape
@@ -721,7 +720,7 @@ def lrn(op, attrs, specs, consts):
   size = int(attrs["size"])
   alpha, beta, bias = float(attrs.get("alpha", 1e-4)), float(attrs.get("beta", 0.75)), float(attrs.get("bias", 1.0))
   C = x.shape[1]
-  lo, hi = (size - 1) // 2, math.ceil((size - 1) / 2)
+  lo = (size - 1) // 2
   scratch = [Spec((x.shape[0], C + size) + x.shape[2:], x.dtype), Spec(x.shape, x.dtype)]
 
   def bind(ins, outs, scr):

@@ -47,7 +47,7 @@ def test_decoded_message_survives_many_reads():
   # a message kept in SubMaster.data is re-read every loop; it must not run into a traversal limit later
   r = log_from_bytes(model_bytes())
   for _ in range(20000):
-    r.modelV2.laneLines[0].y
+    _ = r.modelV2.laneLines[0].y
   assert r.modelV2.laneLines[0].y[5] == 0.
 
 

@@ -5,9 +5,8 @@ Timeouts here are hang guards only (generous, for a loaded 2-core machine); noth
 import json
 import time
 
-import pytest
 
-from cereal.messaging import (PubMaster, ServiceOwnershipError, SubMaster, drain_sock, log_from_bytes,
+from cereal.messaging import (PubMaster, SubMaster, drain_sock, log_from_bytes,
                               new_message, recv_one, recv_one_or_none, recv_sock, sub_sock)
 
 PUBLISH_MODEL = """

@@ -1,5 +1,6 @@
 """config_realtime_process: SCHED_FIFO and/or pinning when permitted, a reported problem when not, ValueError for
-bad values; the daemons' plan from PYMODELD_REALTIME and PYMODELD_CORES, checked at start-up. Scheduling changes are per thread and an unprivileged one cannot undo them, so every call that
+bad values; the daemons' plan from PYMODELD_REALTIME and PYMODELD_CORES, checked at start-up.
+Scheduling changes are per thread and an unprivileged one cannot undo them, so every call that
 applies something runs in a child process."""
 import json
 import os

@@ -1,5 +1,4 @@
 """dmonitoringd's gating: the policy sees the model output only when its inputs pass all_checks()."""
-import pytest
 
 from cereal.messaging import SubMaster, log_from_bytes, new_message
 from selfdrive_stub import dmonitoringd

@@ -1,6 +1,5 @@
 """The shipped DM model: reproducible from its generator, the reference I/O contract, and it sees the cabin face."""
 import hashlib
-import os
 
 import numpy as np
 import onnx

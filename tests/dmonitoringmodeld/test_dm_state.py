@@ -13,7 +13,7 @@ from daemons.common.cameras import UnknownCameraError
 from daemons.common.metadata import ModelMetadataError
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH, Calibration, ModelState, load_dm_metadata, \
   send_raw_pred_enabled
-from daemons.dmonitoringmodeld.parse import REQUIRED_HEADS, non_finite_heads, parse_outputs
+from daemons.dmonitoringmodeld.parse import non_finite_heads, parse_outputs
 from daemons.dmonitoringmodeld.runner import make_runner
 from selfdrive_stub.scenes import SceneRenderer
 

@@ -205,7 +205,7 @@ def test_poller_without_futex_waitv_still_honours_timeouts_and_wakes(monkeypatch
   from msgq import futex
   monkeypatch.setattr(futex, "_have_waitv", False)  # as on a kernel older than 5.16
   poller = msgq.Poller()
-  a, b = msgq.sub_sock("a", poller=poller), msgq.sub_sock("b", poller=poller)
+  _a, b = msgq.sub_sock("a", poller=poller), msgq.sub_sock("b", poller=poller)
   start = time.monotonic()
   assert poller.poll(100) == []
   assert time.monotonic() - start >= 0.1

@@ -14,7 +14,8 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 def test_manager_records_a_route(namespace, tmp_path):
   out = tmp_path / "route"
   proc = subprocess.run([sys.executable, "-m", "selfdrive_stub.manager", "--duration", "6", "--camera", "mici",
-                         "--seed", "3", "--record", str(out), "--rate-tolerance", "0.6", "--block", "modeld,dmonitoringmodeld,dmonitoringd,selfdrived"],
+                         "--seed", "3", "--record", str(out), "--rate-tolerance", "0.6",
+                         "--block", "modeld,dmonitoringmodeld,dmonitoringd,selfdrived"],
                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=180)
   assert proc.returncode == 0, proc.stdout + proc.stderr
   with Route(str(out)) as route:

@@ -1,6 +1,5 @@
 """Routes round-trip: events (sorted by logMonoTime) and frames (random access), and bad routes fail clearly."""
 import json
-import os
 import random
 
 import numpy as np

@@ -80,7 +80,7 @@ def test_missing_server_gives_false_or_none_after_the_timeout():
   assert client.recv(timeout_ms=100) is None
   assert not client.is_connected()
   with pytest.raises(VisionIpcError, match="not connected"):
-    client.width
+    _ = client.width
 
 
 def test_unknown_stream_names_the_served_streams(server):

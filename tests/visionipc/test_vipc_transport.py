@@ -5,7 +5,6 @@ import signal
 import time
 
 import numpy as np
-import pytest
 
 from visionipc import (VISION_STREAM_CABIN, VISION_STREAM_NARROW_ROAD, VISION_STREAM_WIDE_ROAD, VisionIpcClient,
                        available_streams, get_nv12_info)

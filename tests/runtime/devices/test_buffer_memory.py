@@ -199,7 +199,7 @@ def test_freed_memory_is_not_reused_before_the_device_passes_its_fence(usb):
   usb.synchronize()
   del again
   hits = usb.allocator.stats.hits
-  third = Buffer(usb, 1024).allocate()
+  Buffer(usb, 1024).allocate()
   assert usb.allocator.stats.hits == hits + 1
 
 
