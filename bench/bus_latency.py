@@ -11,6 +11,8 @@ import os
 import subprocess
 import sys
 import time
+from msgq.namespace import Namespace
+import msgq
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from a checkout
 
@@ -48,7 +50,6 @@ class Bus:
   """Our msgq API (shm ring, or its ZMQ backend when env ZMQ=1)."""
 
   def __init__(self, send_name: str, recv_name: str):
-    import msgq
     self.pub = msgq.pub_sock(send_name, segment_size=SEGMENT)
     self.sub = msgq.sub_sock(recv_name, timeout=100, segment_size=SEGMENT)
 
@@ -133,7 +134,6 @@ def main() -> None:
     echo(args.echo, args.ipc_dir, args.tag)
     return
 
-  from msgq.namespace import Namespace
   sizes = [int(s) for s in args.sizes.split(",")]
   backends = [b for b in args.backends.split(",") if b]
   for b in backends:

@@ -25,14 +25,14 @@ from cereal.messaging import sub_sock  # noqa: E402
 from daemons.common.realtime import stack_pins  # noqa: E402
 from msgq.namespace import Namespace  # noqa: E402
 from stacklib import REPO_ROOT, drain, pct, start  # noqa: E402
+from daemons.common.cameras import DEVICE_CAMERAS
+from daemons.common.dm_warp import BORDER_VALUE, dm_transform, plan_for_camera
+from visionipc.nv12 import padded_nv12_layout
 
 
 
 def bench_warp(rounds: int = 30) -> None:
   """Plan replay vs the naive numpy warp (per frame: coordinate grid, transform, rint, mask, gather)."""
-  from daemons.common.cameras import DEVICE_CAMERAS
-  from daemons.common.dm_warp import BORDER_VALUE, dm_transform, plan_for_camera
-  from visionipc.nv12 import padded_nv12_layout
 
   def naive(M, buf, w, h, stride):
     ys, xs = np.mgrid[0:960, 0:1440].astype(np.float32)

@@ -36,6 +36,10 @@ from cereal.messaging import sub_sock  # noqa: E402
 from daemons.common.realtime import stack_pins  # noqa: E402
 from msgq.namespace import Namespace  # noqa: E402
 from stacklib import drain, pct, start  # noqa: E402
+from daemons.modeld.model_state import MODEL_PATHS  # noqa: E402
+from daemons.modeld.runner import runtime_runner  # noqa: E402
+from runtime import usb_amd  # noqa: E402
+from runtime.device import Device  # noqa: E402
 
 STAGES = ("warpMs", "uploadMs", "modelMs", "readbackMs", "parseMs")
 
@@ -49,7 +53,6 @@ def matched(outputs: list, cam_time: dict) -> list:
 def run_mode(mode: str, args) -> dict:
   with Namespace():
     if mode == "big":
-      from runtime import usb_amd
       usb_amd.plug()
     models = sub_sock("modelV2", conflate=False)
     cams = [sub_sock(service, conflate=False) for service in ("narrowRoadCameraState", "wideRoadCameraState")]
@@ -136,10 +139,6 @@ def report(mode: str, res: dict) -> dict:
 
 def interleaved(n: int) -> None:
   """Model runs only (upload, compute, readback), small and big alternating, same inputs."""
-  from daemons.modeld.model_state import MODEL_PATHS
-  from daemons.modeld.runner import runtime_runner
-  from runtime import usb_amd
-  from runtime.device import Device
   with Namespace():
     usb_amd.plug()
     try:

@@ -41,6 +41,7 @@ sys.path.insert(0, REPO_ROOT)
 
 from cereal import messaging  # noqa: E402
 from msgq.namespace import Namespace  # noqa: E402
+from runtime import faults  # noqa: E402
 
 OUTPUTS = {"modeld": ("modelV2", "narrowRoadCameraState"), "dmonitoringmodeld": ("driverStateV2", "cabinCameraState")}
 READ = ["modelV2", "driverStateV2", "narrowRoadCameraState", "cabinCameraState", "selfdriveState",
@@ -156,7 +157,6 @@ class Soak:
 
   # -- faults --------------------------------------------------------------------------------------------
   def inject(self, k: int) -> None:
-    from runtime import faults
     self.fault_times.append(self.t())
     if k == 0:
       kind = USB_FAULTS[(self.args.usb_fault_index) % len(USB_FAULTS)]

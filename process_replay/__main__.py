@@ -16,6 +16,8 @@ import os
 from process_replay.configs import CONFIGS
 from process_replay.references import REFS_DIR, current_commit, write_commit
 from process_replay.tasks import Progress, judge, resolve_routes, run_tasks, summary_table, write_report
+from process_replay.compare import format_diff
+from process_replay.plot import plot_diffs
 
 
 MAX_SUMMARY_LINES = 20   # per failing task on stdout; the report file has everything
@@ -52,8 +54,6 @@ def main(argv=None) -> int:
   print(table)
   write_report(args.report, outcomes, table)
   print(f"diff report: {args.report}")
-  from process_replay.compare import format_diff
-  from process_replay.plot import plot_diffs
   for o in outcomes:
     name = f"{o.result.route}/{o.result.proc}"
     if o.status == "FAIL":

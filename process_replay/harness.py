@@ -34,7 +34,8 @@ from cereal.messaging import PubMaster, log_from_bytes, sub_sock
 from msgq import EventTimeoutError, fake_event_handle, wait_for_one_event
 from msgq.namespace import Namespace
 from process_replay.configs import VIPC_SERVER, VISION_STREAMS, ProcessConfig
-from process_replay.route import Route
+from cereal.route import Route
+from visionipc import VisionIpcServer
 
 VIPC_BUFFERS = 4
 BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -190,7 +191,6 @@ class ProcessRunner:
   def _start_vipc(self) -> None:
     if not self.cfg.vision_pubs:
       return
-    from visionipc import VisionIpcServer
     self._vipc = VisionIpcServer(VIPC_SERVER)
     for service in self.cfg.vision_pubs:
       camera, stream = VISION_STREAMS[service]

@@ -17,16 +17,17 @@ Invariants:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import shutil
 import tempfile
 
-import numpy as np
-
+from cereal.messaging import log_from_bytes, new_message
+from cereal.route import Route, RouteWriter
 from process_replay.configs import get_config
 from process_replay.harness import LogMessage, load_messages, replay
-from process_replay.route import Route, RouteWriter
+from selfdrive_stub.car import CarStub, DriveModel
+from selfdrive_stub.scenes import SceneRenderer
+from visionipc.nv12 import padded_nv12_layout
 
 START_NS = 1_000_000_000_000
 FRAME_NS = 50_000_000
@@ -40,31 +41,15 @@ CAMERA_SERVICES = (("road", "narrowRoadCameraState"), ("wide", "wideRoadCameraSt
 ROUTES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "routes")
 
 
-@contextlib.contextmanager
-def noiseless_scenes():
-  """The synthetic scenes with their per-pixel noise switched off (see the module docstring)."""
-  from selfdrive_stub import scenes
-  saved = scenes._noise
-  scenes._noise = lambda rng, shape, amplitude: np.zeros(shape, np.float32)
-  try:
-    yield scenes
-  finally:
-    scenes._noise = saved
-
-
 def write_base_route(path: str, device: str, seconds: float, seed: int, frame_level: int = 1) -> None:
   """Camera frames, camera states and the car stub's messages for `seconds` of simulated drive."""
-  from cereal.messaging import new_message
-  from selfdrive_stub.car import CarStub, DriveModel
-  from visionipc.nv12 import padded_nv12_layout
   if not seconds >= FRAME_NS / 1e9:
     raise ValueError(f"seconds={seconds!r}: a route needs at least one frame ({FRAME_NS / 1e9} s)")
   n_frames = int(round(seconds * 1e9 / FRAME_NS))
   n_ticks = int(round(seconds * 1e9 / TICK_NS))
   stub = CarStub(DriveModel(seed), device)
-  with noiseless_scenes() as scenes, RouteWriter(path, device, "process_replay.make_routes", seed,
-                                                 {"seconds": seconds}, frame_level) as writer:
-    renderer = scenes.SceneRenderer(device, seed)
+  with RouteWriter(path, device, "process_replay.make_routes", seed, {"seconds": seconds}, frame_level) as writer:
+    renderer = SceneRenderer(device, seed, noise=False)
     for tick in range(n_ticks):
       t = START_NS + tick * TICK_NS
       for j, msg in enumerate(stub.messages(tick, engaged=False)):
@@ -91,7 +76,6 @@ def regen(route: Route, procs=REGEN_ORDER, log=print) -> list[LogMessage]:
   for name in procs:
     result = replay(get_config(name), route, messages=msgs)
     log(f"  {name}: {result.steps} steps, {result.counts}, {result.realtime_factor:.1f}x real time")
-    from cereal.messaging import log_from_bytes
     for data in result.outputs:
       evt = log_from_bytes(data)
       msgs.append(LogMessage(evt.logMonoTime, evt.which(), data))

@@ -20,6 +20,9 @@ import numpy as np
 from cereal.messaging import log_from_bytes
 from daemons.common.metadata import ModelMetadata, load_metadata
 from process_replay.references import read_log_file
+from cereal.route import Route
+from daemons.dmonitoringmodeld.model_state import MODEL_PATH
+from daemons.modeld.model_state import MODEL_PATHS
 
 SERVICES = {"dmonitoringmodeld": "driverStateV2", "modeld": "modelV2"}
 
@@ -30,15 +33,12 @@ class RawPredError(ValueError):
 
 def default_model(proc: str, model_name: str = "") -> str:
   if proc == "dmonitoringmodeld":
-    from daemons.dmonitoringmodeld.model_state import MODEL_PATH
     return MODEL_PATH
-  from daemons.modeld.model_state import MODEL_PATHS
   return MODEL_PATHS.get(model_name or "small", MODEL_PATHS["small"])
 
 
 def read_events(path: str) -> list[bytes]:
   if os.path.isdir(path):
-    from process_replay.route import Route
     return Route(path).raw_events()
   return read_log_file(path)
 

@@ -14,7 +14,8 @@ import subprocess
 
 import zstandard
 
-from process_replay.route import split_messages
+from cereal.route import split_messages
+from cereal.messaging import log_from_bytes
 
 REFS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "refs")
 COMMIT_FILE = "ref_commit"
@@ -71,5 +72,4 @@ def write_commit(refs_dir: str, commit: str) -> None:
 
 def truncate(outputs: list[bytes], end_ns: int) -> list[bytes]:
   """The outputs stamped before end_ns (a reference cut to a shorter replay of the same route)."""
-  from cereal.messaging import log_from_bytes
   return [d for d in outputs if log_from_bytes(d).logMonoTime < end_ns]

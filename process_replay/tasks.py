@@ -17,6 +17,10 @@ from multiprocessing import get_context
 
 from process_replay.configs import get_config
 from process_replay.references import RefMissingError, load_ref, save_ref, truncate
+from cereal.route import Route, RouteError
+from process_replay.compare import compare_logs
+from process_replay.compare import format_diff, format_diff_long
+from process_replay.harness import ReplayError, load_messages, replay
 
 ROUTES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "routes")
 
@@ -46,8 +50,6 @@ def run_task(route_path: str, proc: str, seconds: float | None = None, env: dict
              on_step=None) -> TaskResult:
   """Replay one (route, process); a ReplayError becomes TaskResult.error. Runs in a worker (-j) or Ray task.
   on_step(step, total) reports progress (inline runs only)."""
-  from process_replay.harness import ReplayError, load_messages, replay
-  from process_replay.route import Route, RouteError
   name = os.path.basename(os.path.normpath(route_path))
   t0 = time.monotonic()
   try:
@@ -156,7 +158,6 @@ class Outcome:
 
 
 def judge(results: list[TaskResult], refs_dir: str, update: bool, extra_ignore=()) -> list[Outcome]:
-  from process_replay.compare import compare_logs
   outcomes = []
   for r in results:
     cfg = get_config(r.proc)
@@ -200,7 +201,6 @@ def summary_table(outcomes: list[Outcome]) -> str:
 
 
 def write_report(path: str, outcomes: list[Outcome], table: str) -> None:
-  from process_replay.compare import format_diff, format_diff_long
   with open(path, "w") as f:
     f.write(table + "\n\n")
     for o in outcomes:

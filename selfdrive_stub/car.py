@@ -21,6 +21,8 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+from cereal import messaging
+from cereal.messaging import new_message
 
 DT_CTRL = 0.01
 CAR_HZ, CALIB_EVERY, DEVICE_EVERY, SLOW_EVERY = 100, 25, 50, 100   # 100 Hz; 4 Hz; 2 Hz; 1 Hz in ticks
@@ -163,7 +165,6 @@ class CarStub:
 
   def messages(self, tick: int, engaged: bool = False) -> list:
     """The messages due at `tick` (always carState and carControl, the slower ones on their divisors)."""
-    from cereal.messaging import new_message
     t = tick * DT_CTRL
     snap = self.model.snapshot(t)
     msgs = []
@@ -226,7 +227,6 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> None:
   args = parse_args(argv)
   from setproctitle import setproctitle
-  from cereal import messaging
   setproctitle("car")
   stop = []
   for sig in (signal.SIGINT, signal.SIGTERM):

@@ -15,6 +15,7 @@ import statistics
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from cereal import messaging
 
 RATE_WINDOW_S = 5.0
 MAX_CHANGES = 1000   # state / model changes kept per run (a flapping state must not grow memory forever)
@@ -48,7 +49,6 @@ class ServiceMonitor:
   """Counts, validity and the latest message of every service; model latency per daemon."""
 
   def __init__(self, services: dict[str, float], clock=time.monotonic):
-    from cereal import messaging
     self._messaging = messaging
     self.clock = clock
     self.stats = {name: ServiceStats(hz) for name, hz in services.items()}

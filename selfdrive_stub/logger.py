@@ -4,7 +4,7 @@
 
 Invariants:
 - Each service is read through its own non-conflating subscriber, so every message that reaches the logger
-  is recorded, byte for byte, in arrival order (process_replay.route sorts by logMonoTime when reading).
+  is recorded, byte for byte, in arrival order (cereal.route sorts by logMonoTime when reading).
 - Frames come from VisionIPC clients (one thread per camera, in-order, not conflated). A frame is copied out
   of shared memory and written only if the buffer's generation check still holds after the copy; a frame
   reused before or during the copy is skipped, never written torn, and counted in the route header
@@ -21,7 +21,10 @@ import sys
 import threading
 import time
 
-from process_replay.route import CAMERAS, RouteError, RouteWriter
+from cereal.route import CAMERAS, RouteError, RouteWriter
+from cereal import messaging
+from cereal.services import SERVICE_LIST
+import visionipc
 
 DRAIN_DT = 0.01
 STATE_WAIT_S = 3.0   # how long a camera state waits for its frame before it is left out
@@ -39,7 +42,6 @@ class FrameRecorder(threading.Thread):
     self.error: str | None = None
 
   def run(self) -> None:
-    import visionipc
     stream = getattr(visionipc.VisionStreamType, STREAMS[self.camera])
     client = visionipc.VisionIpcClient(self.server, stream, conflate=False)
     try:
@@ -64,8 +66,6 @@ class FrameRecorder(threading.Thread):
 
 class Logger:
   def __init__(self, out: str, camera: str, cameras: list[str], seed: int | None = None):
-    from cereal import messaging
-    from cereal.services import SERVICE_LIST
     self.messaging = messaging
     # subscribe before the header appears: the manager takes header.json as "logger ready" and only then
     # starts the publishers, so the route begins with their first messages

@@ -31,6 +31,17 @@ from dataclasses import dataclass
 
 from daemons.common.realtime import CORES_ENV, PRIORITIES, scheduling_plan, stack_pins
 from selfdrive_stub.process import ManagedProcess, ProcessConfig
+from cereal import messaging
+from cereal.messaging import new_message
+from cereal.route import Route, RouteError
+from cereal.services import SERVICE_LIST
+from msgq.namespace import Namespace, PREFIX_ENV
+from msgq.namespace import SHM_ROOT, runtime_dir_path, shm_dir_path
+from runtime import faults
+from runtime import usb_amd
+from runtime.faults import FAULT_KINDS
+from selfdrive_stub.liveview import CLEAR, CpuMeter, ServiceMonitor, render_line, render_screen
+from selfdrive_stub.viewer import Viewer
 
 READY_TIMEOUT_S = 30.0
 LOOP_DT = 0.1
@@ -89,7 +100,6 @@ def parse_injection(spec: str, names: list[str]) -> Injection:
   if not sep or at < 0:
     raise ValueError(f"bad --inject {spec!r}: expected FAULT@SECONDS, e.g. amd-hang@10")
   if what.startswith("amd-"):
-    from runtime.faults import FAULT_KINDS
     kind = what[4:]
     if kind not in FAULT_KINDS:
       raise ValueError(f"bad --inject {spec!r}: unknown USB+AMD fault {kind!r}; known: {', '.join(FAULT_KINDS)}")
@@ -105,7 +115,6 @@ def parse_injection(spec: str, names: list[str]) -> Injection:
 def sweep_stale_namespaces() -> list[str]:
   """Remove namespaces this manager generated in earlier runs whose manager is dead (it was SIGKILLed, so
   its own cleanup never ran). Only names of the form manager<pid>_<hex> are touched."""
-  from msgq.namespace import SHM_ROOT, runtime_dir_path, shm_dir_path
   removed = []
   for entry in os.listdir(SHM_ROOT):
     m = re.fullmatch(rf"msgq_({GENERATED_PREFIX}(\d+)_[0-9a-f]+)", entry)
@@ -126,7 +135,6 @@ def sweep_stale_namespaces() -> list[str]:
 
 def owned_services() -> dict[str, list[str]]:
   """process -> the periodic services it publishes (services.py owners)."""
-  from cereal.services import SERVICE_LIST
   out: dict[str, list[str]] = {}
   for name, s in SERVICE_LIST.items():
     if s.frequency > 0:
@@ -207,7 +215,6 @@ class Manager:
   def _inject(self, inj: Injection, elapsed: float) -> None:
     self.note(f"inject: {inj.describe()}", elapsed)
     if inj.kind == "amd":
-      from runtime import faults
       faults.inject(inj.target)
       return
     p = self.by_name[inj.target]
@@ -221,7 +228,6 @@ class Manager:
       p.state, p.next_start = "backoff", 0.0
 
   def _publish_state(self, pm) -> None:
-    from cereal.messaging import new_message
     msg = new_message("managerState", valid=True)
     procs = msg.managerState.init("processes", len(self.procs))
     for entry, p in zip(procs, self.procs):
@@ -294,7 +300,6 @@ class Manager:
 
   # -- main loop ---------------------------------------------------------------------------------------
   def run(self) -> int:
-    from msgq.namespace import Namespace, PREFIX_ENV
     self.tty = self.out.isatty() and not self.opts.no_view
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -325,13 +330,9 @@ class Manager:
     if self.monitor is not None:
       self.monitor.close()
     if self.opts.usb_gpu:
-      from runtime import usb_amd
       usb_amd.unplug()
 
   def _run(self, ns) -> int:
-    from cereal import messaging
-    from cereal.services import SERVICE_LIST
-    from selfdrive_stub.liveview import CLEAR, CpuMeter, ServiceMonitor, render_line, render_screen
 
     def on_term(signum, frame):
       raise KeyboardInterrupt
@@ -340,7 +341,6 @@ class Manager:
     signal.signal(signal.SIGINT, on_term)
 
     if self.opts.usb_gpu:
-      from runtime import usb_amd
       usb_amd.plug()
     env = {**os.environ, CORES_ENV: self.opts.cores}
     self.monitor = ServiceMonitor({n: s.frequency for n, s in SERVICE_LIST.items() if n != "managerState"})
@@ -348,7 +348,6 @@ class Manager:
     cpu = CpuMeter()
     viewer = None
     if self.opts.png:
-      from selfdrive_stub.viewer import Viewer
       viewer = Viewer()
 
     start = self.started = time.monotonic()
@@ -480,7 +479,6 @@ examples:
   if unknown:
     p.error(f"--block: unknown process {', '.join(unknown)}; known: {', '.join(names)}")
   if opts.route:
-    from process_replay.route import Route, RouteError
     try:
       route_camera = Route(opts.route).camera
     except RouteError as e:

@@ -5,6 +5,8 @@ Invariants:
   Time is t = N / 20 s.
 - Scenes are drawn at quarter resolution with vectorised numpy and upsampled 4x4 into the Y plane; the UV
   plane is neutral grey. Padding bytes (past width, past the planes) are never written.
+- `noise=False` draws the same scenes without their per-pixel sensor noise (the sample routes use it: noise
+  does not compress). Everything else about a frame is the same either way.
 - The cabin driver follows CABIN_SCRIPT, a fixed 30 s loop; `cabin_script(t)` says what the driver is doing
   at time t, so tests can check a driver-monitoring pipeline against ground truth.
 """
@@ -50,7 +52,10 @@ def cabin_script(t: float) -> dict:
           "yaw": yaw, "pitch": pitch}
 
 
-def _noise(rng: np.random.Generator, shape, amplitude: float) -> np.ndarray:
+def _noise(rng: np.random.Generator, shape, amplitude: float, enabled: bool = True) -> np.ndarray:
+  """Gaussian sensor noise; with enabled=False zeros of the same shape, the generator left untouched."""
+  if not enabled:
+    return np.zeros(shape, np.float32)
   return rng.normal(0.0, amplitude, shape).astype(np.float32)
 
 
@@ -68,7 +73,7 @@ class RoadScene:
   LANE_HALF = 1.85            # our lane spans [-1.85, 1.85] m around the road centre line
   ROAD_HALF = 7.4
 
-  def __init__(self, width: int, height: int, focal_length: float, seed: int):
+  def __init__(self, width: int, height: int, focal_length: float, seed: int, noise: bool = True):
     rng = np.random.default_rng([seed, 1])
     self.w, self.h = width // SCALE, height // SCALE
     self.f = focal_length / SCALE
@@ -81,9 +86,9 @@ class RoadScene:
     self.Z = (self.f * self.CAMERA_HEIGHT / (rows[self.ground_rows] - self.cy))[:, None]
     self.du = (np.arange(self.w, dtype=np.float32) + 0.5 - self.cx)[None, :]
     sky = np.linspace(205, 160, self.first_ground, dtype=np.float32)[:, None] * np.ones((1, self.w), np.float32)
-    grass = 70 + _noise(rng, (len(self.ground_rows), self.w), 8)
-    self.background = np.concatenate([sky + _noise(rng, sky.shape, 2), grass]).astype(np.float32)
-    self.asphalt_noise = _noise(rng, grass.shape, 5)
+    grass = 70 + _noise(rng, (len(self.ground_rows), self.w), 8, noise)
+    self.background = np.concatenate([sky + _noise(rng, sky.shape, 2, noise), grass]).astype(np.float32)
+    self.asphalt_noise = _noise(rng, grass.shape, 5, noise)
     self.haze = np.clip((self.Z - 80.0) / 150.0, 0, 1)           # far ground fades into haze (no aliasing soup)
 
   def state(self, t: float) -> dict:
@@ -138,13 +143,13 @@ class RoadScene:
 class CabinScene:
   """A large, high-contrast face in front of a dark cabin; it turns, blinks and looks away per CABIN_SCRIPT."""
 
-  def __init__(self, width: int, height: int, seed: int):
+  def __init__(self, width: int, height: int, seed: int, noise: bool = True):
     rng = np.random.default_rng([seed, 2])
     self.w, self.h = width // SCALE, height // SCALE
     yy, xx = np.mgrid[0:self.h, 0:self.w].astype(np.float32)
-    bg = 45 + 15 * (yy / self.h) + _noise(rng, (self.h, self.w), 4)
+    bg = 45 + 15 * (yy / self.h) + _noise(rng, (self.h, self.w), 4, noise)
     window = (xx > 0.72 * self.w) & (yy < 0.45 * self.h)
-    bg[window] = 170 + _noise(rng, (int(window.sum()),), 6)
+    bg[window] = 170 + _noise(rng, (int(window.sum()),), 6, noise)
     self.background = bg
     # head: centre and radii in quarter-res pixels; a little per-seed placement jitter
     self.fx = 0.5 * self.w + rng.uniform(-0.03, 0.03) * self.w
@@ -157,7 +162,7 @@ class CabinScene:
                 int(max(self.fx - 1.6 * self.rx, 0)), int(min(self.fx + 1.6 * self.rx, self.w)))
     r0, r1, c0, c1 = self.box
     self.by, self.bx = yy[r0:r1, c0:c1], xx[r0:r1, c0:c1]
-    self.skin_noise = _noise(rng, self.by.shape, 3)
+    self.skin_noise = _noise(rng, self.by.shape, 3, noise)
 
   def render(self, t: float) -> np.ndarray:
     s = cabin_script(t)
@@ -196,12 +201,12 @@ class CabinScene:
 class SceneRenderer:
   """Frame N of a seed for every stream of one device config (road, wide, cabin)."""
 
-  def __init__(self, device: DeviceCameraConfig | str, seed: int = 0):
+  def __init__(self, device: DeviceCameraConfig | str, seed: int = 0, noise: bool = True):
     self.device = device_config(device) if isinstance(device, str) else device
     d = self.device
-    self.scenes = {"road": RoadScene(d.road.width, d.road.height, d.road.focal_length, seed),
-                   "wide": RoadScene(d.wide.width, d.wide.height, d.wide.focal_length, seed),
-                   "cabin": CabinScene(d.cabin.width, d.cabin.height, seed)}
+    self.scenes = {"road": RoadScene(d.road.width, d.road.height, d.road.focal_length, seed, noise),
+                   "wide": RoadScene(d.wide.width, d.wide.height, d.wide.focal_length, seed, noise),
+                   "cabin": CabinScene(d.cabin.width, d.cabin.height, seed, noise)}
 
   def render_into(self, stream: str, frame_id: int, y: np.ndarray, uv: np.ndarray) -> None:
     """Draw frame `frame_id` of `stream` into writable Y (h x w) and UV (h/2 x w) views."""

@@ -17,6 +17,7 @@ import argparse
 import signal
 import time
 from dataclasses import dataclass, field
+from cereal import messaging
 
 NO_ENTRY, SOFT_DISABLE, WARNING = "noEntry", "softDisable", "warning"
 SOFT_DISABLE_TIME = 3.0   # s
@@ -146,7 +147,6 @@ def fill_selfdrive_state(msg, out: SelfdriveOutput) -> None:
 
 def main(argv=None) -> None:
   import setproctitle
-  from cereal import messaging
   parser = argparse.ArgumentParser(description="selfdrived stub: engagement gate on modelV2/DM/calibration/car inputs")
   parser.parse_args(argv)
   setproctitle.setproctitle("selfdrived")

@@ -24,6 +24,11 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+from cereal import messaging
+from daemons.common.cameras import config_for_frame
+from daemons.common.dm_warp import plan_for_camera
+from daemons.common.transforms import rot_from_euler, view_frame_from_device_frame
+import visionipc
 
 CAMERA_HEIGHT_M = 1.22
 TICI_W, TICI_H = 1928, 1208
@@ -34,7 +39,6 @@ PATH_COLOR, LANE_COLOR, FACE_COLOR, TEXT_COLOR = (40, 220, 80), (255, 200, 0), (
 
 def project(points: np.ndarray, rpy, intrinsics: np.ndarray) -> np.ndarray:
   """(N, 3) calibrated-frame points -> (M, 2) pixel coordinates of the points in front of the camera."""
-  from daemons.common.transforms import rot_from_euler, view_frame_from_device_frame
   pts = np.asarray(points, dtype=np.float64).reshape(-1, 3)
   view = (view_frame_from_device_frame @ rot_from_euler(rpy) @ pts.T).T   # device_from_calib, then view
   view = view[view[:, 2] > MIN_DEPTH_M]
@@ -127,7 +131,6 @@ class Viewer:
   """Grabs the newest road and cabin frames over VisionIPC and renders them with the newest predictions."""
 
   def __init__(self, server: str = "camerad"):
-    import visionipc
     self._vipc = visionipc
     self.road = visionipc.VisionIpcClient(server, visionipc.VISION_STREAM_NARROW_ROAD, conflate=True)
     self.cabin = visionipc.VisionIpcClient(server, visionipc.VISION_STREAM_CABIN, conflate=True)
@@ -143,7 +146,6 @@ class Viewer:
         self._road_y, self._road_geom = y, (buf.width, buf.height)
     buf = self.cabin.recv(timeout_ms)
     if buf is not None:
-      from daemons.common.dm_warp import plan_for_camera
       if self._plan is None or (self._plan.src_w, self._plan.src_h, self._plan.stride) != (buf.width, buf.height, buf.stride):
         self._plan = plan_for_camera(buf.width, buf.height, buf.stride)
       warped = self._plan(buf.data).reshape(DM_H, DM_W).copy()
@@ -152,7 +154,6 @@ class Viewer:
 
   def scene(self, latest) -> Scene:
     """`latest(service)` -> newest Event reader or None (ServiceMonitor.latest, or a SubMaster wrapper)."""
-    from daemons.common.cameras import config_for_frame
     sc = Scene(road_y=self._road_y, cabin=self._cabin)
     if self._road_geom is not None:
       sc.road_intrinsics = config_for_frame(*self._road_geom).road.intrinsics
@@ -197,7 +198,6 @@ def main(argv=None) -> int:
   p.add_argument("--out", required=True, metavar="PNG", help="where to write the picture")
   p.add_argument("--wait", type=float, default=3.0, help="seconds to collect frames and messages (default 3)")
   args = p.parse_args(argv)
-  from cereal import messaging
   services = ["modelV2", "driverStateV2", "driverMonitoringState", "extrinsicsCalibration"]
   sm = messaging.SubMaster(services)
   viewer = Viewer()

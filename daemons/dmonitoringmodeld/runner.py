@@ -7,6 +7,7 @@ import os
 import time
 
 import numpy as np
+from runtime import OnnxRunner
 
 
 class RunnerUnavailable(RuntimeError):
@@ -23,10 +24,6 @@ def make_runner(path: str, backend: str | None = None, device: str | None = None
 
 
 def _project_runner(path: str, device: str):
-  try:
-    from runtime import OnnxRunner
-  except ImportError as e:
-    raise RunnerUnavailable(f"runtime.OnnxRunner is not available ({e}); set DM_RUNTIME=onnxruntime") from e
   runner = OnnxRunner(path, device=device)
 
   def run(inputs):

@@ -27,6 +27,7 @@ from daemons.modeld.core import CarInputs, Frame, Modeld
 from daemons.modeld.model_state import ModelState, model_path
 from daemons.modeld.runner import runtime_runner, warmup
 from visionipc import VisionIpcClient, VisionStreamType, available_streams
+from runtime.device import Device, DeviceError
 
 NARROW, WIDE = VisionStreamType.VISION_STREAM_NARROW_ROAD, VisionStreamType.VISION_STREAM_WIDE_ROAD
 PAIR_WINDOW_NS = 25_000_000
@@ -63,7 +64,6 @@ class BigModelLoader:
 
 def big_model_available(wait_timeout_ms: int) -> tuple[bool, str]:
   """Whether to try the big model: its file exists and the USB+AMD device opens. Sets the wait timeout."""
-  from runtime.device import Device, DeviceError
   if not os.path.isfile(model_path("big")):
     return False, f"big model file missing: {model_path('big')}"
   try:

@@ -8,10 +8,10 @@ import time
 import numpy as np
 
 from daemons.modeld.model_state import Runner
+from runtime import OnnxRunner
 
 
 def runtime_runner(path: str, device: str = "CPU") -> Runner:
-  from runtime import OnnxRunner
   model = OnnxRunner(path, device=device)
 
   def run(inputs: dict[str, np.ndarray]) -> tuple[np.ndarray, dict[str, float]]:

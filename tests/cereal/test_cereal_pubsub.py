@@ -8,6 +8,7 @@ import time
 
 from cereal.messaging import (PubMaster, SubMaster, drain_sock, log_from_bytes,
                               new_message, recv_one, recv_one_or_none, recv_sock, sub_sock)
+from cereal.services import SERVICE_LIST
 
 PUBLISH_MODEL = """
 import sys, time
@@ -134,7 +135,6 @@ def test_conflated_submaster_sees_only_the_newest():
 
 
 def test_segment_size_comes_from_the_table():
-  from cereal.services import SERVICE_LIST
   pm = PubMaster(["modelV2"], process="modeld")
   big = new_message("modelV2")
   big.modelV2.rawPredictions = b"\x01" * (1024 * 1024)  # far above a SMALL queue's limit, fine on BIG

@@ -10,6 +10,7 @@ from daemons.dmonitoringmodeld.models import generate
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH, load_dm_metadata
 from daemons.dmonitoringmodeld.parse import parse_outputs
 from selfdrive_stub.scenes import SceneRenderer, cabin_script
+from daemons.dmonitoringmodeld.runner import make_runner
 
 MODEL_SHA256 = "2f7e41e8922c4b7232cdab5203f7fd516fcfb7bab3e3b7a3adbd67a02bc61e85"
 ALLOWED_OPS = {"Conv", "Relu", "LeakyRelu", "Elu", "Sigmoid", "Tanh", "Add", "Sub", "Mul", "Div", "Cast", "Reshape",
@@ -75,7 +76,6 @@ def test_project_runtime_matches_onnxruntime(ort_session):
   runtime = pytest.importorskip("runtime")
   if not hasattr(runtime, "OnnxRunner"):
     pytest.skip("runtime.OnnxRunner not built yet")
-  from daemons.dmonitoringmodeld.runner import make_runner
   run = make_runner(MODEL_PATH, backend="runtime", device="CPU")
   rng = np.random.default_rng(0)
   inputs = {"input_img": rng.integers(0, 255, (1, 1382400), dtype=np.uint8),

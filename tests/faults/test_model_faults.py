@@ -15,6 +15,8 @@ from visionipc import (VISION_STREAM_CABIN, VISION_STREAM_NARROW_ROAD, VISION_ST
                        get_nv12_info)
 
 from .stack import Recorder, Stack
+from daemons.dmonitoringmodeld.model_state import MODEL_PATH
+from runtime import usb_amd
 
 GOOD_RPY = [0.0, 0.04, -0.03]
 
@@ -139,7 +141,6 @@ def test_model_output_nan_is_invalid_and_consumers_treat_it_as_unavailable(tmp_p
   """dmonitoringmodeld on the USB+AMD device, whose readbacks turn to NaN after 30 runs: driverStateV2 goes
   valid=False naming the non-finite heads; dmonitoringd treats it as unavailable (its state goes invalid with
   that cause) and selfdrived raises driverMonitoringUnavailable; no NaN is ever published as valid."""
-  from runtime import usb_amd
   usb_amd.plug()
   stack = Stack(str(tmp_path))
   rec = Recorder(DM_CHAIN_OUTPUTS)
@@ -182,7 +183,6 @@ def test_model_output_inf_is_invalid_and_consumers_treat_it_as_unavailable(tmp_p
   valid=False naming the head, dmonitoringd reports the cause, selfdrived raises driverMonitoringUnavailable."""
   import onnx
   from onnx import numpy_helper
-  from daemons.dmonitoringmodeld.model_state import MODEL_PATH
   model = onnx.load(MODEL_PATH)
   head_bias = next(i for i in model.graph.initializer if i.name == "b108")   # bias of the face heads' Gemm
   values = numpy_helper.to_array(head_bias).copy()

@@ -11,6 +11,9 @@ import pytest
 
 from selfdrive_stub import manager as mgr
 from selfdrive_stub.process import ProcessConfig
+from msgq.namespace import runtime_dir_path, shm_dir_path
+from selfdrive_stub.process import ManagedProcess
+from selfdrive_stub.process import module_exists
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -146,7 +149,6 @@ def test_cli_rejects_bad_options(capsys):
 
 
 def test_stale_namespace_of_a_killed_manager_is_swept(monkeypatch):
-  from msgq.namespace import runtime_dir_path, shm_dir_path
   dead = subprocess.Popen([sys.executable, "-c", "pass"])
   dead.wait()
   stale, live = f"manager{dead.pid}_00ab", f"manager{os.getpid()}_00cd"
@@ -167,7 +169,6 @@ def test_stale_namespace_of_a_killed_manager_is_swept(monkeypatch):
 
 
 def test_stop_escalates_to_sigkill_when_sigint_is_not_obeyed():
-  from selfdrive_stub.process import ManagedProcess
   p = ManagedProcess(ProcessConfig("car", "selfdrive_stub.car"), stop_timeout=1.0)
   assert p.start(dict(os.environ))
   try:
@@ -185,7 +186,6 @@ def test_stop_escalates_to_sigkill_when_sigint_is_not_obeyed():
 
 
 def test_missing_module_detection():
-  from selfdrive_stub.process import module_exists
   assert module_exists("selfdrive_stub.car") and module_exists("daemons.dmonitoringmodeld")   # a package with __main__
   assert not module_exists("selfdrive_stub.no_such_thing") and not module_exists("no_such_package.x")
   assert not module_exists("daemons.common")                                               # a package without __main__

@@ -9,6 +9,8 @@ from daemons.modeld.core import CarInputs, Frame, Modeld, send_raw_pred_enabled
 from daemons.modeld.model_state import MODEL_PATHS, ModelOutputError, ModelState
 from daemons.modeld.runner import runtime_runner
 from visionipc import get_nv12_info
+from daemons.modeld.daemon import SUBSCRIPTIONS, car_inputs
+from daemons.modeld.daemon import pair_extra
 
 CALIB = [0.0, 0.02, -0.01]
 
@@ -156,7 +158,6 @@ def test_wrong_output_size_is_refused(small_runner):
 
 def test_extra_frames_pair_by_start_of_frame():
   from types import SimpleNamespace
-  from daemons.modeld.daemon import pair_extra
   ms = 1_000_000
   queue = [SimpleNamespace(timestamp_sof=t * ms) for t in (0, 50, 100, 150)]
   recv = lambda: queue.pop(0) if queue else None
@@ -181,7 +182,6 @@ def test_camera_geometry_change_rebuilds_warps_and_restarts_history(small_runner
 
 
 def test_car_inputs_from_the_bus():
-  from daemons.modeld.daemon import SUBSCRIPTIONS, car_inputs
   now = [50.0]
   sm = messaging.SubMaster(SUBSCRIPTIONS, clock=lambda: now[0])
   car = car_inputs(sm)

@@ -14,6 +14,7 @@ from runtime import usb_amd as usb_amd_sim
 from runtime.device import Device
 from selfdrive_stub.selfdrived import SelfdriveStateMachine, collect_events
 from visionipc import get_nv12_info
+from daemons.modeld.daemon import BigModelLoader, big_model_available
 
 HANG_WAIT_TIMEOUT_MS = 1000     # short, so a hang test is quick; still well above a loaded big-model run
 N_BIG = 6                       # frames on the big model before the fault (enough to fill its image pair)
@@ -119,7 +120,6 @@ def test_fault_switches_to_small_without_losing_frames(usb_amd, small_runner, fa
 
 
 def test_big_model_availability_and_loader(usb_amd):
-  from daemons.modeld.daemon import BigModelLoader, big_model_available
   ok, why = big_model_available(3000)
   assert ok and why == "" and Device["USB+AMD"].wait_timeout_ms == 3000
   loader = BigModelLoader(limit_s=120)
@@ -134,7 +134,6 @@ def test_big_model_availability_and_loader(usb_amd):
 
 
 def test_missing_big_model_file_means_small_only(usb_amd, monkeypatch, tmp_path):
-  from daemons.modeld.daemon import big_model_available
   monkeypatch.setenv("PYMODELD_ROAD_MODEL_BIG", str(tmp_path / "absent.onnx"))
   ok, why = big_model_available(3000)
   assert not ok and why == f"big model file missing: {tmp_path / 'absent.onnx'}"

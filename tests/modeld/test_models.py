@@ -11,6 +11,8 @@ from daemons.modeld.constants import OUTPUT_SIZE, REQUIRED_HEADS
 from daemons.modeld.models import generate
 from daemons.modeld.parse import parse_outputs
 from runtime import OnnxRunner
+from daemons.common.metadata import ModelMetadataError
+from daemons.modeld.model_state import ModelState
 
 CONTRACT = {"img": ((1, 12, 128, 256), onnx.TensorProto.UINT8), "big_img": ((1, 12, 128, 256), onnx.TensorProto.UINT8),
             "features_buffer": ((1, 24, 512), onnx.TensorProto.FLOAT), "desire_pulse": ((1, 25, 8), onnx.TensorProto.FLOAT),
@@ -88,8 +90,6 @@ def test_outputs_are_plausible_and_depend_on_the_images(name):
 
 def test_bad_slices_are_refused_at_load(tmp_path):
   import json
-  from daemons.common.metadata import ModelMetadataError
-  from daemons.modeld.model_state import ModelState
   model = onnx.load(PATHS["small"])
   props = {p.key: p for p in model.metadata_props}
   slices = json.loads(props["output_slices_json"].value)

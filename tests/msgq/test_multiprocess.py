@@ -7,6 +7,7 @@ import time
 import pytest
 
 import msgq
+from msgq.segment import _start_time
 
 READER = """
 import sys, zlib, msgq
@@ -23,7 +24,6 @@ print(n, crc, sub.dropped, flush=True)
 
 
 def _alive_pids(pid: int) -> set:
-  from msgq.segment import _start_time
   return {pid} if _start_time(pid) is not None else set()
 
 

@@ -5,6 +5,7 @@ import pytest
 
 from msgq import namespace
 from msgq.namespace import Namespace
+import msgq
 
 
 def _mode(path):
@@ -69,7 +70,6 @@ def test_children_inherit_the_namespace(namespace, spawn_python):
 
 
 def test_bus_files_go_away_with_the_namespace():
-  import msgq
   with Namespace() as ns:
     pub, sub = msgq.pub_sock("x"), msgq.sub_sock("x")
     handle = msgq.fake_event_handle("x")

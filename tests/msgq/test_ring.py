@@ -9,6 +9,8 @@ import pytest
 import msgq
 from msgq.ring import max_message_size
 from msgq.segment import HEADER_SIZE, H_W
+from msgq import futex
+from msgq.segment import H_E
 
 
 def test_send_receive_in_order_and_empty_is_none():
@@ -202,7 +204,6 @@ def test_blocking_receive_wakes_on_send_from_another_thread():
 
 
 def test_poller_without_futex_waitv_still_honours_timeouts_and_wakes(monkeypatch):
-  from msgq import futex
   monkeypatch.setattr(futex, "_have_waitv", False)  # as on a kernel older than 5.16
   poller = msgq.Poller()
   _a, b = msgq.sub_sock("a", poller=poller), msgq.sub_sock("b", poller=poller)
@@ -222,7 +223,6 @@ def test_shared_memory_sockets_refuse_a_remote_address():
 
 
 def test_publisher_dying_mid_write_leaves_nothing_half_written_visible():
-  from msgq.segment import H_E
   pub, sub = msgq.pub_sock("a", segment_size=4096), msgq.sub_sock("a", segment_size=4096)
   pub.send(b"complete")
   seg = pub._impl.seg

@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from process_replay.route import Route
+from cereal.route import Route
 
 ROUTES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                       "process_replay", "routes")

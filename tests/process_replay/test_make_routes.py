@@ -5,7 +5,7 @@ import os
 import pytest
 
 from process_replay.make_routes import FRAME_NS, TICK_NS, make_route, write_base_route
-from process_replay.route import Route
+from cereal.route import Route
 from visionipc.nv12 import padded_nv12_layout
 
 

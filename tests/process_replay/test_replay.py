@@ -14,6 +14,7 @@ from daemons.modeld.model_state import MODEL_PATH_ENV, MODEL_PATHS
 from process_replay.compare import compare_logs, differing_fields, normalized_bytes
 from process_replay.configs import get_config
 from process_replay.harness import ReplayError, load_messages, replay
+from cereal.route import Route
 
 DM = get_config("dmonitoringmodeld")
 SLICE_S = 2.0
@@ -132,7 +133,6 @@ def test_modified_road_model_via_env_makes_modeld_replay_fail(tici_route, tmp_pa
 
 def test_corrupt_frame_file_is_a_clear_error(tici_route_path, tmp_path):
   import shutil
-  from process_replay.route import Route
   copy = tmp_path / "tici"
   shutil.copytree(tici_route_path, copy)
   data = bytearray((copy / "dcamera.nv12z").read_bytes())

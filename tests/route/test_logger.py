@@ -5,7 +5,8 @@ import sys
 
 from cereal import messaging
 from cereal.messaging import new_message
-from process_replay.route import Route, RouteWriter
+from cereal.route import Route, RouteWriter
+from selfdrive_stub.logger import Logger
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -51,7 +52,6 @@ def test_records_the_bus_without_cameras(tmp_path):
 
 
 def test_camera_states_wait_for_their_frames(tmp_path):
-  from selfdrive_stub.logger import Logger
   logger = Logger(str(tmp_path / "r"), "tici", ["road"])   # recorder threads not started: frames marked by hand
   pm = messaging.PubMaster(["narrowRoadCameraState"], allow_foreign=True)
   for fid in (1, 2, 3):

@@ -5,8 +5,11 @@ import sys
 
 import numpy as np
 
-from process_replay.route import Route
+from cereal.route import Route
 from selfdrive_stub.scenes import render_frame
+from process_replay.compare import compare_logs
+from process_replay.configs import get_config
+from process_replay.harness import replay
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -48,9 +51,6 @@ def test_manager_records_a_route(namespace, tmp_path):
         assert np.array_equal(np.frombuffer(f.data, np.uint8), want)   # the pixels camerad served
 
     # the recorded route replays through process_replay, and a second replay gives the same outputs
-    from process_replay.compare import compare_logs
-    from process_replay.configs import get_config
-    from process_replay.harness import replay
     dm = get_config("dmonitoringmodeld")
     first, second = (replay(dm, route, seconds=4.0) for _ in range(2))
     assert len(first.outputs) == len(second.outputs) >= 20

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from cereal.messaging import new_message
-from process_replay.route import LOG, Route, RouteError, RouteWriter, split_messages
+from cereal.route import LOG, Route, RouteError, RouteWriter, split_messages
 from visionipc.nv12 import get_nv12_info
+from cereal.route import FLUSH_EVERY
 
 
 def _event(service, t_ns, **fields):
@@ -110,7 +111,6 @@ def test_truncated_log_names_the_offset(tmp_path):
 
 
 def test_killed_recorder_leaves_a_readable_prefix(tmp_path):
-  from process_replay.route import FLUSH_EVERY
   raw = _event("carState", 5, vEgo=1.0)
   w = RouteWriter(str(tmp_path / "r"), camera="tici", generator="test")
   for _ in range(FLUSH_EVERY + 10):

@@ -26,6 +26,12 @@ import msgq
 from cereal import messaging
 from cereal.services import SERVICE_LIST
 from daemons.common.metadata import ModelMetadataError, load_metadata, load_pickled_slices
+from daemons.dmonitoringmodeld.model_state import MODEL_PATH
+from msgq import namespace as ns_mod
+from msgq.zmq_backend import port_for
+from runtime import artifact
+from runtime.errors import ArtifactError
+from runtime.runner import OnnxRunner
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODEL_DAEMONS = ("modeld", "dmonitoringmodeld")
@@ -75,7 +81,6 @@ def test_running_camerad_leaves_only_owner_only_files(namespace):
 
 def test_foreign_owned_namespace_dir_is_refused(namespace, tmp_path):
   """A runtime dir replaced by a symlink (someone else's directory) is refused, never followed."""
-  from msgq import namespace as ns_mod
   victim = tmp_path / "elsewhere"
   victim.mkdir()
   os.rmdir(namespace.runtime_dir)
@@ -106,7 +111,6 @@ def _listening(port: int) -> set[str]:
 
 @pytest.mark.parametrize("bind_addr, expect", [(None, "0100007F"), ("0.0.0.0", "00000000")])
 def test_zmq_publisher_binds_loopback_unless_configured(monkeypatch, namespace, bind_addr, expect):
-  from msgq.zmq_backend import port_for
   monkeypatch.setenv("ZMQ", "1")
   if bind_addr is None:
     monkeypatch.delenv("MSGQ_ZMQ_BIND_ADDR", raising=False)
@@ -192,7 +196,6 @@ class _Evil:
 
 
 def _onnx_with_props(tmp_path, props: dict) -> str:
-  from daemons.dmonitoringmodeld.model_state import MODEL_PATH
   model = onnx.load(MODEL_PATH)
   del model.metadata_props[:]
   for k, v in props.items():
@@ -229,8 +232,6 @@ def test_dmonitoringmodeld_refuses_to_start_on_a_malicious_model(tmp_path, names
 
 def test_runtime_artifact_with_pickled_constant_is_refused(tmp_path):
   """An artifact whose constant is an object array (a pickle inside .npy) is refused; nothing runs."""
-  from runtime import artifact
-  from runtime.errors import ArtifactError
   path = str(tmp_path / "a.zip")
   header = {"format": artifact.FORMAT, "format_version": artifact.FORMAT_VERSION,
             "runtime_version": artifact.RUNTIME_VERSION, "model_hash": "h", "program_key": "", "device_target": "CPU",
@@ -250,9 +251,6 @@ def test_runtime_artifact_with_pickled_constant_is_refused(tmp_path):
 
 def test_runtime_artifact_has_no_pickle_inside(tmp_path):
   """A saved artifact of a real model is JSON + raw arrays: no member carries a pickle opcode stream."""
-  from runtime import artifact
-  from daemons.dmonitoringmodeld.model_state import MODEL_PATH
-  from runtime.runner import OnnxRunner
   runner = OnnxRunner(MODEL_PATH, "CPU")
   program = runner.program
   path = str(tmp_path / "dm.zip")

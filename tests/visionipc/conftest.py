@@ -3,6 +3,7 @@ import os
 import select
 
 import pytest
+from visionipc import VisionIpcServer
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "vipc_server_child.py")
 REPLY_TIMEOUT_S = 30.0  # generous: only guards against a hung child on a loaded machine
@@ -43,7 +44,6 @@ class ServerProcess:
 def local_server():
   """local_server(num_buffers) -> an in-process VisionIpcServer "camerad" serving a tight 64x48 stream 0;
   closed after the test."""
-  from visionipc import VisionIpcServer
   servers = []
 
   def make(num_buffers: int) -> VisionIpcServer:

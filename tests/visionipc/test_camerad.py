@@ -13,6 +13,8 @@ from selfdrive_stub.scenes import SceneRenderer
 from visionipc import VISION_STREAM_CABIN, VISION_STREAM_NARROW_ROAD, VISION_STREAM_WIDE_ROAD, VisionIpcClient
 from visionipc.framefile import FrameWriter
 from visionipc.nv12 import padded_nv12_layout
+from daemons.common.cameras import device_config
+from selfdrive_stub.camerad import CAMERAS, Camerad
 
 STREAMS = {"road": VISION_STREAM_NARROW_ROAD, "wide": VISION_STREAM_WIDE_ROAD, "cabin": VISION_STREAM_CABIN}
 
@@ -123,8 +125,6 @@ def test_bad_recorded_input_is_a_clear_error(tmp_path):
 
 
 def test_one_step_serves_frame_n_of_the_seed_on_every_tici_stream():
-  from daemons.common.cameras import device_config
-  from selfdrive_stub.camerad import CAMERAS, Camerad
 
   stub = Camerad(device_config("tici"), seed=11, num_buffers=2)
   try:

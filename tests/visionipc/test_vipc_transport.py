@@ -9,6 +9,7 @@ import numpy as np
 from visionipc import (VISION_STREAM_CABIN, VISION_STREAM_NARROW_ROAD, VISION_STREAM_WIDE_ROAD, VisionIpcClient,
                        available_streams, get_nv12_info)
 from vipc_server_child import frame_bytes, frame_meta
+from msgq.visionipc import VisionIpcClient as MsgqClient, VisionStreamType
 
 ROAD, WIDE, CABIN = VISION_STREAM_NARROW_ROAD, VISION_STREAM_WIDE_ROAD, VISION_STREAM_CABIN
 RECV_TIMEOUT_MS = 10_000  # "something should arrive": generous for a loaded 2-core machine
@@ -23,7 +24,6 @@ def connected_client(stream, conflate=False, name="camerad"):
 def test_get_nv12_info_follows_venus_rules_and_the_msgq_import_path_works():
   assert get_nv12_info(1928, 1208) == (2048, 1216, 608, 4804608)
   assert get_nv12_info(1344, 760) == (1408, 768, 384, 2428928)
-  from msgq.visionipc import VisionIpcClient as MsgqClient, VisionStreamType
   assert MsgqClient is VisionIpcClient
   assert VisionStreamType.VISION_STREAM_ROAD == ROAD and VisionStreamType.VISION_STREAM_DRIVER == CABIN
 

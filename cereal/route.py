@@ -27,6 +27,9 @@ from typing import Iterator
 
 import zstandard
 
+from cereal.messaging import log_from_bytes
+from visionipc.framefile import STREAM_FILE_NAMES, FrameReader, FrameWriter
+
 FORMAT = "pymodeld-route"
 VERSION = 1
 HEADER = "header.json"
@@ -63,7 +66,6 @@ def split_messages(data: bytes, name: str = "log") -> list[bytes]:
 
 
 def _frame_file(camera: str) -> str:
-  from visionipc.framefile import STREAM_FILE_NAMES
   if camera not in CAMERAS:
     raise RouteError(f"unknown camera {camera!r}; known: {sorted(CAMERAS)}")
   return STREAM_FILE_NAMES[camera]
@@ -93,7 +95,6 @@ class RouteWriter:
   def add_event(self, data: bytes, log_mono_time: int | None = None, service: str | None = None) -> None:
     """Append one serialized Event. Pass logMonoTime and the service name if known (saves a decode)."""
     if log_mono_time is None or service is None:
-      from cereal.messaging import log_from_bytes
       evt = log_from_bytes(data)
       log_mono_time, service = evt.logMonoTime, evt.which()
     self._log.write(data)
@@ -114,7 +115,6 @@ class RouteWriter:
     Different cameras may be written from different threads."""
     writer = self._frames.get(camera)
     if writer is None:
-      from visionipc.framefile import FrameWriter
       fname = _frame_file(camera)
       size = memoryview(data).nbytes
       writer = FrameWriter(os.path.join(self.path, fname), width, height, stride, uv_offset, size, self.frame_level)
@@ -203,7 +203,6 @@ class Route:
 
   def events(self) -> list:
     """Decoded Events (capnp readers), stably sorted by logMonoTime."""
-    from cereal.messaging import log_from_bytes
     events = [log_from_bytes(raw) for raw in self.raw_events()]
     events.sort(key=lambda e: e.logMonoTime)
     return events
@@ -215,7 +214,6 @@ class Route:
       raise RouteError(f"route {self.path} has no frames for camera {camera!r}; it has {self.cameras}")
     reader = self._readers.get(camera)
     if reader is None:
-      from visionipc.framefile import FrameReader
       reader = FrameReader(os.path.join(self.path, self.header["cameras"][camera]["file"]))
       self._readers[camera] = reader
     return reader
