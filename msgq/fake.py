@@ -15,6 +15,7 @@ import select
 import time
 
 from msgq import namespace
+from msgq.env import MSGQ_ENV
 from msgq.errors import EventTimeoutError, IpcError
 from msgq.zmq_backend import fnv1a64
 
@@ -32,7 +33,7 @@ def toggle_fake_events(enabled: bool) -> None:
 
 
 def fake_enabled() -> bool:
-  return os.environ.get(FAKE_ENV, "") not in ("", "0")
+  return MSGQ_ENV.get(FAKE_ENV) not in ("", "0")
 
 
 def set_fake_prefix(prefix: str) -> None:
@@ -40,7 +41,7 @@ def set_fake_prefix(prefix: str) -> None:
 
 
 def get_fake_prefix() -> str:
-  return os.environ.get(FAKE_PREFIX_ENV, "")
+  return MSGQ_ENV.get(FAKE_PREFIX_ENV)
 
 
 def delete_fake_prefix() -> None:
@@ -214,8 +215,7 @@ class FakeSubscriber:
     self.endpoint = inner.endpoint
     self._identifier = get_fake_prefix()
     self._handle = SocketEventHandle(self.endpoint, self._identifier, override=False)
-    timeout = os.environ.get(FAKE_TIMEOUT_ENV)
-    self._gate_timeout = float(timeout) if timeout else -1  # the reference waits forever
+    self._gate_timeout = MSGQ_ENV.number(FAKE_TIMEOUT_ENV, -1)  # unset: wait forever, as the reference does
 
   def _gate(self) -> None:
     if self._handle._mm is None:  # the harness may create the handle after we connected

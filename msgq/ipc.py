@@ -7,6 +7,7 @@ from msgq import futex, ring
 from msgq.errors import IpcError
 from msgq.fake import FakeSubscriber, fake_enabled
 from msgq.ring import ShmPublisher, ShmSubscriber
+from msgq.env import MSGQ_ENV
 from msgq.segment import H_FUTEX
 from msgq.zmq_backend import ZmqPublisher, ZmqSubscriber
 
@@ -14,7 +15,7 @@ MAX_POLLER_SOCKETS = 128  # futex_waitv's limit
 
 
 def zmq_enabled() -> bool:
-  return os.environ.get("ZMQ", "") not in ("", "0")
+  return MSGQ_ENV.get("ZMQ") not in ("", "0")
 
 
 class Context:

@@ -13,6 +13,8 @@ import secrets
 import shutil
 import stat
 
+from msgq.env import MSGQ_ENV
+
 PREFIX_ENV = "OPENPILOT_PREFIX"
 SHM_ROOT = "/dev/shm"
 
@@ -24,7 +26,7 @@ def _check_prefix(value: str) -> str:
 
 
 def prefix() -> str | None:
-  value = os.environ.get(PREFIX_ENV)
+  value = MSGQ_ENV.get(PREFIX_ENV)
   return _check_prefix(value) if value else None
 
 
@@ -52,7 +54,7 @@ def shm_dir() -> str:
 
 
 def _runtime_base() -> str:
-  xdg = os.environ.get("XDG_RUNTIME_DIR")
+  xdg = MSGQ_ENV.get("XDG_RUNTIME_DIR")
   if xdg and os.path.isdir(xdg) and os.access(xdg, os.W_OK):
     return _private_dir(os.path.join(xdg, "pymodeld"))
   return _private_dir(f"/tmp/pymodeld-{os.getuid()}")
@@ -77,7 +79,7 @@ class Namespace:
     self._saved_env: str | None = None
 
   def __enter__(self) -> "Namespace":
-    self._saved_env = os.environ.get(PREFIX_ENV)
+    self._saved_env = MSGQ_ENV.get(PREFIX_ENV, None)
     os.environ[PREFIX_ENV] = self.prefix
     _private_dir(self.shm_dir)
     _private_dir(self.runtime_dir)

@@ -5,6 +5,7 @@ import time
 from msgq import futex
 from msgq.futex import full_fence
 from msgq.errors import IpcError, MessageTooLargeError, MultiplePublishersError
+from msgq.env import MSGQ_ENV
 from msgq.segment import (H_COUNT, H_E, H_FUTEX, H_L, H_PUB_UID, H_W, NUM_READERS, S_DROPPED, S_POS,
                           SLEEP_FLAGS, WRAP, Segment)
 
@@ -12,7 +13,7 @@ _U32 = 0xFFFFFFFF
 # A blocking receive first spins this long on W (yielding the CPU each turn): a futex sleep/wake costs
 # ~10 us of scheduler latency, more than a whole message exchange. 0 disables spinning (env MSGQ_SPIN_US).
 # Without the yield, spinning on a loaded 2-core machine made latency 10x worse, not better.
-SPIN_S = float(os.environ.get("MSGQ_SPIN_US", "100")) / 1e6
+SPIN_S = MSGQ_ENV.number("MSGQ_SPIN_US", 100) / 1e6
 _NO_SLEEPERS = bytes(NUM_READERS)
 
 # Bumped in every forked child: a publisher made before the fork must not become a second writer there.

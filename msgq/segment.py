@@ -11,6 +11,7 @@ import secrets
 import stat
 
 from msgq import namespace
+from msgq.env import MSGQ_ENV
 from msgq.errors import IpcError, MultiplePublishersError, SegmentSizeError
 
 MAGIC = int.from_bytes(b"pymsgq\0\0", "little")
@@ -60,7 +61,7 @@ def process_alive(pid: int, start: int) -> bool:
 def _populate_flag() -> int:
   """MAP_POPULATE unless MSGQ_PREALLOC=0: every page is mapped at open, so the hot path never page-faults and a
   process's RSS does not creep up for minutes as the writer first touches each page of the ring."""
-  return mmap.MAP_POPULATE if os.environ.get("MSGQ_PREALLOC", "1") != "0" else 0
+  return mmap.MAP_POPULATE if MSGQ_ENV.get("MSGQ_PREALLOC", "1") != "0" else 0
 
 
 def check_endpoint(endpoint) -> str:

@@ -5,8 +5,8 @@ commaai/msgq ZMQ backend did, so both ends agree without configuration. Publishe
 MSGQ_ZMQ_BIND_ADDR says otherwise. pyzmq is imported only when this backend is used.
 """
 import math
-import os
 
+from msgq.env import MSGQ_ENV
 from msgq.errors import IpcError, MultiplePublishersError
 from msgq.segment import check_endpoint
 
@@ -37,7 +37,7 @@ class ZmqPublisher:
     self.port = port_for(self.endpoint)
     self.sock = ctx.socket(zmq.PUB)
     self.sock.setsockopt(zmq.LINGER, 0)
-    bind_addr = os.environ.get("MSGQ_ZMQ_BIND_ADDR", "127.0.0.1")
+    bind_addr = MSGQ_ENV.get("MSGQ_ZMQ_BIND_ADDR", "127.0.0.1")
     try:
       self.sock.bind(f"tcp://{bind_addr}:{self.port}")
     except zmq.ZMQError as e:

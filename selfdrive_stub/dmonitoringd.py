@@ -13,7 +13,6 @@ Invariants:
 - One driverMonitoringState per step; SIGINT/SIGTERM exit 0.
 """
 import argparse
-import os
 import signal
 import sys
 import time
@@ -22,6 +21,7 @@ from setproctitle import setproctitle
 
 from cereal.messaging import PubMaster, SubMaster, new_message
 from selfdrive_stub.dm_policy import DT_DMON, DMInputs, DriverData, DriverMonitoring
+from selfdrive_stub.env import SELFDRIVE_ENV
 
 PROCESS_NAME = "dmonitoringd"
 SERVICES = ["driverStateV2", "extrinsicsCalibration", "carState", "selfdriveState", "modelV2"]
@@ -99,7 +99,7 @@ def main(argv=None) -> int:
   pm = PubMaster(["driverMonitoringState"], process=PROCESS_NAME)
   sm = SubMaster(SERVICES, poll="driverStateV2")
   dm = DriverMonitoring(rhd_saved=args.rhd, always_on=args.always_on)
-  own_clock = os.environ.get("REPLAY", "0") != "1"
+  own_clock = SELFDRIVE_ENV.get("REPLAY", "0") != "1"
   next_due = time.monotonic() + DT_DMON
   try:
     while not stop:

@@ -29,18 +29,17 @@ import sys
 import time
 from dataclasses import dataclass
 
-from daemons.common.realtime import CORES_ENV, PRIORITIES, scheduling_plan, stack_pins
-from selfdrive_stub.process import ManagedProcess, ProcessConfig
 from cereal import messaging
 from cereal.messaging import new_message
 from cereal.route import Route, RouteError
 from cereal.services import SERVICE_LIST
-from msgq.namespace import Namespace, PREFIX_ENV
-from msgq.namespace import SHM_ROOT, runtime_dir_path, shm_dir_path
-from runtime import faults
-from runtime import usb_amd
+from daemons.common.realtime import CORES_ENV, PRIORITIES, scheduling_plan, stack_pins
+from msgq.namespace import SHM_ROOT, Namespace, runtime_dir_path, shm_dir_path
+from msgq.namespace import prefix as namespace_prefix
+from runtime import faults, usb_amd
 from runtime.faults import FAULT_KINDS
 from selfdrive_stub.liveview import CLEAR, CpuMeter, ServiceMonitor, render_line, render_screen
+from selfdrive_stub.process import ManagedProcess, ProcessConfig
 from selfdrive_stub.viewer import Viewer
 
 READY_TIMEOUT_S = 30.0
@@ -304,7 +303,7 @@ class Manager:
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
       sweep_stale_namespaces()
-      prefix = os.environ.get(PREFIX_ENV) or f"{GENERATED_PREFIX}{os.getpid()}_{secrets.token_hex(4)}"
+      prefix = namespace_prefix() or f"{GENERATED_PREFIX}{os.getpid()}_{secrets.token_hex(4)}"
       with Namespace(prefix) as ns:
         try:
           return self._run(ns)

@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from selfdrive_stub.env import SELFDRIVE_ENV
+
 STOP_TIMEOUT_S = 5.0
 BACKOFF_FIRST_S = 0.5
 BACKOFF_MAX_S = 10.0
@@ -172,7 +174,7 @@ class ManagedProcess:
 
 def _die_with_parent() -> None:
   """Ask the kernel to SIGKILL us when the manager dies, so a killed manager leaves no orphans."""
-  manager_pid = os.environ.get(MANAGER_PID_ENV)
+  manager_pid = SELFDRIVE_ENV.get(MANAGER_PID_ENV)
   if not manager_pid:
     return
   PR_SET_PDEATHSIG = 1

@@ -21,6 +21,7 @@ import sys
 import numpy as np
 
 from visionipc import protocol
+from visionipc.env import VISIONIPC_ENV
 from visionipc.errors import ProtocolError
 from visionipc.nv12 import check_geometry
 
@@ -35,7 +36,7 @@ def _populate_flag() -> int:
   """MAP_POPULATE unless VIPC_PREFAULT=0: every page of a buffer is mapped when it is attached (~0.5 ms per
   1928x1208 buffer), so a consumer never page-faults on the hot path when what it reads moves (a new warp after
   recalibration touches other rows), and its RSS does not creep up as it does. As msgq does (MSGQ_PREALLOC)."""
-  return mmap.MAP_POPULATE if os.environ.get("VIPC_PREFAULT", "1") != "0" else 0
+  return mmap.MAP_POPULATE if VISIONIPC_ENV.get("VIPC_PREFAULT", "1") != "0" else 0
 
 
 def _trailer_offset(length: int) -> int:

@@ -28,11 +28,12 @@ Invariants:
   the window to end. Realtime, or pinning client and producer to different cores, is what keeps a woken client
   off the producer's busy CPU (bench/vipc_latency.py).
 """
-import os
 import statistics
 from collections import deque
 
-DEFAULT_LEAD_S = float(os.environ.get("VIPC_SPIN_LEAD_US", "1000")) / 1e6
+from visionipc.env import VISIONIPC_ENV
+
+DEFAULT_LEAD_S = VISIONIPC_ENV.number("VIPC_SPIN_LEAD_US", 1000) / 1e6
 PHASE_FRAMES = 4  # arrivals the due time is taken from (_due)
 LATE_LEADS = 3  # the poll window ends this many leads after the due time
 

@@ -1,7 +1,7 @@
 """PubMaster: one publisher socket per service, opened only by the service's owning process."""
-import os
 import time
 
+from cereal.env import CEREAL_ENV
 from cereal.messaging.errors import ServiceOwnershipError
 from cereal.messaging.message import service_info
 from cereal.messaging.sockets import pub_sock
@@ -18,7 +18,7 @@ class PubMaster:
   """
 
   def __init__(self, services, process: str | None = None, allow_foreign: bool = False):
-    self.process = process if process is not None else (os.environ.get(PROCESS_ENV) or None)
+    self.process = process if process is not None else (CEREAL_ENV.get(PROCESS_ENV) or None)
     services = list(dict.fromkeys(services))
     for s in services:
       owner = service_info(s).owner

@@ -13,9 +13,9 @@ The rules are openpilot's, exactly (spec/plumbing.md §3.4):
 Additions: a malformed message is counted in malformed[s], its error kept in decode_error[s], and skipped;
 invalid_reason(s) says why the last message was not valid; the clock is injectable.
 """
-import os
 import time
 
+from cereal.env import CEREAL_ENV
 from cereal.messaging.decode import log_from_bytes
 from cereal.messaging.errors import MessageDecodeError
 from cereal.messaging.frequency import FrequencyTracker
@@ -40,7 +40,7 @@ class SubMaster:
     self.ignore_avg_freq = self._subset("ignore_avg_freq", ignore_avg_freq)
     self.ignore_valid = self._subset("ignore_valid", ignore_valid)
     self.clock = clock
-    self.simulation = os.environ.get("SIMULATION", "0") == "1"
+    self.simulation = CEREAL_ENV.get("SIMULATION", "0") == "1"
 
     polled = [poll] if poll is not None else self.services
     self.non_polled_services = [s for s in self.services if s not in polled]

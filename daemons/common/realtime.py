@@ -30,6 +30,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
+from daemons.common.env import DAEMONS_ENV
+
 REALTIME_ENV = "PYMODELD_REALTIME"
 CORES_ENV = "PYMODELD_CORES"
 # SCHED_FIFO priorities of the reference (commaai/openpilot: modeld and dmonitoringmodeld call sites,
@@ -55,14 +57,10 @@ class RealtimeStatus:
     return f"{text} ({self.problem})" if self.problem else text
 
 
-def realtime_requested(environ=os.environ) -> bool:
-  """PYMODELD_REALTIME: 1/true/yes on, 0/false/no or unset/empty off; anything else is a ValueError."""
-  value = environ.get(REALTIME_ENV, "").strip().lower()
-  if value in ("1", "true", "yes"):
-    return True
-  if value in ("", "0", "false", "no"):
-    return False
-  raise ValueError(f"{REALTIME_ENV} must be 1/true/yes or 0/false/no, got {environ[REALTIME_ENV]!r}")
+def realtime_requested(environ=None) -> bool:
+  """PYMODELD_REALTIME: 1/true/yes on, 0/false/no or unset/empty off; anything else is an EnvError (a
+  ValueError)."""
+  return DAEMONS_ENV.flag(REALTIME_ENV, False, environ)
 
 
 def parse_cpu_list(text: str) -> frozenset[int]:
@@ -78,13 +76,13 @@ def parse_cpu_list(text: str) -> frozenset[int]:
   return _check_cores(cores)
 
 
-def cores_requested(process: str, environ=os.environ) -> frozenset[int] | None:
+def cores_requested(process: str, environ=None) -> frozenset[int] | None:
   """The cores PYMODELD_CORES names for `process`, or None if it names none. Every entry is checked, so a typo
   in another process's entry is reported by each daemon."""
   if process not in PRIORITIES:
     raise ValueError(f"unknown process {process!r}; known: {sorted(PRIORITIES)}")
   pins: dict[str, frozenset[int]] = {}
-  for entry in environ.get(CORES_ENV, "").split():
+  for entry in DAEMONS_ENV.get(CORES_ENV, "", environ).split():
     name, eq, cpu_list = entry.partition("=")
     if not eq or name not in PRIORITIES or name in pins:
       why = "repeated" if name in pins else f"not process=cpu-list with a process of {sorted(PRIORITIES)}"
@@ -105,10 +103,10 @@ def default_pins(allowed: Iterable[int] | None = None) -> str:
   return f"camerad={cpus[0]} modeld={cpus[-1]}" if len(cpus) >= 2 else ""
 
 
-def stack_pins(environ=os.environ) -> str:
+def stack_pins(environ=None) -> str:
   """PYMODELD_CORES for the whole stack (the manager, the full-stack benches): the environment's if set ('' pins
   nothing), else default_pins()."""
-  return environ.get(CORES_ENV, default_pins())
+  return DAEMONS_ENV.get(CORES_ENV, default_pins(), environ)
 
 
 def _check_cores(cores: int | Iterable[int]) -> frozenset[int]:
@@ -164,7 +162,7 @@ class SchedulingPlan:
     return status
 
 
-def scheduling_plan(process: str, environ=os.environ) -> SchedulingPlan:
+def scheduling_plan(process: str, environ=None) -> SchedulingPlan:
   """The plan of `process` (a key of PRIORITIES) from PYMODELD_REALTIME and PYMODELD_CORES."""
   cores = cores_requested(process, environ)
   return SchedulingPlan(PRIORITIES[process] if realtime_requested(environ) else None, cores)

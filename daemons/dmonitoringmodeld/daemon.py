@@ -8,7 +8,6 @@ Invariants:
 - SIGINT/SIGTERM end the loop and the process exits 0.
 """
 import argparse
-import os
 import signal
 import sys
 
@@ -16,8 +15,9 @@ from setproctitle import setproctitle
 
 from cereal.messaging import PubMaster, SubMaster
 from daemons.common.cameras import UnknownCameraError
+from daemons.common.env import send_raw_pred
 from daemons.common.realtime import SCHEDULING_HELP, scheduling_plan
-from daemons.dmonitoringmodeld.model_state import MODEL_PATH, Calibration, ModelState, send_raw_pred_enabled
+from daemons.dmonitoringmodeld.model_state import MODEL_PATH, Calibration, ModelState
 from daemons.dmonitoringmodeld.runner import make_runner
 from visionipc import VisionIpcClient, VisionStreamType
 
@@ -51,7 +51,7 @@ def main(argv=None) -> int:
   setproctitle(PROCESS_NAME)
   stop = Stop()
 
-  model = ModelState.load(make_runner, args.model, send_raw_pred_enabled(os.environ.get("SEND_RAW_PRED")))
+  model = ModelState.load(make_runner, args.model, send_raw_pred())
   pm = PubMaster(["driverStateV2"], process=PROCESS_NAME)
   sm = SubMaster(["extrinsicsCalibration"])
   calib = Calibration()

@@ -27,11 +27,6 @@ CALIB_STALE_S = 2.5        # 10 periods of the 4 Hz extrinsicsCalibration (the d
 INPUT_SHAPES = {"input_img": (1, DM_INPUT_SIZE[0] * DM_INPUT_SIZE[1]), "calib": (1, 3)}
 
 
-def send_raw_pred_enabled(value: str | None) -> bool:
-  """SEND_RAW_PRED is on for 1/true/yes (any case); '0', '' and anything else is off (the reference's flaw 11)."""
-  return (value or "").strip().lower() in ("1", "true", "yes")
-
-
 def load_dm_metadata(path: str) -> ModelMetadata:
   meta = load_metadata(path, required=REQUIRED_HEADS)
   check_head_sizes(meta)

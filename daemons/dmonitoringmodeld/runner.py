@@ -3,10 +3,10 @@
 The project runtime (runtime.OnnxRunner, device from env DEV, CPU by default) runs the model. onnxruntime is
 used only when asked for explicitly (DM_RUNTIME=onnxruntime), e.g. to compare against the reference runtime.
 """
-import os
 import time
 
 import numpy as np
+from daemons.common.env import DAEMONS_ENV
 from runtime import OnnxRunner
 
 
@@ -15,11 +15,11 @@ class RunnerUnavailable(RuntimeError):
 
 
 def make_runner(path: str, backend: str | None = None, device: str | None = None):
-  backend = backend or os.environ.get("DM_RUNTIME", "runtime")
+  backend = backend or DAEMONS_ENV.get("DM_RUNTIME", "runtime")
   if backend == "onnxruntime":
     return _onnxruntime_runner(path)
   if backend == "runtime":
-    return _project_runner(path, device or os.environ.get("DEV", "CPU"))
+    return _project_runner(path, device)
   raise RunnerUnavailable(f"unknown DM_RUNTIME {backend!r}; expected 'runtime' or 'onnxruntime'")
 
 

@@ -13,7 +13,6 @@
   loading; and the model ran. `invalidReason` lists every failed rule;
 - messages say which model ran (`modelName`) and why the daemon is on the small model (`fallbackReason`).
 """
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -22,6 +21,7 @@ import numpy as np
 
 from cereal import log
 from daemons.common.cameras import DeviceCameraConfig
+from daemons.common.env import send_raw_pred as env_send_raw_pred
 from daemons.common.road_warp import OUT_SHAPE, RoadWarp
 from daemons.common.transforms import CalibrationError, check_calibration, get_warp_matrix
 from daemons.modeld.action import Action, get_action_from_model
@@ -35,12 +35,6 @@ DROP_FILTER_ALPHA = DT_MDL / (10.0 + DT_MDL)   # FirstOrderFilter(rc=10 s, dt=0.
 DROP_WARMUP_FRAMES = 10
 DEFAULT_LAT_DELAY = 0.2
 DEFAULT_LONG_ACTUATOR_DELAY = 0.15
-
-
-def send_raw_pred_enabled(value: str | None = None) -> bool:
-  """SEND_RAW_PRED is on for 1/true/yes (any case), off for anything else, e.g. '0' or ''."""
-  value = os.environ.get("SEND_RAW_PRED", "") if value is None else value
-  return value.strip().lower() in ("1", "true", "yes")
 
 
 def _event(service: str, valid: bool, reason: str):
@@ -102,7 +96,7 @@ class Modeld:
     self.main_is_wide = main_is_wide
     self.calib: np.ndarray | None = None
     self.set_geometry(cameras, main_geom, extra_geom)
-    self.send_raw_pred = send_raw_pred_enabled() if send_raw_pred is None else send_raw_pred
+    self.send_raw_pred = env_send_raw_pred() if send_raw_pred is None else send_raw_pred
     self.clock = clock
     self.prev_action = Action()
     self.desire_helper = DesireHelper()

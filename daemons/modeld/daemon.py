@@ -22,12 +22,13 @@ import setproctitle
 
 from cereal import messaging
 from daemons.common.cameras import config_for_frame
+from daemons.common.env import DAEMONS_ENV
 from daemons.common.realtime import SCHEDULING_HELP, scheduling_plan
 from daemons.modeld.core import CarInputs, Frame, Modeld
 from daemons.modeld.model_state import ModelState, model_path
 from daemons.modeld.runner import runtime_runner, warmup
-from visionipc import VisionIpcClient, VisionStreamType, available_streams
 from runtime.device import Device, DeviceError
+from visionipc import VisionIpcClient, VisionStreamType, available_streams
 
 NARROW, WIDE = VisionStreamType.VISION_STREAM_NARROW_ROAD, VisionStreamType.VISION_STREAM_WIDE_ROAD
 PAIR_WINDOW_NS = 25_000_000
@@ -119,7 +120,7 @@ def _geometry(client: VisionIpcClient) -> tuple[int, int, int, int]:
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(prog="python -m daemons.modeld", description="road driving model daemon",
                                    epilog=SCHEDULING_HELP)
-  parser.add_argument("--wait-timeout-ms", type=int, default=int(os.environ.get("MODELD_WAIT_TIMEOUT_MS", 3000)),
+  parser.add_argument("--wait-timeout-ms", type=int, default=int(DAEMONS_ENV.number("MODELD_WAIT_TIMEOUT_MS", 3000)),
                       help="USB+AMD wait timeout before the big model is declared failed (default 3000)")
   parser.add_argument("--big-load-limit-s", type=float, default=60.0, help="time limit for loading the big model")
   parser.add_argument("--no-big", action="store_true", help="never try the big model")

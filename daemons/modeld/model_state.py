@@ -15,6 +15,7 @@ from typing import Callable
 
 import numpy as np
 
+from daemons.common.env import DAEMONS_ENV
 from daemons.common.metadata import ModelMetadata, load_metadata
 from daemons.common.outputs import all_finite
 from daemons.modeld.constants import REQUIRED_HEADS
@@ -30,7 +31,7 @@ MODEL_PATH_ENV = {"small": "PYMODELD_ROAD_MODEL_SMALL", "big": "PYMODELD_ROAD_MO
 
 
 def model_path(name: str) -> str:
-  return os.environ.get(MODEL_PATH_ENV[name]) or MODEL_PATHS[name]
+  return DAEMONS_ENV.get(MODEL_PATH_ENV[name]) or MODEL_PATHS[name]
 
 
 class ModelOutputError(RuntimeError):

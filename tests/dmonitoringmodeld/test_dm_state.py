@@ -11,8 +11,7 @@ import pytest
 from cereal.messaging import log_from_bytes, new_message
 from daemons.common.cameras import UnknownCameraError
 from daemons.common.metadata import ModelMetadataError
-from daemons.dmonitoringmodeld.model_state import MODEL_PATH, Calibration, ModelState, load_dm_metadata, \
-  send_raw_pred_enabled
+from daemons.dmonitoringmodeld.model_state import MODEL_PATH, Calibration, ModelState, load_dm_metadata
 from daemons.dmonitoringmodeld.parse import non_finite_heads, parse_outputs
 from daemons.dmonitoringmodeld.runner import make_runner
 from selfdrive_stub.scenes import SceneRenderer
@@ -137,12 +136,6 @@ def test_malicious_pickled_metadata_is_refused(tmp_path):
   blob = base64.b64encode(pickle.dumps({"face_prob_lhd": Exploit()})).decode()
   with pytest.raises(ModelMetadataError, match="refusing to unpickle"):
     load_dm_metadata(model_with_props(tmp_path, {"output_slices": blob}))
-
-
-@pytest.mark.parametrize("value,on", [("1", True), ("true", True), ("YES", True), ("0", False), ("", False),
-                                      (None, False), ("no", False)])
-def test_send_raw_pred_values(value, on):
-  assert send_raw_pred_enabled(value) is on
 
 
 # ---- one frame through the real model, and each valid reason

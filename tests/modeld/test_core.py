@@ -5,7 +5,8 @@ import pytest
 from cereal import messaging
 from daemons.common.cameras import MICI, TICI
 from daemons.common.transforms import get_warp_matrix
-from daemons.modeld.core import CarInputs, Frame, Modeld, send_raw_pred_enabled
+from daemons.common.env import send_raw_pred
+from daemons.modeld.core import CarInputs, Frame, Modeld
 from daemons.modeld.model_state import MODEL_PATHS, ModelOutputError, ModelState
 from daemons.modeld.runner import runtime_runner
 from visionipc import get_nv12_info
@@ -140,8 +141,8 @@ def test_small_model_failure_publishes_invalid_and_keeps_running(small_runner):
 
 
 def test_send_raw_pred(small_runner, monkeypatch):
-  assert [send_raw_pred_enabled(v) for v in ("1", "true", "YES", " yes ")] == [True] * 4
-  assert [send_raw_pred_enabled(v) for v in ("0", "", "false", "no", "2")] == [False] * 5
+  assert [send_raw_pred(v) for v in ("1", "true", "YES", " yes ")] == [True] * 4
+  assert [send_raw_pred(v) for v in ("0", "", "false", "no", "2")] == [False] * 5
   monkeypatch.setenv("SEND_RAW_PRED", "1")
   md, frame = make(small_runner)
   raw = np.frombuffer(step(md, frame, 0).events[0][1].modelV2.rawPredictions, np.float32)
