@@ -16,8 +16,8 @@ import time
 
 from cereal import messaging
 from procfs import proc_stats
+from repo_paths import REPO_ROOT
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GENEROUS_S = 90.0    # "something should happen": a loaded 2-core machine may need a long time
 
 

@@ -4,9 +4,9 @@ import os
 import pytest
 
 from cereal.route import Route
+from repo_paths import REPO_ROOT
 
-ROUTES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                      "process_replay", "routes")
+ROUTES = os.path.join(REPO_ROOT, "process_replay", "routes")
 
 
 @pytest.fixture(scope="session")

@@ -12,14 +12,13 @@ from process_replay.compare import compare_logs
 from process_replay.configs import get_config
 from process_replay.references import load_ref, save_ref
 from process_replay.tasks import Progress, run_tasks
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from repo_paths import REPO_ROOT
 HAS_RAY = importlib.util.find_spec("ray") is not None
 
 
 def cli(*args, cwd):
   return subprocess.run([sys.executable, "-m", "process_replay", *args], cwd=cwd, capture_output=True, text=True,
-                        timeout=600, env={**os.environ, "PYTHONPATH": REPO})
+                        timeout=600, env={**os.environ, "PYTHONPATH": REPO_ROOT})
 
 
 def test_update_then_pass_then_fail_with_report_and_plot(tici_route_path, tmp_path):

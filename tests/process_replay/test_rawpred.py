@@ -13,13 +13,12 @@ from daemons.modeld.model_state import MODEL_PATHS
 from process_replay.configs import get_config
 from process_replay.harness import replay
 from process_replay.references import save_ref
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from repo_paths import REPO_ROOT
 
 
 def rawpred(*args):
   return subprocess.run([sys.executable, "-m", "process_replay.rawpred", *args], capture_output=True, text=True,
-                        timeout=300, env={**os.environ, "PYTHONPATH": REPO})
+                        timeout=300, env={**os.environ, "PYTHONPATH": REPO_ROOT})
 
 
 @pytest.mark.parametrize("proc,service,seconds", [("dmonitoringmodeld", "driverStateV2", 1.0),

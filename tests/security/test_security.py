@@ -31,9 +31,9 @@ from msgq import namespace as ns_mod
 from msgq.zmq_backend import port_for
 from runtime import artifact
 from runtime.errors import ArtifactError
+from repo_paths import REPO_ROOT
 from runtime.runner import OnnxRunner
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODEL_DAEMONS = ("modeld", "dmonitoringmodeld")
 # services that steer the car or gate engagement; no model daemon may ever write one
 CONTROL_SERVICES = ("carControl", "carState", "selfdriveState", "engageRequest", "driverMonitoringState",

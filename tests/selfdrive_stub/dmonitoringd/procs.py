@@ -3,8 +3,8 @@ import os
 import subprocess
 import sys
 import time
+from repo_paths import REPO_ROOT
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 class Procs:

@@ -14,8 +14,8 @@ from selfdrive_stub.process import ProcessConfig
 from msgq.namespace import runtime_dir_path, shm_dir_path
 from selfdrive_stub.process import ManagedProcess
 from selfdrive_stub.process import module_exists
+from repo_paths import REPO_ROOT
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _opts(*argv):

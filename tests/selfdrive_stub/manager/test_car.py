@@ -9,8 +9,8 @@ import pytest
 
 from cereal import messaging
 from selfdrive_stub.car import INPUTS_NEEDED, DriveModel
+from repo_paths import REPO_ROOT
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_drive_is_deterministic_per_seed():

@@ -10,8 +10,8 @@ from selfdrive_stub.scenes import render_frame
 from process_replay.compare import compare_logs
 from process_replay.configs import get_config
 from process_replay.harness import replay
+from repo_paths import REPO_ROOT
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_manager_records_a_route(namespace, tmp_path):

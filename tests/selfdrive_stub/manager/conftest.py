@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 from procfs import proc_stats
+from repo_paths import REPO_ROOT
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def live_in_groups(pgids):

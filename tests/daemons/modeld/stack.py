@@ -7,12 +7,12 @@ import sys
 import time
 
 from cereal import messaging
+from repo_paths import REPO_ROOT
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def spawn(*args, env=None):
-  return subprocess.Popen([sys.executable, "-m", *args], cwd=REPO, env={**os.environ, **(env or {})},
+  return subprocess.Popen([sys.executable, "-m", *args], cwd=REPO_ROOT, env={**os.environ, **(env or {})},
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 

@@ -5,6 +5,7 @@ from PIL import Image
 from daemons.common.cameras import TICI
 from selfdrive_stub.viewer import (FACE_COLOR, LANE_COLOR, PATH_COLOR, Scene, face_pixel, project, render_cabin,
                                    render_road, render_view)
+from repo_paths import REPO_ROOT
 
 
 def _straight(y, z, xs=np.linspace(2, 60, 40)):
@@ -49,11 +50,10 @@ def test_view_png_round_trip(tmp_path):
 
 
 def test_viewer_cli_without_a_stack_says_so(tmp_path):
-  import os
   import subprocess
   import sys
   out = tmp_path / "v.png"
-  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  root = REPO_ROOT
   proc = subprocess.run([sys.executable, "-m", "selfdrive_stub.viewer", "--out", str(out), "--wait", "0.3"],
                         cwd=root, capture_output=True, text=True, timeout=120)
   assert proc.returncode == 0, proc.stderr

@@ -5,6 +5,7 @@ import os
 import pytest
 
 from cereal.services import SERVICE_LIST
+from repo_paths import REPO_ROOT
 
 
 def running_processes(report):
@@ -54,7 +55,7 @@ def test_route_playback_with_png(run_manager, assert_nothing_left, tmp_path):
 
   import numpy as np
   from PIL import Image
-  route = os.path.join(os.path.dirname(__file__), "..", "..", "process_replay", "routes", "mici")
+  route = os.path.join(REPO_ROOT, "process_replay", "routes", "mici")
   if not os.path.exists(os.path.join(route, "header.json")):
     pytest.skip("no sample mici route in this tree")
   png = tmp_path / "view.png"

@@ -1,5 +1,4 @@
 """The logger on its own: what it refuses, and a recording of just the bus."""
-import os
 import subprocess
 import sys
 
@@ -7,8 +6,8 @@ from cereal import messaging
 from cereal.messaging import new_message
 from cereal.route import Route, RouteWriter
 from selfdrive_stub.logger import Logger
+from repo_paths import REPO_ROOT
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _logger(*args, **kw):
