@@ -21,14 +21,13 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from cereal.messaging import sub_sock  # noqa: E402
-from daemons.common.realtime import stack_pins  # noqa: E402
-from msgq.namespace import Namespace  # noqa: E402
-from stacklib import REPO_ROOT, drain, pct, start  # noqa: E402
+from cereal.messaging import sub_sock
 from daemons.common.cameras import DEVICE_CAMERAS
 from daemons.common.dm_warp import BORDER_VALUE, dm_transform, plan_for_camera
+from daemons.common.realtime import stack_pins
+from msgq.namespace import Namespace
+from stacklib import REPO_ROOT, drain, pct, start
 from visionipc.nv12 import padded_nv12_layout
-
 
 
 def bench_warp(rounds: int = 30) -> None:
