@@ -141,6 +141,11 @@ UNARY = ["Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "Tanh", "Elu", "Selu", "
 @register(*UNARY)
 def unary(op, attrs, specs, consts):
   x = specs[0]
+  for name in ("alpha", "beta", "gamma"):
+    if name in attrs and _is_float(x.dtype) and not np.isfinite(x.dtype.type(attrs[name])):
+      raise ModelError(f"{op} {name}={attrs[name]} is not a finite {x.dtype}")
+  if op == "Celu" and float(attrs.get("alpha", 1.0)) == 0.0:
+    raise ModelError("Celu alpha must not be 0")
   fn, needs_tmp = _act(op, attrs)
   if op == "Not" and x.dtype != np.bool_:
     raise ModelError(f"Not needs a bool input, got {x.dtype}")
@@ -171,6 +176,8 @@ def _pow(a, b, out):
 
 
 def _mod(fmod):
+  """fmod=1: C fmod (the result takes the dividend's sign); fmod=0: the divisor's sign, as Python's % (for
+  floats too: ONNX's own cases pin -4.3 mod 2.1 = 2.0 and -3 mod inf = inf)."""
   return (lambda a, b, out: np.fmod(a, b, out=out)) if fmod else (lambda a, b, out: np.mod(a, b, out=out))
 
 
@@ -199,7 +206,10 @@ def binary(op, attrs, specs, consts):
     elif op == "Div":
       fn = (lambda x, y, out: np.divide(x, y, out=out)) if _is_float(a.dtype) else _int_div
     elif op == "Mod":
-      fn = _mod(int(attrs.get("fmod", 0)) == 1 or _is_float(a.dtype))
+      fmod = int(attrs.get("fmod", 0))
+      if fmod not in (0, 1):
+        raise ModelError(f"Mod fmod must be 0 or 1, got {fmod}")
+      fn = _mod(fmod == 1)
     elif op == "PRelu":
       def fn(x, slope, out):
         np.multiply(x, slope, out=out, where=x < 0)
@@ -209,7 +219,11 @@ def binary(op, attrs, specs, consts):
         slope_view = (b.shape[0],) + (1,) * (len(a.shape) - 2)  # legacy: one slope per channel
       shape = broadcast_shape(a.shape, slope_view or b.shape, what=op)
     elif op == "BitShift":
-      left = attrs.get("direction", "") == "LEFT"
+      if attrs.get("direction") not in ("LEFT", "RIGHT"):
+        raise ModelError(f"BitShift direction must be 'LEFT' or 'RIGHT', got {attrs.get('direction')!r}")
+      if a.dtype.kind not in "iu":
+        raise ModelError(f"BitShift needs integers, got {a.dtype}")
+      left = attrs["direction"] == "LEFT"
       fn = (lambda x, y, out: np.left_shift(x, y, out=out)) if left else \
           (lambda x, y, out: np.right_shift(x, y, out=out))
     else:
@@ -268,6 +282,8 @@ def variadic(op, attrs, specs, consts):
 def cast(op, attrs, specs, consts):
   x = specs[0]
   to = dtype_from_onnx(int(attrs["to"]), "Cast 'to'")
+  if attrs.get("round_mode", "up") not in ("up", "down", "nearest"):
+    raise ModelError(f"{op} round_mode {attrs['round_mode']!r} is not up, down or nearest")
 
   def bind(ins, outs, scr):
     s, d = ins[0], outs[0]
@@ -277,7 +293,8 @@ def cast(op, attrs, specs, consts):
 
 @register("CastLike")
 def cast_like(op, attrs, specs, consts):
-  return cast("Cast", {"to": _onnx_code(specs[1].dtype)}, specs[:1], consts[:1])
+  """Only the dtype of the second input matters: its shape (zero-size included) and values are never read."""
+  return cast("CastLike", {**attrs, "to": _onnx_code(specs[1].dtype)}, specs[:1], consts[:1])
 
 
 def _onnx_code(dt):
@@ -288,6 +305,8 @@ def _onnx_code(dt):
 @register("Where")
 def where(op, attrs, specs, consts):
   c, a, b = specs
+  if c.dtype != np.bool_:
+    raise ModelError(f"Where: condition must be bool, got {c.dtype}")
   if a.dtype != b.dtype:
     raise ModelError(f"Where: branch dtypes differ ({a.dtype} vs {b.dtype})")
   shape = broadcast_shape(c.shape, a.shape, b.shape, what="Where")
@@ -315,6 +334,8 @@ def clip(op, attrs, specs, consts):
       if opt(specs, i) is None:
         continue
       c = consts[i] if i < len(consts) else None
+      if numel(specs[i].shape) != 1 or specs[i].dtype != x.dtype:
+        raise ModelError(f"Clip bound {i} must be one {x.dtype} value, got {specs[i].dtype} {specs[i].shape}")
       if c is not None:
         if which == "lo":
           lo = c.reshape(()).item()

@@ -21,19 +21,29 @@ from numpy.lib.stride_tricks import as_strided
 from .. import blas
 from ..errors import ModelError, UnsupportedOpError
 from ..graph import Spec
+from ..limits import check_tensor
 from .base import Kernel, broadcast_shape, need_const, norm_axis, numel, opt, register
 
 
 # ---------------------------------------------------------------- geometry shared by conv and pools
 
 def window_geometry(op, attrs, in_sp, kernel, ceil_mode=False):
-  """Return (out_sizes, pads_begin, pads_end_needed, strides, dilations) for a sliding window op."""
+  """Return (out_sizes, pads_begin, pads_end_needed, strides, dilations) for a sliding window op.
+
+  Strides, dilations and kernel sizes must be positive and pads non-negative: the strided window views are
+  built from them without bounds checks, so a stride of 0 or a negative dilation would read outside the
+  tensor (ONNX requires all of them anyway). The padded plane must fit the memory budget."""
   nd = len(in_sp)
   strides = list(attrs.get("strides", [1] * nd))
   dil = list(attrs.get("dilations", [1] * nd))
   if len(strides) != nd or len(dil) != nd or len(kernel) != nd:
     raise ModelError(f"{op}: strides {strides} / dilations {dil} / kernel {list(kernel)} "
                      f"do not match {nd} spatial dims")
+  for what, vals in (("strides", strides), ("dilations", dil), ("kernel_shape", list(kernel))):
+    if any(int(v) < 1 for v in vals):
+      raise ModelError(f"{op}: {what} {vals} must all be positive")
+  if "pads" in attrs and any(int(p) < 0 for p in attrs["pads"]):
+    raise ModelError(f"{op}: pads {attrs['pads']} must not be negative")
   auto_pad = attrs.get("auto_pad", "NOTSET")
   eff = [(k - 1) * d + 1 for k, d in zip(kernel, dil)]
   if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
@@ -63,6 +73,8 @@ def window_geometry(op, attrs, in_sp, kernel, ceil_mode=False):
     raise ModelError(f"{op}: input spatial size {list(in_sp)} too small for kernel {list(kernel)} "
                      f"(output would be {out})")
   need_end = [max(pe_i, (o - 1) * s + e - i - b) for pe_i, o, s, e, i, b in zip(pe, out, strides, eff, in_sp, pb)]
+  check_tensor([i + b + e for i, b, e in zip(in_sp, pb, need_end)], np.float64, f"{op} padded plane")
+  check_tensor(out, np.float64, f"{op} output plane")
   return out, pb, pe, need_end, strides, dil
 
 
@@ -155,8 +167,12 @@ def conv(op, attrs, specs, consts):
     raise ModelError(f"Conv input must be (N, C, spatial...), got shape {x.shape}")
   N, C, *S = x.shape
   W = need_const(consts, 1, "Conv weight")
+  if W.ndim != len(x.shape):
+    raise ModelError(f"Conv weight of shape {W.shape} must have the input's rank {len(x.shape)}")
   M, Cg, *K = W.shape
   G = int(attrs.get("group", 1))
+  if G < 1:
+    raise ModelError(f"Conv group {G} must be positive")
   if "kernel_shape" in attrs and list(attrs["kernel_shape"]) != K:
     raise ModelError(f"Conv kernel_shape {attrs['kernel_shape']} does not match weight shape {W.shape}")
   if C != Cg * G or M % G:
@@ -479,9 +495,11 @@ def conv_transpose(op, attrs, specs, consts):
   x = specs[0]
   N, C, *S = x.shape
   W = need_const(consts, 1, "ConvTranspose weight")
+  if len(x.shape) < 3 or W.ndim != len(x.shape):
+    raise ModelError(f"ConvTranspose input {x.shape} and weight {W.shape} must be (N, C, spatial...) of one rank")
   Cw, Mg, *K = W.shape
   G = int(attrs.get("group", 1))
-  if Cw != C or C % G:
+  if G < 1 or Cw != C or C % G:
     raise ModelError(f"ConvTranspose: input channels {C}, weight {W.shape}, group {G} are inconsistent")
   nd = len(S)
   M = Mg * G
@@ -489,6 +507,16 @@ def conv_transpose(op, attrs, specs, consts):
   strides = list(attrs.get("strides", [1] * nd))
   dil = list(attrs.get("dilations", [1] * nd))
   outpad = list(attrs.get("output_padding", [0] * nd))
+  if len(strides) != nd or len(dil) != nd or len(outpad) != nd or len(K) != nd:
+    raise ModelError(f"ConvTranspose: strides {strides} / dilations {dil} / output_padding {outpad} / kernel {K} "
+                     f"do not match {nd} spatial dims")
+  for what, vals in (("strides", strides), ("dilations", dil), ("kernel_shape", K)):
+    if any(int(v) < 1 for v in vals):
+      raise ModelError(f"ConvTranspose: {what} {vals} must all be positive")
+  if any(p < 0 or p >= max(st, d) for p, st, d in zip(outpad, strides, dil)):
+    raise ModelError(f"ConvTranspose: output_padding {outpad} must be in [0, max(stride, dilation))")
+  if "pads" in attrs and (len(attrs["pads"]) != 2 * nd or any(int(p) < 0 for p in attrs["pads"])):
+    raise ModelError(f"ConvTranspose: pads {attrs['pads']} must be {2 * nd} non-negative values")
   full = [(s - 1) * st + (k - 1) * d + 1 for s, st, k, d in zip(S, strides, K, dil)]
   auto_pad = attrs.get("auto_pad", "NOTSET")
   if "output_shape" in attrs:
@@ -516,6 +544,7 @@ def conv_transpose(op, attrs, specs, consts):
     bias = need_const(consts, 2, "ConvTranspose bias").reshape((M,) + (1,) * nd)
   acc_shape = [f + op_ + max(0, -b) for f, op_, b in zip(full, outpad, pb)]
   acc_shape = [max(a, b + o) for a, b, o in zip(acc_shape, pb, out_sp)]
+  check_tensor([M] + acc_shape, x.dtype, "ConvTranspose accumulator")  # allocated per call
   out_spec = Spec((N, M) + tuple(out_sp), x.dtype)
 
   def bind(ins, outs, scr):
@@ -665,8 +694,14 @@ def bn_affine(scale, bias, mean, var, eps):
 def instance_norm(op, attrs, specs, consts):
   x = specs[0]
   eps = float(attrs.get("epsilon", 1e-5))
+  if len(x.shape) < 3:
+    raise ModelError(f"InstanceNormalization input must be (N, C, spatial...), got {x.shape}")
   axes = tuple(range(2, len(x.shape)))
   shape_c = (x.shape[1],) + (1,) * len(axes)
+  for i, what in ((1, "scale"), (2, "B")):
+    if specs[i].shape != (x.shape[1],) or specs[i].dtype != x.dtype:
+      raise ModelError(f"InstanceNormalization {what} must be {x.dtype} of shape ({x.shape[1]},), got "
+                       f"{specs[i].dtype} {specs[i].shape}")
 
   def bind(ins, outs, scr):
     xa, sc, bi, o = ins[0], ins[1], ins[2], outs[0]
@@ -686,6 +721,8 @@ def instance_norm(op, attrs, specs, consts):
 def layer_norm(op, attrs, specs, consts):
   x = specs[0]
   axis = norm_axis(int(attrs.get("axis", -1)), len(x.shape), "LayerNormalization")
+  if int(attrs.get("stash_type", 1)) != 1:
+    raise UnsupportedOpError(f"LayerNormalization stash_type {attrs['stash_type']} (only 1, float, is supported)")
   eps = float(attrs.get("epsilon", 1e-5))
   axes = tuple(range(axis, len(x.shape)))
   red_shape = x.shape[:axis] + (1,) * len(axes)
@@ -693,6 +730,10 @@ def layer_norm(op, attrs, specs, consts):
   stat_dt = x.dtype
   outs_specs = [x] + [Spec(red_shape, np.dtype(np.float32) if x.dtype == np.float16 else stat_dt)] * (n_out - 1)
   has_bias = opt(specs, 2) is not None
+  for i in (1, 2) if has_bias else (1,):
+    if broadcast_shape(specs[i].shape, x.shape[axis:], what="LayerNormalization") != x.shape[axis:]:
+      raise ModelError(f"LayerNormalization: input {i} of shape {specs[i].shape} does not broadcast to the "
+                       f"normalised shape {x.shape[axis:]}")
 
   def bind(ins, outs, scr):
     xa, sc, o = ins[0], ins[1], outs[0]
@@ -718,6 +759,8 @@ def layer_norm(op, attrs, specs, consts):
 def lrn(op, attrs, specs, consts):
   x = specs[0]
   size = int(attrs["size"])
+  if len(x.shape) < 2 or size < 1:
+    raise ModelError(f"LRN size {size} must be positive and the input (N, C, ...) of rank >= 2, got {x.shape}")
   alpha, beta, bias = float(attrs.get("alpha", 1e-4)), float(attrs.get("beta", 0.75)), float(attrs.get("bias", 1.0))
   C = x.shape[1]
   lo = (size - 1) // 2

@@ -16,7 +16,7 @@ from functools import partial
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from ..errors import UnsupportedOpError
+from ..errors import ModelError, UnsupportedOpError
 from ..graph import Spec
 from .base import Kernel, numel, register
 from .flatpool import bind_flat_pool, flat_pool_scratch
@@ -27,6 +27,8 @@ FLAT_POOL = True  # tests switch it off to compare the flat and the per-axis pat
 @register("MaxPool", "AveragePool")
 def pool(op, attrs, specs, consts):
   x = specs[0]
+  if len(x.shape) < 3:
+    raise ModelError(f"{op} input must be (N, C, spatial...), got shape {x.shape}")
   N, C, *S = x.shape
   K = list(attrs["kernel_shape"])
   ceil_mode = bool(attrs.get("ceil_mode", 0))
@@ -268,6 +270,8 @@ def _row_pool(op, is_max, x, k, out_spec):
 @register("GlobalAveragePool", "GlobalMaxPool")
 def global_pool(op, attrs, specs, consts):
   x = specs[0]
+  if len(x.shape) < 3:
+    raise ModelError(f"{op} input must be (N, C, spatial...), got shape {x.shape}")
   axes = tuple(range(2, len(x.shape)))
   out = Spec(x.shape[:2] + (1,) * len(axes), x.dtype)
   fn = np.mean if op == "GlobalAveragePool" else np.max
