@@ -199,13 +199,17 @@ def import_onnx(model, input_shapes: dict | None = None) -> Graph:
   proto = load_model_proto(model)
   if not proto.HasField("graph"):
     raise ModelError("the model has no graph (not an ONNX model?)")
+  g = proto.graph
+  unsupported = sorted({f"{n.domain + '.' if n.domain not in DEFAULT_DOMAINS else ''}{n.op_type}"
+                        for n in g.node if n.domain not in DEFAULT_DOMAINS or n.op_type not in ONNX_OPS})
+  if unsupported:
+    raise UnsupportedOpError(f"model uses unsupported ops: {', '.join(unsupported)}")
   opsets = [int(imp.version) for imp in proto.opset_import if imp.domain in DEFAULT_DOMAINS]
   if not opsets:
     raise ModelError("the model imports no ai.onnx opset")
   opset = opsets[-1]
   if not 1 <= opset <= MAX_OPSET:
     raise UnsupportedOpError(f"the model imports ai.onnx opset {opset}; this runtime knows opsets 1..{MAX_OPSET}")
-  g = proto.graph
   if len(g.sparse_initializer):
     raise UnsupportedOpError("sparse initializers are not supported")
   consts = {}
@@ -233,10 +237,6 @@ def import_onnx(model, input_shapes: dict | None = None) -> Graph:
   for vi in g.output:
     if vi.type.WhichOneof("value") not in (None, "tensor_type"):  # untyped outputs are left to inference
       _check_tensor_type(vi, "graph output")
-  unsupported = sorted({f"{n.domain + '.' if n.domain not in DEFAULT_DOMAINS else ''}{n.op_type}"
-                        for n in g.node if n.domain not in DEFAULT_DOMAINS or n.op_type not in ONNX_OPS})
-  if unsupported:
-    raise UnsupportedOpError(f"model uses unsupported ops: {', '.join(unsupported)}")
   defined = set(inputs) | set(consts)
   nodes = []
   for n in g.node:

@@ -121,10 +121,46 @@ def _act(op: str, attrs: dict):
     return gelu, True
   if op == "Erf":
     return erf_into, True
+  if op == "ThresholdedRelu":
+    alpha = float(attrs.get("alpha", 1.0))
+    return lambda s, d, t: np.copyto(d, np.where(s > alpha, s, 0)), False  # rare op: a temporary per call
+  if op == "Shrink":
+    lambd, bias = float(attrs.get("lambd", 0.5)), float(attrs.get("bias", 0.0))
+    if not lambd >= 0:  # with a negative lambd both branches would apply
+      raise ModelError(f"Shrink lambd {lambd} must not be negative")
+
+    def shrink(s, d, t):  # rare op: temporaries per call (the output may alias the input)
+      v = s.astype(np.float64)
+      np.copyto(d, np.where(v > lambd, v - bias, np.where(v < -lambd, v + bias, 0.0)), casting="unsafe")
+    return shrink, False
+  if op == "HardSwish":
+    def hswish(s, d, t):
+      np.multiply(s, 1 / 6, out=t)
+      t += 0.5
+      np.clip(t, 0, 1, out=t)
+      np.multiply(s, t, out=d)
+    return hswish, True
+  if op == "Mish":
+    def mish(s, d, t):
+      np.logaddexp(s, 0, out=t)
+      np.tanh(t, out=t)
+      np.multiply(s, t, out=d)
+    return mish, True
+  if op == "Swish":
+    alpha = float(attrs.get("alpha", 1.0))
+
+    def swish(s, d, t):
+      np.multiply(s, -alpha, out=t)
+      with np.errstate(over="ignore"):
+        np.exp(t, out=t)
+      t += 1
+      np.divide(s, t, out=d)
+    return swish, True
   simple = {"Neg": np.negative, "Abs": np.abs, "Sqrt": np.sqrt, "Exp": np.exp, "Log": np.log,
             "Reciprocal": np.reciprocal, "Floor": np.floor, "Ceil": np.ceil, "Sign": np.sign,
             "Sin": np.sin, "Cos": np.cos, "Tan": np.tan, "Not": np.logical_not, "Round": np.rint,
-            "Identity": np.copyto}
+            "Identity": np.copyto, "Acos": np.arccos, "Acosh": np.arccosh, "Asin": np.arcsin, "Asinh": np.arcsinh,
+            "Atan": np.arctan, "Atanh": np.arctanh, "Cosh": np.cosh, "Sinh": np.sinh, "BitwiseNot": np.invert}
   if op in simple:
     f = simple[op]
     if op == "Identity":
@@ -135,7 +171,8 @@ def _act(op: str, attrs: dict):
 
 UNARY = ["Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "Tanh", "Elu", "Selu", "Celu", "Softplus", "Softsign",
          "Gelu", "Erf", "Neg", "Abs", "Sqrt", "Exp", "Log", "Reciprocal", "Floor", "Ceil", "Sign", "Sin", "Cos",
-         "Tan", "Not", "Round"]
+         "Tan", "Not", "Round", "Acos", "Acosh", "Asin", "Asinh", "Atan", "Atanh", "Cosh", "Sinh", "ThresholdedRelu",
+         "Shrink", "HardSwish", "Mish", "Swish", "BitwiseNot"]
 
 
 @register(*UNARY)
@@ -149,8 +186,13 @@ def unary(op, attrs, specs, consts):
   fn, needs_tmp = _act(op, attrs)
   if op == "Not" and x.dtype != np.bool_:
     raise ModelError(f"Not needs a bool input, got {x.dtype}")
-  if op not in ("Not", "Neg", "Abs", "Sign", "Relu") and not _is_float(x.dtype):
+  if op == "BitwiseNot":
+    if x.dtype.kind not in "iu":
+      raise ModelError(f"BitwiseNot needs integers, got {x.dtype}")
+  elif op not in ("Not", "Neg", "Abs", "Sign", "Relu", "Shrink") and not _is_float(x.dtype):
     raise UnsupportedOpError(f"{op} on dtype {x.dtype}")
+  if op == "Shrink" and x.dtype.kind not in "fiu":
+    raise UnsupportedOpError(f"Shrink on dtype {x.dtype}")
   scratch = [x] if needs_tmp else []
 
   def bind(ins, outs, scr):
@@ -185,9 +227,10 @@ BINARY_ARITH = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply}
 COMPARE = {"Equal": np.equal, "Less": np.less, "Greater": np.greater, "LessOrEqual": np.less_equal,
            "GreaterOrEqual": np.greater_equal}
 LOGIC = {"And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor}
+BITWISE = {"BitwiseAnd": np.bitwise_and, "BitwiseOr": np.bitwise_or, "BitwiseXor": np.bitwise_xor}
 
 
-@register("Add", "Sub", "Mul", "Div", "Pow", "Mod", "PRelu", *COMPARE, *LOGIC, "BitShift")
+@register("Add", "Sub", "Mul", "Div", "Pow", "Mod", "PRelu", *COMPARE, *LOGIC, *BITWISE, "BitShift")
 def binary(op, attrs, specs, consts):
   a, b = specs[0], specs[1]
   slope_view = None
@@ -218,6 +261,10 @@ def binary(op, attrs, specs, consts):
               and b.shape[0] == a.shape[1] and b.shape[0] != 1:
         slope_view = (b.shape[0],) + (1,) * (len(a.shape) - 2)  # legacy: one slope per channel
       shape = broadcast_shape(a.shape, slope_view or b.shape, what=op)
+    elif op in BITWISE:
+      if a.dtype.kind not in "iu":
+        raise ModelError(f"{op} needs integers, got {a.dtype}")
+      fn = BITWISE[op]
     elif op == "BitShift":
       if attrs.get("direction") not in ("LEFT", "RIGHT"):
         raise ModelError(f"BitShift direction must be 'LEFT' or 'RIGHT', got {attrs.get('direction')!r}")
@@ -244,6 +291,25 @@ def binary(op, attrs, specs, consts):
     return lambda: fn(x, y, out=o)
   return Kernel(op, [Spec(shape, out_dt)], bind, flops=numel(shape),
                 elementwise=shape == a.shape and out_dt == a.dtype)
+
+
+@register("IsNaN", "IsInf")
+def is_special(op, attrs, specs, consts):
+  x = specs[0]
+  if not _is_float(x.dtype):
+    raise UnsupportedOpError(f"{op} on dtype {x.dtype}")
+  neg, pos = int(attrs.get("detect_negative", 1)), int(attrs.get("detect_positive", 1))
+
+  def bind(ins, outs, scr):
+    s, o = ins[0], outs[0]
+    if op == "IsNaN":
+      return lambda: np.isnan(s, out=o)
+    if neg and pos:
+      return lambda: np.isinf(s, out=o)
+    if not neg and not pos:
+      return lambda: o.fill(False)
+    return lambda: np.equal(s, np.inf if pos else -np.inf, out=o)
+  return Kernel(op, [Spec(x.shape, np.dtype(np.bool_))], bind, flops=numel(x.shape))
 
 
 @register("Min", "Max", "Sum", "Mean")

@@ -369,11 +369,18 @@ def pad(op, attrs, specs, consts):
   mode = attrs.get("mode", "constant")
   if "pads" in attrs:  # opset < 11
     pads = list(attrs["pads"])
-    value = float(attrs.get("value", 0.0))
+    value, value_in = float(attrs.get("value", 0.0)), None
     axes = list(range(rank))
   else:
     pads = [int(v) for v in need_const(consts, 1, "Pad pads")]
-    value = need_const(consts, 2, "Pad constant_value").reshape(()).item() if opt(specs, 2) is not None else 0
+    value, value_in = 0, None
+    if opt(specs, 2) is not None:
+      if numel(specs[2].shape) != 1 or specs[2].dtype != x.dtype:
+        raise ModelError(f"Pad constant_value must be one {x.dtype}, got {specs[2].dtype} {specs[2].shape}")
+      if consts[2] is not None:
+        value = consts[2].reshape(()).item()
+      else:
+        value_in = 2  # read on each call
     axes = [norm_axis(int(a), rank, "Pad") for a in need_const(consts, 3, "Pad axes")] \
         if opt(specs, 3) is not None else list(range(rank))
   if len(pads) != 2 * len(axes):
@@ -390,15 +397,18 @@ def pad(op, attrs, specs, consts):
   crop = tuple(slice(max(0, -b), s - max(0, -e)) for s, b, e in zip(x.shape, before, after))
   pos = [(max(0, b), max(0, e)) for b, e in zip(before, after)]
   inner = tuple(slice(b, b + (sl.stop - sl.start)) for (b, _), sl in zip(pos, crop))
+  if mode != "constant" and any(p != (0, 0) and sl.stop <= sl.start for p, sl in zip(pos, crop)):
+    raise ModelError(f"Pad mode {mode!r} cannot pad an empty axis of {x.shape}")
 
   def bind(ins, outs, scr):
     a, o = ins[0], outs[0]
     src = a[crop]
     if mode == "constant":
       dst = o[inner]
+      fill = ins[value_in] if value_in is not None else None
 
       def run():
-        o.fill(value)
+        o.fill(value if fill is None else fill.reshape(-1)[0])
         np.copyto(dst, src)
     else:
       np_mode = {"reflect": "reflect", "edge": "edge", "wrap": "wrap"}[mode]
@@ -572,3 +582,52 @@ def resize(op, attrs, specs, consts):
       np.copyto(o, cur)
     return run
   return Kernel(op, [Spec(tuple(out), x.dtype)], bind)
+
+
+# ---------------------------------------------------------------- DepthToSpace / SpaceToDepth
+
+@register("DepthToSpace", "SpaceToDepth")
+def depth_space(op, attrs, specs, consts):
+  """A reshape, a transpose and a reshape: the input seen as a 6-D block view is copied, transposed, into the
+  output seen as the transposed 6-D shape (both views; no temporary)."""
+  x = specs[0]
+  bs = int(attrs["blocksize"])
+  mode = attrs.get("mode", "DCR")
+  if len(x.shape) != 4 or bs < 1 or mode not in ("DCR", "CRD"):
+    raise ModelError(f"{op}: needs a 4-D input, a positive blocksize and mode DCR or CRD; got {x.shape}, "
+                     f"{bs}, {mode!r}")
+  b, c, h, w = x.shape
+  if op == "DepthToSpace":
+    if c % (bs * bs):
+      raise ModelError(f"DepthToSpace: channels {c} are not a multiple of blocksize^2 = {bs * bs}")
+    cc = c // (bs * bs)
+    split, perm = ((b, bs, bs, cc, h, w), (0, 3, 4, 1, 5, 2)) if mode == "DCR" else \
+        ((b, cc, bs, bs, h, w), (0, 1, 4, 2, 5, 3))
+    out = (b, cc, h * bs, w * bs)
+  else:
+    if h % bs or w % bs:
+      raise ModelError(f"SpaceToDepth: spatial {h}x{w} is not a multiple of blocksize {bs}")
+    split = (b, c, h // bs, bs, w // bs, bs)
+    perm = (0, 3, 5, 1, 2, 4) if mode == "DCR" else (0, 1, 3, 5, 2, 4)
+    out = (b, c * bs * bs, h // bs, w // bs)
+  tshape = tuple(split[p] for p in perm)
+
+  def bind(ins, outs, scr):
+    src, dst = ins[0].reshape(split).transpose(perm), outs[0].reshape(tshape)
+    return lambda: np.copyto(dst, src)
+  return Kernel(op, [Spec(out, x.dtype)], bind)
+
+
+@register("Range")
+def range_op(op, attrs, specs, consts):
+  """Folded at load: its length depends on the values, so start, limit and delta must be constants."""
+  vals = [need_const(consts, i, f"Range {w}") for i, w in enumerate(("start", "limit", "delta"))]
+  dt = specs[0].dtype
+  if any(v.size != 1 for v in vals) or any(s.dtype != dt for s in specs[:3]) or dt.kind not in "fiu":
+    raise ModelError(f"Range needs three numeric scalars of one dtype, got {[(s.dtype, s.shape) for s in specs[:3]]}")
+  start, limit, delta = (v.reshape(-1)[0] for v in vals)
+  if delta == 0 or not all(np.isfinite(float(v)) for v in (start, limit, delta)):
+    raise ModelError(f"Range delta must be non-zero and the bounds finite, got {start}, {limit}, {delta}")
+  n = max(int(np.ceil((float(limit) - float(start)) / float(delta))), 0)
+  check_tensor((n,), dt, "Range")
+  return _const_kernel(op, (start + np.arange(n, dtype=dt) * delta).astype(dt))
