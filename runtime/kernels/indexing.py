@@ -10,6 +10,7 @@ import numpy as np
 
 from ..errors import InputError, ModelError
 from ..graph import Spec
+from ..limits import check_tensor
 from .base import Kernel, norm_axis, numel, opt, register
 
 REDUCTIONS = {"none": None, "add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
@@ -172,6 +173,7 @@ def eye_like(op, attrs, specs, consts):
   if len(x.shape) != 2:
     raise ModelError(f"EyeLike needs a 2-D input, got {x.shape}")
   dt = dtype_from_onnx(int(attrs["dtype"]), "EyeLike dtype") if "dtype" in attrs else x.dtype
+  check_tensor(x.shape, dt, "EyeLike")  # the value is built here, at load
   val = np.eye(x.shape[0], x.shape[1], int(attrs.get("k", 0)), dtype=dt)
 
   def bind(ins, outs, scr):

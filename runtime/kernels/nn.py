@@ -27,6 +27,11 @@ from .base import Kernel, broadcast_shape, norm_axis, numel, opt, register
 
 # ---------------------------------------------------------------- geometry shared by conv and pools
 
+# window reads (outputs x taps) per plane: a 1440x960 plane under a 64x64 window is 5.7e9; a kernel and pads of
+# 2^20 on one axis (2^40) would run for hours, so a model asking for that is refused at load
+MAX_WINDOW_WORK = 1 << 36
+MAX_KERNEL_DIM = 1 << 20  # the kernels keep one view per tap of an axis (or of the window, for convs)
+
 def window_geometry(op, attrs, in_sp, kernel, ceil_mode=False):
   """Return (out_sizes, pads_begin, pads_end_needed, strides, dilations) for a sliding window op.
 
@@ -42,6 +47,9 @@ def window_geometry(op, attrs, in_sp, kernel, ceil_mode=False):
   for what, vals in (("strides", strides), ("dilations", dil), ("kernel_shape", list(kernel))):
     if any(int(v) < 1 for v in vals):
       raise ModelError(f"{op}: {what} {vals} must all be positive")
+  if any(k > MAX_KERNEL_DIM for k in kernel):
+    raise UnsupportedOpError(f"{op}: kernel {list(kernel)} is over this runtime's limit of {MAX_KERNEL_DIM} taps "
+                             f"per axis")
   if "pads" in attrs and any(int(p) < 0 for p in attrs["pads"]):
     raise ModelError(f"{op}: pads {attrs['pads']} must not be negative")
   auto_pad = attrs.get("auto_pad", "NOTSET")
@@ -77,6 +85,9 @@ def window_geometry(op, attrs, in_sp, kernel, ceil_mode=False):
   need_end = [max(pe_i, (o - 1) * s + e - i - b) for pe_i, o, s, e, i, b in zip(pe, out, strides, eff, in_sp, pb)]
   check_tensor([i + b + e for i, b, e in zip(in_sp, pb, need_end)], np.float64, f"{op} padded plane")
   check_tensor(out, np.float64, f"{op} output plane")
+  if numel(out) * numel(kernel) > MAX_WINDOW_WORK:
+    raise UnsupportedOpError(f"{op}: {numel(out)} outputs of a {numel(kernel)}-tap window per plane is over this "
+                             f"runtime's limit of {MAX_WINDOW_WORK} window reads per plane")
   return out, pb, pe, need_end, strides, dil
 
 
