@@ -221,7 +221,8 @@ CASES += [
 # ops the reference kernels gained with the onnx-case work (issue 18 item 8); appended, so the random values of
 # the cases above do not change
 _IDX = R.integers(0, 3, (2, 3)).astype(np.int64)
-CASES += [case(op, {"x": f32(2, 5, lo=-0.9, hi=0.9)}) for op in ["Acos", "Asin", "Atan", "Asinh", "Atanh", "Cosh", "Sinh"]]
+# in [-0.45, -0.05], so that the second call's 2x + 1 stays inside arccos / arcsin / arctanh's domain
+CASES += [case(op, {"x": f32(2, 5, lo=-0.45, hi=-0.05)}) for op in ["Acos", "Asin", "Atan", "Asinh", "Atanh", "Cosh", "Sinh"]]
 CASES += [
     case("Acosh", {"x": f32(2, 5, lo=1.1, hi=4)}),
     case("ThresholdedRelu", {"x": f32(3, 5)}, attrs={"alpha": 0.5}),
