@@ -180,11 +180,11 @@ def run_case(case: Case) -> Outcome:
 
 
 def reason_of(detail: str) -> str:
-  """A refusal message with node names and numbers taken out, to group refusals by their reason."""
-  s = re.sub(r"^(\w+): ", r"\1: ", detail)
-  s = re.sub(r"\b\w+ node (?:'[^']*'|-> \[[^\]]*\]|producing \[[^\]]*\]): ", "", s)
+  """A refusal message with node and value names and standalone numbers taken out, to group refusals."""
+  s = re.sub(r"\b\w+ node (?:'[^']*'|-> \[[^\]]*\]|producing \[[^\]]*\]): ", "", detail)
+  s = re.sub(r" \(supported: [^)]*\)", "", s)
   s = re.sub(r"'[^']*'", "'…'", s)
-  s = re.sub(r"-?\d+(\.\d+)?(e-?\d+)?", "N", s)
+  s = re.sub(r"(?<![\w.])-?\d+(\.\d+)?(e-?\d+)?\b", "N", s)
   return s[:160]
 
 
