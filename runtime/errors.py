@@ -31,3 +31,11 @@ class JitError(RuntimeCoreError):
 
 class ArtifactError(RuntimeCoreError):
   """A saved artifact is unreadable, of an unknown version or does not match."""
+
+
+class MemoryBudgetError(RuntimeCoreError):
+  """The model needs more memory than the runtime's budget allows (a tensor or the planned arena)."""
+
+
+class ConfigError(RuntimeCoreError, ValueError):
+  """A runtime setting (an environment variable) has a value the runtime cannot use."""

@@ -2,7 +2,14 @@
 
 Invariants: every op and element type is checked at load, so an unsupported model fails here with the op
 or dtype named, never later at run time. Attributes are converted to JSON-safe values (tensor attributes
-become {"dtype", "shape", "data"}). Graph inputs that are also initializers are weights, not inputs."""
+become {"dtype", "shape", "data"}). Graph inputs that are also initializers are weights, not inputs.
+
+The model file is outside input: before anything is decoded or allocated the importer checks that it parses,
+has a graph with outputs, imports an opset this onnx package knows, declares no negative dims and no tensor
+over the memory budget (runtime.limits), keeps its data inside the file (external data is refused: it would
+read files the model names), and that every node matches its op's schema (input and output counts,
+required inputs present, required attributes present, attribute types) and reads only values defined
+before it. Each failure is a typed error naming what is wrong."""
 from __future__ import annotations
 
 import os
@@ -10,32 +17,70 @@ import os
 import onnx
 from onnx import numpy_helper
 
-from .errors import ModelError, UnsupportedOpError
+from .errors import InputError, ModelError, UnsupportedOpError
 from .graph import Graph, Node, Spec, dtype_from_onnx
 from .kernels import supported_ops
+from .limits import check_tensor
 
 ONNX_OPS = frozenset(supported_ops())
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
+MAX_OPSET = onnx.defs.onnx_opset_version()
+OPTIONAL = onnx.defs.OpSchema.FormalParameterOption.Optional
+# INT attributes the ONNX spec defines as flags: any value but 0 or 1 is a malformed model (kernels test them
+# in different ways, `== 1` or truthiness, so a 2 or a -1 would mean different things in different places)
+FLAG_ATTRS = frozenset({
+    "allowzero", "antialias", "broadcast", "ceil_mode", "center_point_box", "count_include_pad", "detect_negative",
+    "detect_positive", "exclude_outside", "exclusive", "fmod", "inverse", "is_causal", "is_test", "keepdims",
+    "largest", "new_axis", "noop_with_empty_axes", "onesided", "periodic", "reverse", "saturate",
+    "select_last_index", "sorted", "spatial", "storage_order", "training_mode", "transA", "transB", "upper"})
 
 
 def load_model_proto(model) -> onnx.ModelProto:
   if isinstance(model, onnx.ModelProto):
     return model
-  if isinstance(model, (bytes, bytearray)):
-    return onnx.load_from_string(bytes(model))
-  path = os.fspath(model)
-  if not os.path.exists(path):
-    raise FileNotFoundError(f"ONNX model not found: {path}")
+  if isinstance(model, (bytes, bytearray, memoryview)):
+    what, load = "ONNX model bytes", lambda: onnx.load_from_string(bytes(model))
+  else:
+    path = os.fspath(model)
+    if not os.path.exists(path):
+      raise FileNotFoundError(f"ONNX model not found: {path}")
+    what, load = f"ONNX model {path}", lambda: onnx.load(path, load_external_data=False)
   try:
-    return onnx.load(path)
+    return load()
   except Exception as e:  # protobuf decode errors have many types
-    raise ModelError(f"cannot parse ONNX model {path}: {e}") from None
+    raise ModelError(f"cannot parse {what}: {type(e).__name__}: {e}") from None
+
+
+def _check_dims(dims, where: str) -> tuple[int, ...]:
+  dims = tuple(int(d) for d in dims)
+  for i, d in enumerate(dims):
+    if d < 0:
+      raise ModelError(f"{where} has a negative dim {d} at axis {i} (shape {list(dims)})")
+  return dims
+
+
+def _decode_tensor(t: onnx.TensorProto, where: str):
+  """A TensorProto as a numpy array, after its dims, size and storage have been checked."""
+  dt = dtype_from_onnx(t.data_type, where)
+  if t.data_location == onnx.TensorProto.EXTERNAL or len(t.external_data):
+    raise UnsupportedOpError(f"{where} keeps its data in an external file; external data is not supported "
+                             f"(save the model with its weights inside)")
+  dims = _check_dims(t.dims, where)
+  nbytes = check_tensor(dims, dt, where)
+  if t.HasField("raw_data") and len(t.raw_data) != nbytes:
+    raise ModelError(f"{where}: raw data holds {len(t.raw_data)} bytes, shape {list(dims)} of {dt} needs {nbytes}")
+  try:
+    a = numpy_helper.to_array(t)
+  except Exception as e:  # a short or mistyped data field
+    raise ModelError(f"{where}: cannot decode the tensor data: {type(e).__name__}: {e}") from None
+  if a.dtype != dt or a.shape != dims:
+    raise ModelError(f"{where}: data decodes to {a.dtype} {list(a.shape)}, declared {dt} {list(dims)}")
+  return a
 
 
 def _tensor_json(t: onnx.TensorProto, where: str) -> dict:
-  dtype_from_onnx(t.data_type, where)
-  a = numpy_helper.to_array(t)
+  a = _decode_tensor(t, where)
   return {"dtype": a.dtype.str, "shape": list(a.shape), "data": a.reshape(-1).tolist()}
 
 
@@ -46,69 +91,172 @@ def _attr_value(a: onnx.AttributeProto, where: str):
   if a.type == T.INT:
     return int(a.i)
   if a.type == T.STRING:
-    return a.s.decode()
+    try:
+      return a.s.decode()
+    except UnicodeDecodeError:
+      raise ModelError(f"{where}: string attribute {a.name!r} is not UTF-8") from None
   if a.type == T.FLOATS:
     return [float(v) for v in a.floats]
   if a.type == T.INTS:
     return [int(v) for v in a.ints]
   if a.type == T.STRINGS:
-    return [v.decode() for v in a.strings]
+    try:
+      return [v.decode() for v in a.strings]
+    except UnicodeDecodeError:
+      raise ModelError(f"{where}: string attribute {a.name!r} is not UTF-8") from None
   if a.type == T.TENSOR:
     return _tensor_json(a.t, f"{where} attribute {a.name!r}")
   raise UnsupportedOpError(f"{where}: attribute {a.name!r} of type {T.AttributeType.Name(a.type)} is not supported")
 
 
+def _check_tensor_type(vi: onnx.ValueInfoProto, what: str):
+  kind = vi.type.WhichOneof("value")
+  if kind != "tensor_type":
+    raise UnsupportedOpError(f"{what} {vi.name!r} is a {kind or 'value of no type'}, not a tensor "
+                             f"(sequences, maps and optionals are not supported)")
+  return vi.type.tensor_type
+
+
 def value_spec(vi: onnx.ValueInfoProto) -> Spec:
-  tt = vi.type.tensor_type
-  if not vi.type.HasField("tensor_type"):
-    raise UnsupportedOpError(f"graph value {vi.name!r} is not a tensor (sequences/maps are not supported)")
-  dt = dtype_from_onnx(tt.elem_type, f"graph value {vi.name!r}")
+  tt = _check_tensor_type(vi, "graph input")
+  dt = dtype_from_onnx(tt.elem_type, f"graph input {vi.name!r}")
+  if not tt.HasField("shape"):
+    raise ModelError(f"graph input {vi.name!r} declares no shape; pass input_shapes to fix it")
   shape = []
   for i, d in enumerate(tt.shape.dim):
     if not d.HasField("dim_value"):
       raise ModelError(f"graph input {vi.name!r} has a symbolic dim {d.dim_param or '?'!r} at axis {i}; "
                        f"pass input_shapes to fix it")
     shape.append(int(d.dim_value))
-  return Spec(tuple(shape), dt)
+  shape = _check_dims(shape, f"graph input {vi.name!r}")
+  check_tensor(shape, dt, f"graph input {vi.name!r}")
+  return Spec(shape, dt)
+
+
+def _given_spec(vi: onnx.ValueInfoProto, shape, where: str) -> Spec:
+  """The spec of a graph input whose shape the caller gave: it must agree with every static declared dim."""
+  tt = _check_tensor_type(vi, "graph input")
+  dt = dtype_from_onnx(tt.elem_type, where)
+  try:
+    dims = tuple(int(s) for s in shape)
+  except (TypeError, ValueError):
+    raise InputError(f"input_shapes[{vi.name!r}] must be a sequence of ints, got {shape!r}") from None
+  if any(d < 0 for d in dims):
+    raise InputError(f"input_shapes[{vi.name!r}] has a negative dim: {list(dims)}")
+  if tt.HasField("shape"):
+    declared = tt.shape.dim
+    if len(declared) != len(dims):
+      raise InputError(f"input_shapes[{vi.name!r}] = {list(dims)} has rank {len(dims)}, the model declares "
+                       f"rank {len(declared)}")
+    for i, (d, g) in enumerate(zip(declared, dims)):
+      if d.HasField("dim_value") and int(d.dim_value) != g:
+        raise InputError(f"input_shapes[{vi.name!r}] = {list(dims)} differs from the model's static dim "
+                         f"{d.dim_value} at axis {i}")
+  check_tensor(dims, dt, where)
+  return Spec(dims, dt)
+
+
+def _schema(op: str, opset: int, where: str):
+  try:
+    return onnx.defs.get_schema(op, opset, "")
+  except onnx.defs.SchemaError:
+    raise ModelError(f"{where}: op {op!r} does not exist in opset {opset}") from None
+
+
+def _check_node(n: onnx.NodeProto, schema, where: str) -> tuple[list[str], list[str]]:
+  """Inputs and outputs with trailing empty (omitted optional) names removed, checked against the schema."""
+  ins, outs = list(n.input), list(n.output)
+  while ins and ins[-1] == "":
+    ins.pop()
+  while outs and outs[-1] == "":
+    outs.pop()
+  if not schema.min_input <= len(ins) <= schema.max_input:
+    raise ModelError(f"{where}: has {len(ins)} inputs, {n.op_type} takes {schema.min_input}..{schema.max_input}")
+  if not schema.min_output <= len(outs) <= schema.max_output or not outs:
+    raise ModelError(f"{where}: has {len(outs)} outputs, {n.op_type} gives {schema.min_output}..{schema.max_output}")
+  for i, name in enumerate(ins):
+    if name == "" and schema.inputs and schema.inputs[min(i, len(schema.inputs) - 1)].option != OPTIONAL:
+      raise ModelError(f"{where}: required input {i} ({schema.inputs[min(i, len(schema.inputs) - 1)].name!r}) "
+                       f"is empty")
+  seen = set()
+  for a in n.attribute:
+    if a.name in seen:
+      raise ModelError(f"{where}: attribute {a.name!r} is given twice")
+    seen.add(a.name)
+    formal = schema.attributes.get(a.name)
+    if formal is not None and a.type != formal.type:
+      T = onnx.AttributeProto.AttributeType
+      raise ModelError(f"{where}: attribute {a.name!r} is {T.Name(a.type)}, {n.op_type} takes {T.Name(formal.type)}")
+    if a.name in FLAG_ATTRS and a.type == onnx.AttributeProto.INT and a.i not in (0, 1):
+      raise ModelError(f"{where}: flag attribute {a.name!r} must be 0 or 1, got {a.i}")
+  missing = sorted(k for k, f in schema.attributes.items() if f.required and k not in seen)
+  if missing:
+    raise ModelError(f"{where}: required attribute(s) {missing} missing")
+  return ins, outs
 
 
 def import_onnx(model, input_shapes: dict | None = None) -> Graph:
   proto = load_model_proto(model)
-  opset = 0
-  for imp in proto.opset_import:
-    if imp.domain in DEFAULT_DOMAINS:
-      opset = int(imp.version)
+  if not proto.HasField("graph"):
+    raise ModelError("the model has no graph (not an ONNX model?)")
   g = proto.graph
-  consts = {}
-  for t in g.initializer:
-    dtype_from_onnx(t.data_type, f"initializer {t.name!r}")
-    consts[t.name] = numpy_helper.to_array(t)
-  inputs = {}
-  for vi in g.input:
-    if vi.name in consts:
-      continue
-    if input_shapes and vi.name in input_shapes:
-      dt = dtype_from_onnx(vi.type.tensor_type.elem_type, f"graph input {vi.name!r}")
-      inputs[vi.name] = Spec(tuple(int(s) for s in input_shapes[vi.name]), dt)
-    else:
-      inputs[vi.name] = value_spec(vi)
   unsupported = sorted({f"{n.domain + '.' if n.domain not in DEFAULT_DOMAINS else ''}{n.op_type}"
                         for n in g.node if n.domain not in DEFAULT_DOMAINS or n.op_type not in ONNX_OPS})
   if unsupported:
     raise UnsupportedOpError(f"model uses unsupported ops: {', '.join(unsupported)}")
+  opsets = [int(imp.version) for imp in proto.opset_import if imp.domain in DEFAULT_DOMAINS]
+  if not opsets:
+    raise ModelError("the model imports no ai.onnx opset")
+  opset = opsets[-1]
+  if not 1 <= opset <= MAX_OPSET:
+    raise UnsupportedOpError(f"the model imports ai.onnx opset {opset}; this runtime knows opsets 1..{MAX_OPSET}")
+  if len(g.sparse_initializer):
+    raise UnsupportedOpError("sparse initializers are not supported")
+  consts = {}
+  for t in g.initializer:
+    if t.name in consts:
+      raise ModelError(f"initializer {t.name!r} is defined twice")
+    consts[t.name] = _decode_tensor(t, f"initializer {t.name!r}")
+  input_shapes = dict(input_shapes or {})
+  declared = [vi.name for vi in g.input if vi.name not in consts]
+  unknown = sorted(set(input_shapes) - set(declared))
+  if unknown:
+    raise InputError(f"input_shapes names {unknown}, which are not graph inputs; the inputs are {declared}")
+  inputs = {}
+  for vi in g.input:
+    if vi.name in consts:
+      continue
+    if not vi.name or vi.name in inputs:
+      raise ModelError(f"graph input name {vi.name!r} is empty or given twice")
+    if vi.name in input_shapes:
+      inputs[vi.name] = _given_spec(vi, input_shapes[vi.name], f"graph input {vi.name!r}")
+    else:
+      inputs[vi.name] = value_spec(vi)
+  if not len(g.output):
+    raise ModelError("the graph has no outputs")
+  for vi in g.output:
+    if vi.type.WhichOneof("value") not in (None, "tensor_type"):  # untyped outputs are left to inference
+      _check_tensor_type(vi, "graph output")
+  defined = set(inputs) | set(consts)
   nodes = []
   for n in g.node:
     where = f"{n.op_type} node {n.name!r}" if n.name else f"{n.op_type} node -> {list(n.output)}"
+    inputs_n, outputs = _check_node(n, _schema(n.op_type, opset, where), where)
+    for i in inputs_n:
+      if i and i not in defined:
+        raise ModelError(f"{where}: input {i!r} is not a graph input, an initializer or an earlier node's output")
+    for o in outputs:
+      if o in defined:
+        raise ModelError(f"{where}: output {o!r} is already defined (every value has one producer)")
+      if o:
+        defined.add(o)
     attrs = {a.name: _attr_value(a, where) for a in n.attribute}
-    outputs = list(n.output)
-    while outputs and outputs[-1] == "":
-      outputs.pop()
     attrs["_opset"] = opset
     attrs["_n_outputs"] = len(outputs)
-    inputs_n = list(n.input)
-    while inputs_n and inputs_n[-1] == "":
-      inputs_n.pop()
     nodes.append(Node(n.op_type, inputs_n, outputs, attrs, n.name))
   outputs = [o.name for o in g.output]
+  for o in outputs:
+    if o not in defined:
+      raise ModelError(f"graph output {o!r} is not produced by any node, input or initializer")
   metadata = {p.key: p.value for p in proto.metadata_props}
   return Graph(inputs, outputs, nodes, consts, metadata, opset)

@@ -22,6 +22,7 @@ import numpy as np
 
 from .graph import Graph, Node, Spec
 from .kernels import Kernel, build_kernel
+from .limits import check_arena
 from .memory_plan import ALIGN, Plan, align, plan_memory
 from .passes import optimize
 from .schedule import StepDeps, schedule
@@ -252,6 +253,7 @@ def link(program: Program, alloc=None, held: dict | None = None) -> Linked:
   if not program.kernels:
     program.build_kernels()
   planned = max(program.plan.arena_bytes.values(), default=0)  # one arena holds every planned offset
+  check_arena(planned, program.scratch_bytes, sum(s.nbytes for s in program.inputs.values()))
   arena = aligned_bytes(planned + program.scratch_bytes, alloc)
   scratch_mem = arena[planned:]
   arrays: dict[str, np.ndarray] = {}

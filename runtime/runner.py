@@ -68,7 +68,7 @@ class OnnxRunner:
     self.device.wait(self.device.submit(lambda: done.append(link(self.program, alloc=mem.alloc)),
                                         stage="copy"))
     self.linked = done[0]
-    self._in_bufs = {n: mem.buffer_for(a) for n, a in self.linked.inputs.items()}
+    self._in_bufs = {n: mem.buffer_for(a) for n, a in self.linked.inputs.items() if a.nbytes}  # nothing to upload
     self._out_read = {}
     for n, a in self.linked.outputs.items():
       try:

@@ -21,7 +21,8 @@ ENV_MODULES = {"msgq": "msgq/env.py", "cereal": "cereal/env.py", "visionipc": "v
 # the runtime imports nothing of ours, so its variables are listed here until it declares its own table
 RUNTIME_VARIABLES = {"DEV", "JIT", "PYMODELD_USB_AMD", "PYMODELD_USB_FAULT", "PYMODELD_USB_BANDWIDTH_MBPS",
                      "PYMODELD_USB_LATENCY_US", "PYMODELD_USB_VRAM_MB", "PYMODELD_USB_LRU_BYTES", "PYMODELD_CPU_LRU_BYTES",
-                     "PYMODELD_RUNTIME_THREADS", "PYMODELD_CACHE_DIR", "PYMODELD_DISK_CACHE"}
+                     "PYMODELD_RUNTIME_THREADS", "PYMODELD_CACHE_DIR", "PYMODELD_DISK_CACHE",
+                     "PYMODELD_MEMORY_BUDGET_BYTES"}
 
 
 def environ_reads(path: pathlib.Path) -> list[int]:

@@ -11,4 +11,4 @@ Invariants:
   depends on an input (Reshape's shape, Slice's starts ...) require that input to be constant.
 """
 from .base import KERNELS, Kernel, build_kernel, supported_ops  # noqa: F401
-from . import elementwise, internal, nn, pool, reduce, shape_ops  # noqa: F401  (register the builders)
+from . import elementwise, indexing, internal, loss, nn, pool, reduce, shape_ops  # noqa: F401  (register the builders)

@@ -1,13 +1,15 @@
 """Kernel record, builder registry and helpers shared by the op modules."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import numpy as np
 
-from ..errors import ModelError, UnsupportedOpError
+from ..errors import ModelError, RuntimeCoreError, UnsupportedOpError
 from ..graph import Spec
+from ..limits import check_tensor
 
 Bind = Callable[[list, list, list], Callable[[], None]]
 
@@ -44,12 +46,34 @@ def supported_ops() -> list[str]:
 
 
 def build_kernel(op: str, attrs: dict, specs: list, consts: list, where: str) -> Kernel:
+  """Build one kernel. Every output and scratch tensor is checked against the memory budget, and the kernel's
+  bind is guarded, so a model whose attributes or shapes a builder cannot handle is refused with a typed
+  error naming the node, never with a raw numpy/Python exception at load."""
   if op not in KERNELS:
     raise UnsupportedOpError(f"{where}: op {op!r} is not supported")
   try:
-    return KERNELS[op](op, attrs, specs, consts)
-  except (UnsupportedOpError, ModelError) as e:
+    k = KERNELS[op](op, attrs, specs, consts)
+    for s in list(k.out_specs) + list(k.scratch_specs):
+      if any(int(d) < 0 for d in s.shape):
+        raise ModelError(f"{op}: computed shape {list(s.shape)} has a negative dim")
+      check_tensor(s.shape, s.dtype, f"{op} output or scratch")
+  except RuntimeCoreError as e:
     raise type(e)(f"{where}: {e}") from None
+  except Exception as e:  # noqa: BLE001  (a value no builder check anticipated: still the model's fault)
+    raise ModelError(f"{where}: invalid attributes or input shapes ({type(e).__name__}: {e})") from None
+  k.bind = _guarded_bind(k.bind, where)
+  return k
+
+
+def _guarded_bind(bind: Bind, where: str) -> Bind:
+  def guarded(ins, outs, scratch):
+    try:
+      return bind(ins, outs, scratch)
+    except RuntimeCoreError:
+      raise
+    except Exception as e:  # noqa: BLE001
+      raise ModelError(f"{where}: cannot bind the kernel ({type(e).__name__}: {e})") from None
+  return guarded
 
 
 def need_const(consts: list, i: int, what: str) -> np.ndarray:
@@ -63,7 +87,7 @@ def opt(specs: list, i: int):
 
 
 def numel(shape) -> int:
-  return int(np.prod(shape, dtype=np.int64))
+  return math.prod(int(d) for d in shape)  # exact: an int64 product of hostile dims would wrap
 
 
 def norm_axis(axis: int, rank: int, what: str) -> int:

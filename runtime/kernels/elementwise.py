@@ -121,10 +121,46 @@ def _act(op: str, attrs: dict):
     return gelu, True
   if op == "Erf":
     return erf_into, True
+  if op == "ThresholdedRelu":
+    alpha = float(attrs.get("alpha", 1.0))
+    return lambda s, d, t: np.copyto(d, np.where(s > alpha, s, 0)), False  # rare op: a temporary per call
+  if op == "Shrink":
+    lambd, bias = float(attrs.get("lambd", 0.5)), float(attrs.get("bias", 0.0))
+    if not lambd >= 0:  # with a negative lambd both branches would apply
+      raise ModelError(f"Shrink lambd {lambd} must not be negative")
+
+    def shrink(s, d, t):  # rare op: temporaries per call (the output may alias the input)
+      v = s.astype(np.float64)
+      np.copyto(d, np.where(v > lambd, v - bias, np.where(v < -lambd, v + bias, 0.0)), casting="unsafe")
+    return shrink, False
+  if op == "HardSwish":
+    def hswish(s, d, t):
+      np.multiply(s, 1 / 6, out=t)
+      t += 0.5
+      np.clip(t, 0, 1, out=t)
+      np.multiply(s, t, out=d)
+    return hswish, True
+  if op == "Mish":
+    def mish(s, d, t):
+      np.logaddexp(s, 0, out=t)
+      np.tanh(t, out=t)
+      np.multiply(s, t, out=d)
+    return mish, True
+  if op == "Swish":
+    alpha = float(attrs.get("alpha", 1.0))
+
+    def swish(s, d, t):
+      np.multiply(s, -alpha, out=t)
+      with np.errstate(over="ignore"):
+        np.exp(t, out=t)
+      t += 1
+      np.divide(s, t, out=d)
+    return swish, True
   simple = {"Neg": np.negative, "Abs": np.abs, "Sqrt": np.sqrt, "Exp": np.exp, "Log": np.log,
             "Reciprocal": np.reciprocal, "Floor": np.floor, "Ceil": np.ceil, "Sign": np.sign,
             "Sin": np.sin, "Cos": np.cos, "Tan": np.tan, "Not": np.logical_not, "Round": np.rint,
-            "Identity": np.copyto}
+            "Identity": np.copyto, "Acos": np.arccos, "Acosh": np.arccosh, "Asin": np.arcsin, "Asinh": np.arcsinh,
+            "Atan": np.arctan, "Atanh": np.arctanh, "Cosh": np.cosh, "Sinh": np.sinh, "BitwiseNot": np.invert}
   if op in simple:
     f = simple[op]
     if op == "Identity":
@@ -135,17 +171,28 @@ def _act(op: str, attrs: dict):
 
 UNARY = ["Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "Tanh", "Elu", "Selu", "Celu", "Softplus", "Softsign",
          "Gelu", "Erf", "Neg", "Abs", "Sqrt", "Exp", "Log", "Reciprocal", "Floor", "Ceil", "Sign", "Sin", "Cos",
-         "Tan", "Not", "Round"]
+         "Tan", "Not", "Round", "Acos", "Acosh", "Asin", "Asinh", "Atan", "Atanh", "Cosh", "Sinh", "ThresholdedRelu",
+         "Shrink", "HardSwish", "Mish", "Swish", "BitwiseNot"]
 
 
 @register(*UNARY)
 def unary(op, attrs, specs, consts):
   x = specs[0]
+  for name in ("alpha", "beta", "gamma"):
+    if name in attrs and _is_float(x.dtype) and not np.isfinite(x.dtype.type(attrs[name])):
+      raise ModelError(f"{op} {name}={attrs[name]} is not a finite {x.dtype}")
+  if op == "Celu" and float(attrs.get("alpha", 1.0)) == 0.0:
+    raise ModelError("Celu alpha must not be 0")
   fn, needs_tmp = _act(op, attrs)
   if op == "Not" and x.dtype != np.bool_:
     raise ModelError(f"Not needs a bool input, got {x.dtype}")
-  if op not in ("Not", "Neg", "Abs", "Sign", "Relu") and not _is_float(x.dtype):
+  if op == "BitwiseNot":
+    if x.dtype.kind not in "iu":
+      raise ModelError(f"BitwiseNot needs integers, got {x.dtype}")
+  elif op not in ("Not", "Neg", "Abs", "Sign", "Relu", "Shrink") and not _is_float(x.dtype):
     raise UnsupportedOpError(f"{op} on dtype {x.dtype}")
+  if op == "Shrink" and x.dtype.kind not in "fiu":
+    raise UnsupportedOpError(f"Shrink on dtype {x.dtype}")
   scratch = [x] if needs_tmp else []
 
   def bind(ins, outs, scr):
@@ -171,6 +218,8 @@ def _pow(a, b, out):
 
 
 def _mod(fmod):
+  """fmod=1: C fmod (the result takes the dividend's sign); fmod=0: the divisor's sign, as Python's % (for
+  floats too: ONNX's own cases pin -4.3 mod 2.1 = 2.0 and -3 mod inf = inf)."""
   return (lambda a, b, out: np.fmod(a, b, out=out)) if fmod else (lambda a, b, out: np.mod(a, b, out=out))
 
 
@@ -178,9 +227,10 @@ BINARY_ARITH = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply}
 COMPARE = {"Equal": np.equal, "Less": np.less, "Greater": np.greater, "LessOrEqual": np.less_equal,
            "GreaterOrEqual": np.greater_equal}
 LOGIC = {"And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor}
+BITWISE = {"BitwiseAnd": np.bitwise_and, "BitwiseOr": np.bitwise_or, "BitwiseXor": np.bitwise_xor}
 
 
-@register("Add", "Sub", "Mul", "Div", "Pow", "Mod", "PRelu", *COMPARE, *LOGIC, "BitShift")
+@register("Add", "Sub", "Mul", "Div", "Pow", "Mod", "PRelu", *COMPARE, *LOGIC, *BITWISE, "BitShift")
 def binary(op, attrs, specs, consts):
   a, b = specs[0], specs[1]
   slope_view = None
@@ -199,7 +249,10 @@ def binary(op, attrs, specs, consts):
     elif op == "Div":
       fn = (lambda x, y, out: np.divide(x, y, out=out)) if _is_float(a.dtype) else _int_div
     elif op == "Mod":
-      fn = _mod(int(attrs.get("fmod", 0)) == 1 or _is_float(a.dtype))
+      fmod = int(attrs.get("fmod", 0))
+      if fmod not in (0, 1):
+        raise ModelError(f"Mod fmod must be 0 or 1, got {fmod}")
+      fn = _mod(fmod == 1)
     elif op == "PRelu":
       def fn(x, slope, out):
         np.multiply(x, slope, out=out, where=x < 0)
@@ -208,8 +261,16 @@ def binary(op, attrs, specs, consts):
               and b.shape[0] == a.shape[1] and b.shape[0] != 1:
         slope_view = (b.shape[0],) + (1,) * (len(a.shape) - 2)  # legacy: one slope per channel
       shape = broadcast_shape(a.shape, slope_view or b.shape, what=op)
+    elif op in BITWISE:
+      if a.dtype.kind not in "iu":
+        raise ModelError(f"{op} needs integers, got {a.dtype}")
+      fn = BITWISE[op]
     elif op == "BitShift":
-      left = attrs.get("direction", "") == "LEFT"
+      if attrs.get("direction") not in ("LEFT", "RIGHT"):
+        raise ModelError(f"BitShift direction must be 'LEFT' or 'RIGHT', got {attrs.get('direction')!r}")
+      if a.dtype.kind not in "iu":
+        raise ModelError(f"BitShift needs integers, got {a.dtype}")
+      left = attrs["direction"] == "LEFT"
       fn = (lambda x, y, out: np.left_shift(x, y, out=out)) if left else \
           (lambda x, y, out: np.right_shift(x, y, out=out))
     else:
@@ -230,6 +291,25 @@ def binary(op, attrs, specs, consts):
     return lambda: fn(x, y, out=o)
   return Kernel(op, [Spec(shape, out_dt)], bind, flops=numel(shape),
                 elementwise=shape == a.shape and out_dt == a.dtype)
+
+
+@register("IsNaN", "IsInf")
+def is_special(op, attrs, specs, consts):
+  x = specs[0]
+  if not _is_float(x.dtype):
+    raise UnsupportedOpError(f"{op} on dtype {x.dtype}")
+  neg, pos = int(attrs.get("detect_negative", 1)), int(attrs.get("detect_positive", 1))
+
+  def bind(ins, outs, scr):
+    s, o = ins[0], outs[0]
+    if op == "IsNaN":
+      return lambda: np.isnan(s, out=o)
+    if neg and pos:
+      return lambda: np.isinf(s, out=o)
+    if not neg and not pos:
+      return lambda: o.fill(False)
+    return lambda: np.equal(s, np.inf if pos else -np.inf, out=o)
+  return Kernel(op, [Spec(x.shape, np.dtype(np.bool_))], bind, flops=numel(x.shape))
 
 
 @register("Min", "Max", "Sum", "Mean")
@@ -268,6 +348,8 @@ def variadic(op, attrs, specs, consts):
 def cast(op, attrs, specs, consts):
   x = specs[0]
   to = dtype_from_onnx(int(attrs["to"]), "Cast 'to'")
+  if attrs.get("round_mode", "up") not in ("up", "down", "nearest"):
+    raise ModelError(f"{op} round_mode {attrs['round_mode']!r} is not up, down or nearest")
 
   def bind(ins, outs, scr):
     s, d = ins[0], outs[0]
@@ -277,7 +359,8 @@ def cast(op, attrs, specs, consts):
 
 @register("CastLike")
 def cast_like(op, attrs, specs, consts):
-  return cast("Cast", {"to": _onnx_code(specs[1].dtype)}, specs[:1], consts[:1])
+  """Only the dtype of the second input matters: its shape (zero-size included) and values are never read."""
+  return cast("CastLike", {**attrs, "to": _onnx_code(specs[1].dtype)}, specs[:1], consts[:1])
 
 
 def _onnx_code(dt):
@@ -288,6 +371,8 @@ def _onnx_code(dt):
 @register("Where")
 def where(op, attrs, specs, consts):
   c, a, b = specs
+  if c.dtype != np.bool_:
+    raise ModelError(f"Where: condition must be bool, got {c.dtype}")
   if a.dtype != b.dtype:
     raise ModelError(f"Where: branch dtypes differ ({a.dtype} vs {b.dtype})")
   shape = broadcast_shape(c.shape, a.shape, b.shape, what="Where")
@@ -315,6 +400,8 @@ def clip(op, attrs, specs, consts):
       if opt(specs, i) is None:
         continue
       c = consts[i] if i < len(consts) else None
+      if numel(specs[i].shape) != 1 or specs[i].dtype != x.dtype:
+        raise ModelError(f"Clip bound {i} must be one {x.dtype} value, got {specs[i].dtype} {specs[i].shape}")
       if c is not None:
         if which == "lo":
           lo = c.reshape(()).item()

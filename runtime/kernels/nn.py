@@ -21,23 +21,43 @@ from numpy.lib.stride_tricks import as_strided
 from .. import blas
 from ..errors import ModelError, UnsupportedOpError
 from ..graph import Spec
-from .base import Kernel, broadcast_shape, need_const, norm_axis, numel, opt, register
+from ..limits import check_tensor
+from .base import Kernel, broadcast_shape, norm_axis, numel, opt, register
 
 
 # ---------------------------------------------------------------- geometry shared by conv and pools
 
+# window reads (outputs x taps) per plane: a 1440x960 plane under a 64x64 window is 5.7e9; a kernel and pads of
+# 2^20 on one axis (2^40) would run for hours, so a model asking for that is refused at load
+MAX_WINDOW_WORK = 1 << 36
+MAX_KERNEL_DIM = 1 << 20  # the kernels keep one view per tap of an axis (or of the window, for convs)
+
 def window_geometry(op, attrs, in_sp, kernel, ceil_mode=False):
-  """Return (out_sizes, pads_begin, pads_end_needed, strides, dilations) for a sliding window op."""
+  """Return (out_sizes, pads_begin, pads_end_needed, strides, dilations) for a sliding window op.
+
+  Strides, dilations and kernel sizes must be positive and pads non-negative: the strided window views are
+  built from them without bounds checks, so a stride of 0 or a negative dilation would read outside the
+  tensor (ONNX requires all of them anyway). The padded plane must fit the memory budget."""
   nd = len(in_sp)
   strides = list(attrs.get("strides", [1] * nd))
   dil = list(attrs.get("dilations", [1] * nd))
   if len(strides) != nd or len(dil) != nd or len(kernel) != nd:
     raise ModelError(f"{op}: strides {strides} / dilations {dil} / kernel {list(kernel)} "
                      f"do not match {nd} spatial dims")
+  for what, vals in (("strides", strides), ("dilations", dil), ("kernel_shape", list(kernel))):
+    if any(int(v) < 1 for v in vals):
+      raise ModelError(f"{op}: {what} {vals} must all be positive")
+  if any(k > MAX_KERNEL_DIM for k in kernel):
+    raise UnsupportedOpError(f"{op}: kernel {list(kernel)} is over this runtime's limit of {MAX_KERNEL_DIM} taps "
+                             f"per axis")
+  if "pads" in attrs and any(int(p) < 0 for p in attrs["pads"]):
+    raise ModelError(f"{op}: pads {attrs['pads']} must not be negative")
   auto_pad = attrs.get("auto_pad", "NOTSET")
   eff = [(k - 1) * d + 1 for k, d in zip(kernel, dil)]
   if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
     out = [-(-i // s) for i, s in zip(in_sp, strides)]
+    # a stride above the window makes the spec's total pad negative: clamped to 0 as TensorFlow does (onnx's
+    # reference evaluator crops instead, onnxruntime refuses the model)
     total = [max(0, (o - 1) * s + e - i) for o, s, e, i in zip(out, strides, eff, in_sp)]
     small = [t // 2 for t in total]
     pb = small if auto_pad == "SAME_UPPER" else [t - sm for t, sm in zip(total, small)]
@@ -63,6 +83,11 @@ def window_geometry(op, attrs, in_sp, kernel, ceil_mode=False):
     raise ModelError(f"{op}: input spatial size {list(in_sp)} too small for kernel {list(kernel)} "
                      f"(output would be {out})")
   need_end = [max(pe_i, (o - 1) * s + e - i - b) for pe_i, o, s, e, i, b in zip(pe, out, strides, eff, in_sp, pb)]
+  check_tensor([i + b + e for i, b, e in zip(in_sp, pb, need_end)], np.float64, f"{op} padded plane")
+  check_tensor(out, np.float64, f"{op} output plane")
+  if numel(out) * numel(kernel) > MAX_WINDOW_WORK:
+    raise UnsupportedOpError(f"{op}: {numel(out)} outputs of a {numel(kernel)}-tap window per plane is over this "
+                             f"runtime's limit of {MAX_WINDOW_WORK} window reads per plane")
   return out, pb, pe, need_end, strides, dil
 
 
@@ -154,21 +179,31 @@ def conv(op, attrs, specs, consts):
   if len(x.shape) < 3:
     raise ModelError(f"Conv input must be (N, C, spatial...), got shape {x.shape}")
   N, C, *S = x.shape
-  W = need_const(consts, 1, "Conv weight")
-  M, Cg, *K = W.shape
+  ws = specs[1]
+  if len(ws.shape) != len(x.shape):
+    raise ModelError(f"Conv weight of shape {ws.shape} must have the input's rank {len(x.shape)}")
+  M, Cg, *K = ws.shape
   G = int(attrs.get("group", 1))
+  if G < 1:
+    raise ModelError(f"Conv group {G} must be positive")
   if "kernel_shape" in attrs and list(attrs["kernel_shape"]) != K:
-    raise ModelError(f"Conv kernel_shape {attrs['kernel_shape']} does not match weight shape {W.shape}")
+    raise ModelError(f"Conv kernel_shape {attrs['kernel_shape']} does not match weight shape {ws.shape}")
   if C != Cg * G or M % G:
-    raise ModelError(f"Conv: input channels {C}, weight {W.shape} and group {G} are inconsistent")
-  if x.dtype != W.dtype:
-    raise ModelError(f"Conv: input dtype {x.dtype} differs from weight dtype {W.dtype}")
+    raise ModelError(f"Conv: input channels {C}, weight {ws.shape} and group {G} are inconsistent")
+  if x.dtype != ws.dtype:
+    raise ModelError(f"Conv: input dtype {x.dtype} differs from weight dtype {ws.dtype}")
   out_sp, pb, pe, need_end, strides, dil = window_geometry("Conv", attrs, S, K)
   Mg, KK, O, dt = M // G, numel(K), numel(out_sp), x.dtype
   nd = len(S)
+  bs = opt(specs, 2)
+  if bs is not None and (bs.shape != (M,) or bs.dtype != dt):
+    raise ModelError(f"Conv bias must be {dt} of shape ({M},), got {bs.dtype} {bs.shape}")
+  if consts[1] is None or (bs is not None and consts[2] is None):
+    return _conv_runtime_weights(op, x, ws, bs, G, K, out_sp, pb, need_end, strides, dil)
+  W = consts[1]
   bias = None
-  if opt(specs, 2) is not None:
-    bias = need_const(consts, 2, "Conv bias").astype(dt).reshape((M,) + (1,) * nd)
+  if bs is not None:
+    bias = consts[2].astype(dt).reshape((M,) + (1,) * nd)
   padded = any(pb) or any(need_end)
   pad_shape = tuple(s + b + e for s, b, e in zip(S, pb, need_end))
   if KK == 1 and not padded and all(s == 1 for s in strides):
@@ -301,6 +336,41 @@ def conv(op, attrs, specs, consts):
     def run():
       for c in calls:
         c()
+    return run
+  return Kernel(op, [Spec((N, M) + tuple(out_sp), dt)], bind, scratch, flops=2 * N * M * O * Cg * KK)
+
+
+def _conv_runtime_weights(op, x, ws, bs, G, K, out_sp, pb, need_end, strides, dil):
+  """Weights (or bias) read from inputs: channels-first im2col and one GEMM per image and group, with the
+  weights viewed in place as (G, M / G, C / G * taps), so nothing about their values is precomputed."""
+  N, C, *S = x.shape
+  M, Cg = ws.shape[:2]
+  Mg, KK, O, nd, dt = M // G, numel(K), numel(out_sp), len(S), x.dtype
+  padded = any(pb) or any(need_end)
+  pad_shape = tuple(s + b + e for s, b, e in zip(S, pb, need_end))
+  scratch = ([Spec((C,) + pad_shape, dt)] if padded else []) + [Spec((G, Cg * KK, O), dt)]
+
+  def bind(ins, outs, scr):
+    xa, o = ins[0], outs[0]
+    wk = ins[1].reshape(G, Mg, Cg * KK)
+    bias = ins[2].reshape((M,) + (1,) * nd) if bs is not None else None
+    col = scr[-1]
+    colv = col.reshape((G, Cg) + tuple(K) + tuple(out_sp))
+    pad = PaddedCopy(scr[0], pb, S, 0) if padded else None
+    steps = []
+    for n in range(N):
+      src = scr[0] if padded else xa[n]
+      win = windows(src, K, out_sp, strides, dil, (C,)).reshape((G, Cg) + tuple(K) + tuple(out_sp))
+      steps.append((xa[n], win, o[n].reshape(G, Mg, O)))
+
+    def run():
+      for xn, win, on in steps:
+        if pad is not None:
+          pad(xn)
+        np.copyto(colv, win)
+        np.matmul(wk, col, out=on)
+      if bias is not None:
+        np.add(o, bias, out=o)
     return run
   return Kernel(op, [Spec((N, M) + tuple(out_sp), dt)], bind, scratch, flops=2 * N * M * O * Cg * KK)
 
@@ -478,21 +548,38 @@ def conv_transpose(op, attrs, specs, consts):
   """Rare op: computes with temporaries (column matrix and full-size accumulator) on each call."""
   x = specs[0]
   N, C, *S = x.shape
-  W = need_const(consts, 1, "ConvTranspose weight")
-  Cw, Mg, *K = W.shape
+  ws = specs[1]
+  if len(x.shape) < 3 or len(ws.shape) != len(x.shape) or ws.dtype != x.dtype:
+    raise ModelError(f"ConvTranspose input {x.dtype} {x.shape} and weight {ws.dtype} {ws.shape} must be "
+                     f"(N, C, spatial...) of one rank and dtype")
+  Cw, Mg, *K = ws.shape
   G = int(attrs.get("group", 1))
-  if Cw != C or C % G:
-    raise ModelError(f"ConvTranspose: input channels {C}, weight {W.shape}, group {G} are inconsistent")
+  if G < 1 or Cw != C or C % G:
+    raise ModelError(f"ConvTranspose: input channels {C}, weight {ws.shape}, group {G} are inconsistent")
   nd = len(S)
+  if "kernel_shape" in attrs and list(attrs["kernel_shape"]) != K:
+    raise ModelError(f"ConvTranspose kernel_shape {attrs['kernel_shape']} does not match weight shape {ws.shape}")
   M = Mg * G
   Cg = C // G
   strides = list(attrs.get("strides", [1] * nd))
   dil = list(attrs.get("dilations", [1] * nd))
   outpad = list(attrs.get("output_padding", [0] * nd))
+  if len(strides) != nd or len(dil) != nd or len(outpad) != nd or len(K) != nd:
+    raise ModelError(f"ConvTranspose: strides {strides} / dilations {dil} / output_padding {outpad} / kernel {K} "
+                     f"do not match {nd} spatial dims")
+  for what, vals in (("strides", strides), ("dilations", dil), ("kernel_shape", K)):
+    if any(int(v) < 1 for v in vals):
+      raise ModelError(f"ConvTranspose: {what} {vals} must all be positive")
+  if any(p < 0 or p >= max(st, d) for p, st, d in zip(outpad, strides, dil)):
+    raise ModelError(f"ConvTranspose: output_padding {outpad} must be in [0, max(stride, dilation))")
+  if "pads" in attrs and (len(attrs["pads"]) != 2 * nd or any(int(p) < 0 for p in attrs["pads"])):
+    raise ModelError(f"ConvTranspose: pads {attrs['pads']} must be {2 * nd} non-negative values")
   full = [(s - 1) * st + (k - 1) * d + 1 for s, st, k, d in zip(S, strides, K, dil)]
   auto_pad = attrs.get("auto_pad", "NOTSET")
   if "output_shape" in attrs:
     target = list(attrs["output_shape"])[-nd:]
+    if len(attrs["output_shape"]) not in (nd, nd + 2) or any(t < 1 for t in target):
+      raise ModelError(f"ConvTranspose output_shape {attrs['output_shape']} must give {nd} positive spatial sizes")
     total = [f + op_ - t for f, op_, t in zip(full, outpad, target)]
     if auto_pad == "SAME_UPPER":
       pb = [t // 2 for t in total]
@@ -510,20 +597,28 @@ def conv_transpose(op, attrs, specs, consts):
   out_sp = [f + op_ - b - e for f, op_, b, e in zip(full, outpad, pb, pe)]
   if any(o <= 0 for o in out_sp):
     raise ModelError(f"ConvTranspose: output size {out_sp} is not positive")
-  Wm = np.ascontiguousarray(W.reshape(G, Cg, Mg * numel(K)).transpose(0, 2, 1))  # (G, Mg*KK, Cg)
-  bias = None
-  if opt(specs, 2) is not None:
-    bias = need_const(consts, 2, "ConvTranspose bias").reshape((M,) + (1,) * nd)
+  def weight_matrix(W):  # (G, Mg*KK, Cg)
+    return np.ascontiguousarray(W.reshape(G, Cg, Mg * numel(K)).transpose(0, 2, 1))
+  Wm = weight_matrix(consts[1]) if consts[1] is not None else None  # else read from the input on each call
+  bias, bias_in = None, opt(specs, 2) is not None
+  if bias_in:
+    if specs[2].shape != (M,) or specs[2].dtype != x.dtype:
+      raise ModelError(f"ConvTranspose bias must be {x.dtype} of shape ({M},), got {specs[2].dtype} {specs[2].shape}")
+    if consts[2] is not None:
+      bias = consts[2].reshape((M,) + (1,) * nd)
   acc_shape = [f + op_ + max(0, -b) for f, op_, b in zip(full, outpad, pb)]
   acc_shape = [max(a, b + o) for a, b, o in zip(acc_shape, pb, out_sp)]
+  check_tensor([M] + acc_shape, x.dtype, "ConvTranspose accumulator")  # allocated per call
   out_spec = Spec((N, M) + tuple(out_sp), x.dtype)
 
   def bind(ins, outs, scr):
     xa, o = ins[0], outs[0]
+    b = bias if bias is not None or not bias_in else ins[2].reshape((M,) + (1,) * nd)
 
     def run():
+      wm = Wm if Wm is not None else weight_matrix(ins[1])
       for n in range(N):
-        cols = np.matmul(Wm, xa[n].reshape(G, Cg, numel(S)))  # (G, Mg*KK, S)
+        cols = np.matmul(wm, xa[n].reshape(G, Cg, numel(S)))  # (G, Mg*KK, S)
         cols = cols.reshape((M,) + tuple(K) + tuple(S))
         acc = np.zeros((M,) + tuple(acc_shape), x.dtype)
         for k in np.ndindex(*K):
@@ -532,8 +627,8 @@ def conv_transpose(op, attrs, specs, consts):
           acc[(slice(None),) + sl] += cols[(slice(None),) + k]
         crop = tuple(slice(b, b + s) for b, s in zip(pb, out_sp))
         np.copyto(o[n], acc[(slice(None),) + crop])
-      if bias is not None:
-        np.add(o, bias, out=o)
+      if b is not None:
+        np.add(o, b, out=o)
     return run
   if any(b < 0 for b in pb):
     raise UnsupportedOpError(f"ConvTranspose with negative pads {pb}")
@@ -665,8 +760,14 @@ def bn_affine(scale, bias, mean, var, eps):
 def instance_norm(op, attrs, specs, consts):
   x = specs[0]
   eps = float(attrs.get("epsilon", 1e-5))
+  if len(x.shape) < 3:
+    raise ModelError(f"InstanceNormalization input must be (N, C, spatial...), got {x.shape}")
   axes = tuple(range(2, len(x.shape)))
   shape_c = (x.shape[1],) + (1,) * len(axes)
+  for i, what in ((1, "scale"), (2, "B")):
+    if specs[i].shape != (x.shape[1],) or specs[i].dtype != x.dtype:
+      raise ModelError(f"InstanceNormalization {what} must be {x.dtype} of shape ({x.shape[1]},), got "
+                       f"{specs[i].dtype} {specs[i].shape}")
 
   def bind(ins, outs, scr):
     xa, sc, bi, o = ins[0], ins[1], ins[2], outs[0]
@@ -686,6 +787,8 @@ def instance_norm(op, attrs, specs, consts):
 def layer_norm(op, attrs, specs, consts):
   x = specs[0]
   axis = norm_axis(int(attrs.get("axis", -1)), len(x.shape), "LayerNormalization")
+  if int(attrs.get("stash_type", 1)) != 1:
+    raise UnsupportedOpError(f"LayerNormalization stash_type {attrs['stash_type']} (only 1, float, is supported)")
   eps = float(attrs.get("epsilon", 1e-5))
   axes = tuple(range(axis, len(x.shape)))
   red_shape = x.shape[:axis] + (1,) * len(axes)
@@ -693,6 +796,10 @@ def layer_norm(op, attrs, specs, consts):
   stat_dt = x.dtype
   outs_specs = [x] + [Spec(red_shape, np.dtype(np.float32) if x.dtype == np.float16 else stat_dt)] * (n_out - 1)
   has_bias = opt(specs, 2) is not None
+  for i in (1, 2) if has_bias else (1,):
+    if broadcast_shape(specs[i].shape, x.shape[axis:], what="LayerNormalization") != x.shape[axis:]:
+      raise ModelError(f"LayerNormalization: input {i} of shape {specs[i].shape} does not broadcast to the "
+                       f"normalised shape {x.shape[axis:]}")
 
   def bind(ins, outs, scr):
     xa, sc, o = ins[0], ins[1], outs[0]
@@ -718,6 +825,8 @@ def layer_norm(op, attrs, specs, consts):
 def lrn(op, attrs, specs, consts):
   x = specs[0]
   size = int(attrs["size"])
+  if len(x.shape) < 2 or size < 1:
+    raise ModelError(f"LRN size {size} must be positive and the input (N, C, ...) of rank >= 2, got {x.shape}")
   alpha, beta, bias = float(attrs.get("alpha", 1e-4)), float(attrs.get("beta", 0.75)), float(attrs.get("bias", 1.0))
   C = x.shape[1]
   lo = (size - 1) // 2
@@ -780,3 +889,118 @@ def softmax(op, attrs, specs, consts):
         np.divide(o, m, out=o)
     return run
   return Kernel(op, [x], bind, scratch, flops=4 * numel(x.shape))
+
+
+# ---------------------------------------------------------------- rarer normalisations (temporaries per call)
+
+def _stash_type(attrs, op):
+  if int(attrs.get("stash_type", 1)) != 1:
+    raise UnsupportedOpError(f"{op} stash_type {attrs['stash_type']} (only 1, float, is supported)")
+
+
+@register("LpNormalization")
+def lp_norm(op, attrs, specs, consts):
+  x = specs[0]
+  axis = norm_axis(int(attrs.get("axis", -1)), len(x.shape), op)
+  p = int(attrs.get("p", 2))
+  if p not in (1, 2) or x.dtype.kind != "f":
+    raise ModelError(f"LpNormalization: p must be 1 or 2 and the input a float, got p={p}, {x.dtype}")
+
+  def bind(ins, outs, scr):
+    a, o = ins[0], outs[0]
+
+    def run():
+      n = np.sum(np.abs(a), axis=axis, keepdims=True) if p == 1 else \
+          np.sqrt(np.sum(np.square(a), axis=axis, keepdims=True))
+      with np.errstate(divide="ignore", invalid="ignore"):
+        np.copyto(o, np.where(n == 0, 0, a / n))
+    return run
+  return Kernel(op, [x], bind, flops=3 * numel(x.shape))
+
+
+@register("MeanVarianceNormalization")
+def mean_variance_norm(op, attrs, specs, consts):
+  x = specs[0]
+  axes = [norm_axis(int(a), len(x.shape), op) for a in attrs.get("axes", [0, 2, 3])]
+  if not axes or len(set(axes)) != len(axes):
+    raise ModelError(f"MeanVarianceNormalization axes {attrs.get('axes')} must be non-empty and distinct")
+  axes = tuple(sorted(axes))
+
+  def bind(ins, outs, scr):
+    a, o = ins[0], outs[0]
+
+    def run():  # ONNX's definition: (x - E[x]) / (sqrt(E[x^2] - E[x]^2) + 1e-9)
+      mean = np.mean(a, axis=axes, keepdims=True)
+      std = np.sqrt(np.mean(np.square(a), axis=axes, keepdims=True) - np.square(mean))
+      np.divide(a - mean, std + a.dtype.type(1e-9), out=o)
+    return run
+  return Kernel(op, [x], bind, flops=5 * numel(x.shape))
+
+
+@register("GroupNormalization")
+def group_norm(op, attrs, specs, consts):
+  """Opset 21: scale and bias per channel; opset 18: per group (its since-deprecated definition)."""
+  x, scale, bias = specs[0], specs[1], specs[2]
+  _stash_type(attrs, op)
+  G = int(attrs["num_groups"])
+  if len(x.shape) < 3 or G < 1 or x.shape[1] % G:
+    raise ModelError(f"GroupNormalization: num_groups {G} must divide the channels of {x.shape} (N, C, ...)")
+  eps = float(attrs.get("epsilon", 1e-5))
+  C, nd = x.shape[1], len(x.shape) - 2
+  per = C if int(attrs.get("_opset", 21)) >= 21 else G
+  if scale.shape != (per,) or bias.shape != (per,):
+    raise ModelError(f"GroupNormalization: scale {scale.shape} and bias {bias.shape} must be ({per},)")
+  grouped = (x.shape[0], G, C // G) + x.shape[2:]
+  axes = tuple(range(2, len(grouped)))
+
+  def bind(ins, outs, scr):
+    a, s, b, o = ins[0].reshape(grouped), ins[1], ins[2], outs[0]
+
+    def run():
+      mean = a.astype(np.float32).mean(axis=axes, keepdims=True)
+      var = a.astype(np.float32).var(axis=axes, keepdims=True)
+      y = ((a - mean) / np.sqrt(var + eps)).reshape(x.shape)
+      if per == G:
+        sc, bi = np.repeat(s, C // G), np.repeat(b, C // G)
+      else:
+        sc, bi = s, b
+      shape_c = (C,) + (1,) * nd
+      np.copyto(o, y * sc.reshape(shape_c) + bi.reshape(shape_c), casting="unsafe")
+    return run
+  return Kernel(op, [x], bind, flops=8 * numel(x.shape))
+
+
+@register("RMSNormalization")
+def rms_norm(op, attrs, specs, consts):
+  x, w = specs[0], specs[1]
+  _stash_type(attrs, op)
+  axis = norm_axis(int(attrs.get("axis", -1)), len(x.shape), op)
+  eps = float(attrs.get("epsilon", 1e-5))
+  axes = tuple(range(axis, len(x.shape)))
+  if broadcast_shape(w.shape, x.shape[axis:], what=op) != x.shape[axis:] or \
+          (opt(specs, 2) is not None and broadcast_shape(specs[2].shape, x.shape[axis:], what=op) != x.shape[axis:]):
+    raise ModelError(f"RMSNormalization: scale {w.shape} must broadcast to the normalised shape {x.shape[axis:]}")
+  has_bias = opt(specs, 2) is not None
+
+  def bind(ins, outs, scr):
+    a, s, o = ins[0], ins[1], outs[0]
+    b = ins[2] if has_bias else None
+
+    def run():
+      f = a.astype(np.float32)
+      y = f / np.sqrt(np.mean(np.square(f), axis=axes, keepdims=True) + eps) * s
+      np.copyto(o, y + b if b is not None else y, casting="unsafe")
+    return run
+  return Kernel(op, [x], bind, flops=4 * numel(x.shape))
+
+
+@register("Det")
+def det(op, attrs, specs, consts):
+  x = specs[0]
+  if len(x.shape) < 2 or x.shape[-1] != x.shape[-2] or x.dtype.kind != "f":
+    raise ModelError(f"Det needs float square matrices (..., M, M), got {x.dtype} {x.shape}")
+
+  def bind(ins, outs, scr):
+    a, o = ins[0], outs[0]
+    return lambda: np.copyto(o, np.linalg.det(a), casting="unsafe")
+  return Kernel(op, [Spec(x.shape[:-2], x.dtype)], bind)

@@ -16,10 +16,11 @@ from functools import partial
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from ..errors import UnsupportedOpError
+from ..errors import ModelError, UnsupportedOpError
 from ..graph import Spec
 from .base import Kernel, numel, register
 from .flatpool import bind_flat_pool, flat_pool_scratch
+from ..limits import check_tensor
 from .nn import PaddedCopy, window_geometry, windows
 
 FLAT_POOL = True  # tests switch it off to compare the flat and the per-axis paths
@@ -27,6 +28,8 @@ FLAT_POOL = True  # tests switch it off to compare the flat and the per-axis pat
 @register("MaxPool", "AveragePool")
 def pool(op, attrs, specs, consts):
   x = specs[0]
+  if len(x.shape) < 3:
+    raise ModelError(f"{op} input must be (N, C, spatial...), got shape {x.shape}")
   N, C, *S = x.shape
   K = list(attrs["kernel_shape"])
   ceil_mode = bool(attrs.get("ceil_mode", 0))
@@ -268,6 +271,8 @@ def _row_pool(op, is_max, x, k, out_spec):
 @register("GlobalAveragePool", "GlobalMaxPool")
 def global_pool(op, attrs, specs, consts):
   x = specs[0]
+  if len(x.shape) < 3:
+    raise ModelError(f"{op} input must be (N, C, spatial...), got shape {x.shape}")
   axes = tuple(range(2, len(x.shape)))
   out = Spec(x.shape[:2] + (1,) * len(axes), x.dtype)
   fn = np.mean if op == "GlobalAveragePool" else np.max
@@ -285,3 +290,39 @@ def global_pool(op, attrs, specs, consts):
     a, o = ins[0], outs[0]
     return lambda: fn(a, axis=axes, keepdims=True, out=o)
   return Kernel(op, [out], bind, flops=numel(x.shape))
+
+
+@register("LpPool", "GlobalLpPool")
+def lp_pool(op, attrs, specs, consts):
+  """(sum over the window of |x|^p)^(1/p), zero padding (a rare op: a padded temporary per call)."""
+  x = specs[0]
+  if len(x.shape) < 3 or x.dtype.kind != "f":
+    raise ModelError(f"{op} input must be float (N, C, spatial...), got {x.dtype} {x.shape}")
+  N, C, *S = x.shape
+  p = int(attrs.get("p", 2))
+  if p < 1:
+    raise ModelError(f"{op} p={p} must be positive")
+  if op == "GlobalLpPool":
+    axes = tuple(range(2, len(x.shape)))
+
+    def bind_global(ins, outs, scr):
+      a, o = ins[0], outs[0]
+      return lambda: np.copyto(o, np.sum(np.abs(a) ** p, axis=axes, keepdims=True) ** (1.0 / p), casting="unsafe")
+    return Kernel(op, [Spec((N, C) + (1,) * len(S), x.dtype)], bind_global, flops=numel(x.shape))
+  K = list(attrs["kernel_shape"])
+  out_sp, pb, pe, need_end, strides, dil = window_geometry(op, attrs, S, K, bool(attrs.get("ceil_mode", 0)))
+  pad_shape = (N, C) + tuple(s + b + e for s, b, e in zip(S, pb, need_end))
+  check_tensor(pad_shape, x.dtype, f"{op} padded input")
+  interior = (slice(None), slice(None)) + tuple(slice(b, b + s) for b, s in zip(pb, S))
+  red = tuple(range(2, 2 + len(S)))
+
+  def bind(ins, outs, scr):
+    a, o = ins[0], outs[0]
+
+    def run():
+      P = np.zeros(pad_shape, x.dtype)
+      P[interior] = np.abs(a) ** p
+      sums = windows(P, K, out_sp, strides, dil, (N, C)).sum(axis=red)
+      np.copyto(o, sums ** (1.0 / p), casting="unsafe")
+    return run
+  return Kernel(op, [Spec((N, C) + tuple(out_sp), x.dtype)], bind, flops=numel(out_sp) * N * C * numel(K))

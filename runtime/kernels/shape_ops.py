@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ModelError, UnsupportedOpError
+from ..errors import InputError, ModelError, UnsupportedOpError
 from ..graph import Spec
+from ..limits import check_tensor
 from .base import Kernel, broadcast_shape, copy_kernel, need_const, norm_axis, numel, opt, register
 
 VIEW_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"}
@@ -77,6 +78,8 @@ def squeeze(op, attrs, specs, consts):
     shape = [d for d in x.shape if d != 1]
   else:
     axes = [norm_axis(a, len(x.shape), "Squeeze") for a in axes]
+    if len(set(axes)) != len(axes):
+      raise ModelError(f"Squeeze axes {axes} repeat an axis")
     for a in axes:
       if x.shape[a] != 1:
         raise ModelError(f"Squeeze axis {a} has size {x.shape[a]}, not 1")
@@ -92,6 +95,8 @@ def unsqueeze(op, attrs, specs, consts):
     raise ModelError("Unsqueeze needs axes")
   rank = len(x.shape) + len(axes)
   axes = sorted(norm_axis(a, rank, "Unsqueeze") for a in axes)
+  if len(set(axes)) != len(axes):
+    raise ModelError(f"Unsqueeze axes {axes} repeat an axis")
   shape = list(x.shape)
   for a in axes:
     shape.insert(a, 1)
@@ -105,18 +110,80 @@ def identity(op, attrs, specs, consts):
 
 @register("Dropout")
 def dropout(op, attrs, specs, consts):
+  """Inference: the identity (a view; the mask, when asked for, all true). Training mode (opset >= 12: the
+  training_mode input; opset < 7: is_test=0): y = x * mask / (1 - ratio) with mask = uniform[0, 1) >= ratio
+  drawn from numpy's MT19937 generator seeded with the `seed` attribute (taken mod 2^32) when the kernel is
+  bound, so the first run after load matches onnx's reference and each later run draws the next mask; with no
+  seed the generator is seeded from the OS, as the spec's "auto generate" says. Training mode allocates its
+  random draw per call (a rare op). A training_mode or ratio that is a graph input is read at run time."""
   x = specs[0]
-  if int(attrs.get("_n_outputs", 1)) == 1:
-    return _view(op, x, x.shape)
+  opset = int(attrs.get("_opset", 13))
+  n_out = int(attrs.get("_n_outputs", 1))
+  ratio, ratio_in, training, training_in = 0.5, None, False, None
+  if opset < 7:
+    training = int(attrs.get("is_test", 0)) == 0
+    ratio = float(attrs.get("ratio", 0.5))
+  elif opset < 12:
+    ratio = float(attrs.get("ratio", 0.5))
+  else:
+    if opt(specs, 1) is not None:
+      if consts[1] is not None:
+        ratio = float(np.asarray(consts[1]).reshape(-1)[0]) if consts[1].size == 1 else _bad_scalar("ratio")
+      else:
+        ratio_in = 1
+    if opt(specs, 2) is not None:
+      if consts[2] is not None:
+        training = bool(np.asarray(consts[2]).reshape(-1)[0]) if consts[2].size == 1 else _bad_scalar("training_mode")
+      else:
+        training_in = 2
+  for i, what in ((ratio_in, "ratio"), (training_in, "training_mode")):
+    if i is not None and numel(specs[i].shape) != 1:
+      raise ModelError(f"Dropout {what} must be a scalar, got shape {specs[i].shape}")
+  if not 0.0 <= ratio < 1.0:
+    raise ModelError(f"Dropout ratio {ratio} is outside [0, 1)")
+  if x.dtype.kind != "f" and (training or training_in is not None):
+    raise UnsupportedOpError(f"Dropout in training mode on dtype {x.dtype}")
+  if not training and training_in is None:
+    if n_out == 1:
+      return _view(op, x, x.shape)
+
+    def bind_inference(ins, outs, scr):
+      s, o, mask = ins[0], outs[0], outs[1]
+
+      def run():  # inference: identity, mask all true
+        np.copyto(o, s)
+        mask.fill(True)
+      return run
+    return Kernel(op, [x, Spec(x.shape, np.dtype(np.bool_))], bind_inference)
+  seed = attrs.get("seed")
 
   def bind(ins, outs, scr):
-    s, o, mask = ins[0], outs[0], outs[1]
+    s, o = ins[0], outs[0]
+    mask = outs[1] if len(outs) > 1 else None
+    rng = np.random.RandomState(None if seed is None else int(seed) % (1 << 32))
 
-    def run():  # inference: identity, mask all true
-      np.copyto(o, s)
-      mask.fill(True)
+    def run():
+      r = float(ins[ratio_in].reshape(-1)[0]) if ratio_in is not None else ratio
+      on = bool(ins[training_in].reshape(-1)[0]) if training_in is not None else training
+      if not on or r == 0.0:
+        np.copyto(o, s)
+        if mask is not None:
+          mask.fill(True)
+        return
+      if not 0.0 <= r < 1.0:
+        raise InputError(f"Dropout ratio {r} is outside [0, 1)")
+      keep = rng.uniform(0.0, 1.0, s.shape) >= r
+      np.multiply(s, keep, out=o)
+      np.multiply(o, o.dtype.type(1.0 / (1.0 - o.dtype.type(r))), out=o)
+      if mask is not None:
+        np.copyto(mask, keep)
     return run
-  return Kernel(op, [x, Spec(x.shape, np.dtype(np.bool_))], bind)
+  out_specs = [x] + ([Spec(x.shape, np.dtype(np.bool_))] if n_out > 1 else [])
+  return Kernel(op, out_specs, bind)
+
+
+def _bad_scalar(what):
+  raise ModelError(f"Dropout {what} must be a scalar")
 
 
 @register("Transpose")
@@ -180,6 +247,8 @@ def split(op, attrs, specs, consts):
   else:
     total = x.shape[axis]
     n = int(attrs.get("num_outputs", n_out))
+    if n != n_out or n < 1:
+      raise ModelError(f"Split num_outputs {n} differs from the node's {n_out} outputs")
     chunk = -(-total // n)
     sizes = [min(chunk, total - i * chunk) for i in range(n)]
   if sum(sizes) != x.shape[axis] or len(sizes) != n_out:
@@ -248,10 +317,21 @@ def gather(op, attrs, specs, consts):
   if ci is not None and ci.size and (ci.min() < -x.shape[axis] or ci.max() >= x.shape[axis]):
     raise ModelError(f"Gather indices out of range for axis {axis} of size {x.shape[axis]}")
 
+  if idx.dtype.kind not in "iu":
+    raise ModelError(f"Gather indices must be integers, got {idx.dtype}")
+
   def bind(ins, outs, scr):
     a, o = ins[0], outs[0]
-    i = ci if ci is not None else ins[1]
-    return lambda: np.take(a, i, axis=axis, out=o)
+    if ci is not None:
+      return lambda: np.take(a, ci, axis=axis, out=o)
+    i = ins[1]
+
+    def run():  # indices from an input: out of range is the caller's error, typed
+      try:
+        np.take(a, i, axis=axis, out=o)
+      except IndexError as e:
+        raise InputError(f"Gather: {e}") from None
+    return run
   return Kernel(op, [Spec(tuple(shape), x.dtype)], bind)
 
 
@@ -289,11 +369,18 @@ def pad(op, attrs, specs, consts):
   mode = attrs.get("mode", "constant")
   if "pads" in attrs:  # opset < 11
     pads = list(attrs["pads"])
-    value = float(attrs.get("value", 0.0))
+    value, value_in = float(attrs.get("value", 0.0)), None
     axes = list(range(rank))
   else:
     pads = [int(v) for v in need_const(consts, 1, "Pad pads")]
-    value = need_const(consts, 2, "Pad constant_value").reshape(()).item() if opt(specs, 2) is not None else 0
+    value, value_in = 0, None
+    if opt(specs, 2) is not None:
+      if numel(specs[2].shape) != 1 or specs[2].dtype != x.dtype:
+        raise ModelError(f"Pad constant_value must be one {x.dtype}, got {specs[2].dtype} {specs[2].shape}")
+      if consts[2] is not None:
+        value = consts[2].reshape(()).item()
+      else:
+        value_in = 2  # read on each call
     axes = [norm_axis(int(a), rank, "Pad") for a in need_const(consts, 3, "Pad axes")] \
         if opt(specs, 3) is not None else list(range(rank))
   if len(pads) != 2 * len(axes):
@@ -310,15 +397,18 @@ def pad(op, attrs, specs, consts):
   crop = tuple(slice(max(0, -b), s - max(0, -e)) for s, b, e in zip(x.shape, before, after))
   pos = [(max(0, b), max(0, e)) for b, e in zip(before, after)]
   inner = tuple(slice(b, b + (sl.stop - sl.start)) for (b, _), sl in zip(pos, crop))
+  if mode != "constant" and any(p != (0, 0) and sl.stop <= sl.start for p, sl in zip(pos, crop)):
+    raise ModelError(f"Pad mode {mode!r} cannot pad an empty axis of {x.shape}")
 
   def bind(ins, outs, scr):
     a, o = ins[0], outs[0]
     src = a[crop]
     if mode == "constant":
       dst = o[inner]
+      fill = ins[value_in] if value_in is not None else None
 
       def run():
-        o.fill(value)
+        o.fill(value if fill is None else fill.reshape(-1)[0])
         np.copyto(dst, src)
     else:
       np_mode = {"reflect": "reflect", "edge": "edge", "wrap": "wrap"}[mode]
@@ -344,8 +434,11 @@ def size_op(op, attrs, specs, consts):
 
 @register("ConstantOfShape")
 def constant_of_shape(op, attrs, specs, consts):
-  shape = tuple(int(v) for v in need_const(consts, 0, "ConstantOfShape shape"))
+  shape = tuple(int(v) for v in need_const(consts, 0, "ConstantOfShape shape").reshape(-1))
   value = attr_tensor(attrs["value"]).reshape(-1) if "value" in attrs else np.zeros(1, np.float32)
+  if any(d < 0 for d in shape) or value.size != 1:
+    raise ModelError(f"ConstantOfShape: shape {list(shape)} must be non-negative and value one element")
+  check_tensor(shape, value.dtype, "ConstantOfShape")  # the value is built here, at load
   return _const_kernel(op, np.full(shape, value[0], value.dtype))
 
 
@@ -439,15 +532,20 @@ def resize(op, attrs, specs, consts):
         raise UnsupportedOpError(f"Resize keep_aspect_ratio_policy {attrs['keep_aspect_ratio_policy']!r}")
       if "axes" in attrs:
         raise UnsupportedOpError("Resize with axes")
+  if 0 in x.shape:
+    raise UnsupportedOpError(f"{op} of an empty tensor {x.shape}")
   if sizes is not None:
-    if len(sizes) != rank:
-      raise ModelError(f"Resize sizes {sizes} must have rank {rank}")
+    if len(sizes) != rank or any(o < 1 for o in sizes):
+      raise ModelError(f"Resize sizes {sizes} must be {rank} positive values")
     scales = [o / i for o, i in zip(sizes, x.shape)]
     out = sizes
   else:
-    if len(scales) != rank:
-      raise ModelError(f"{op} scales {scales} must have rank {rank}")
+    if len(scales) != rank or not all(np.isfinite(f) and f > 0 for f in scales):
+      raise ModelError(f"{op} scales {scales} must be {rank} finite positive values")
     out = [int(np.floor(s * f)) for s, f in zip(x.shape, scales)]
+    if any(o < 1 for o in out):
+      raise ModelError(f"{op} scales {scales} shrink {x.shape} to an empty output {out}")
+  check_tensor(out, x.dtype, f"{op} output")  # the index arrays below are built at load, one per output dim
   if mode == "bilinear":
     mode = "linear"
   plan = []  # per axis: None (identity) or (idx0, idx1, w1)
@@ -484,3 +582,52 @@ def resize(op, attrs, specs, consts):
       np.copyto(o, cur)
     return run
   return Kernel(op, [Spec(tuple(out), x.dtype)], bind)
+
+
+# ---------------------------------------------------------------- DepthToSpace / SpaceToDepth
+
+@register("DepthToSpace", "SpaceToDepth")
+def depth_space(op, attrs, specs, consts):
+  """A reshape, a transpose and a reshape: the input seen as a 6-D block view is copied, transposed, into the
+  output seen as the transposed 6-D shape (both views; no temporary)."""
+  x = specs[0]
+  bs = int(attrs["blocksize"])
+  mode = attrs.get("mode", "DCR")
+  if len(x.shape) != 4 or bs < 1 or mode not in ("DCR", "CRD"):
+    raise ModelError(f"{op}: needs a 4-D input, a positive blocksize and mode DCR or CRD; got {x.shape}, "
+                     f"{bs}, {mode!r}")
+  b, c, h, w = x.shape
+  if op == "DepthToSpace":
+    if c % (bs * bs):
+      raise ModelError(f"DepthToSpace: channels {c} are not a multiple of blocksize^2 = {bs * bs}")
+    cc = c // (bs * bs)
+    split, perm = ((b, bs, bs, cc, h, w), (0, 3, 4, 1, 5, 2)) if mode == "DCR" else \
+        ((b, cc, bs, bs, h, w), (0, 1, 4, 2, 5, 3))
+    out = (b, cc, h * bs, w * bs)
+  else:
+    if h % bs or w % bs:
+      raise ModelError(f"SpaceToDepth: spatial {h}x{w} is not a multiple of blocksize {bs}")
+    split = (b, c, h // bs, bs, w // bs, bs)
+    perm = (0, 3, 5, 1, 2, 4) if mode == "DCR" else (0, 1, 3, 5, 2, 4)
+    out = (b, c * bs * bs, h // bs, w // bs)
+  tshape = tuple(split[p] for p in perm)
+
+  def bind(ins, outs, scr):
+    src, dst = ins[0].reshape(split).transpose(perm), outs[0].reshape(tshape)
+    return lambda: np.copyto(dst, src)
+  return Kernel(op, [Spec(out, x.dtype)], bind)
+
+
+@register("Range")
+def range_op(op, attrs, specs, consts):
+  """Folded at load: its length depends on the values, so start, limit and delta must be constants."""
+  vals = [need_const(consts, i, f"Range {w}") for i, w in enumerate(("start", "limit", "delta"))]
+  dt = specs[0].dtype
+  if any(v.size != 1 for v in vals) or any(s.dtype != dt for s in specs[:3]) or dt.kind not in "fiu":
+    raise ModelError(f"Range needs three numeric scalars of one dtype, got {[(s.dtype, s.shape) for s in specs[:3]]}")
+  start, limit, delta = (v.reshape(-1)[0] for v in vals)
+  if delta == 0 or not all(np.isfinite(float(v)) for v in (start, limit, delta)):
+    raise ModelError(f"Range delta must be non-zero and the bounds finite, got {start}, {limit}, {delta}")
+  n = max(int(np.ceil((float(limit) - float(start)) / float(delta))), 0)
+  check_tensor((n,), dt, "Range")
+  return _const_kernel(op, (start + np.arange(n, dtype=dt) * delta).astype(dt))

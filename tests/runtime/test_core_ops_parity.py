@@ -218,6 +218,58 @@ CASES += [
 ]
 
 
+# ops the reference kernels gained with the onnx-case work (issue 18 item 8); appended, so the random values of
+# the cases above do not change
+_IDX = R.integers(0, 3, (2, 3)).astype(np.int64)
+# in [-0.45, -0.05], so that the second call's 2x + 1 stays inside arccos / arcsin / arctanh's domain
+CASES += [case(op, {"x": f32(2, 5, lo=-0.45, hi=-0.05)}) for op in ["Acos", "Asin", "Atan", "Asinh", "Atanh", "Cosh", "Sinh"]]
+CASES += [
+    case("Acosh", {"x": f32(2, 5, lo=1.1, hi=4)}),
+    case("ThresholdedRelu", {"x": f32(3, 5)}, attrs={"alpha": 0.5}),
+    case("Shrink", {"x": f32(3, 5)}, attrs={"lambd": 0.4, "bias": 0.1}),
+    case("HardSwish", {"x": f32(3, 5, lo=-5, hi=5)}, opset=14),
+    case("Mish", {"x": f32(3, 5)}, opset=18),
+    case("BitwiseAnd", {"a": R.integers(-99, 99, (3, 4)).astype(np.int32), "b": R.integers(-99, 99, (4,)).astype(np.int32)},
+         opset=18),
+    case("BitwiseOr", {"a": R.integers(0, 255, (3, 4)).astype(np.uint8), "b": R.integers(0, 255, (3, 4)).astype(np.uint8)},
+         opset=18),
+    case("BitwiseXor", {"a": R.integers(-99, 99, (5,)).astype(np.int64), "b": R.integers(-99, 99, (5,)).astype(np.int64)},
+         opset=18),
+    case("BitwiseNot", {"x": R.integers(-99, 99, (2, 5)).astype(np.int32)}, opset=18),
+    case("IsNaN", {"x": np.array([1.0, np.nan, -np.inf, 0.0], np.float32)}, opset=13),
+    case("IsInf", {"x": np.array([1.0, np.nan, -np.inf, np.inf], np.float32)}, attrs={"detect_positive": 0}, opset=10),
+    case("GatherElements", {"x": f32(3, 4), "i": _IDX}, attrs={"axis": 1}, opset=13),
+    case("GatherND", {"x": f32(3, 4, 2), "i": np.array([[0, 1], [2, 3]], np.int64)}, opset=13),
+    case("ScatterElements", {"x": f32(3, 4), "i": _IDX, "u": f32(2, 3)}, attrs={"axis": 1, "reduction": "add"},
+         opset=18),
+    case("Scatter", {"x": f32(3, 4), "i": np.array([[0, 1, 2]], np.int64), "u": f32(1, 3)}, attrs={"axis": 1},
+         opset=10),
+    case("ScatterND", {"x": f32(4, 3), "i": np.array([[1], [3]], np.int64), "u": f32(2, 3)},
+         attrs={"reduction": "mul"}, opset=18),
+    case("Trilu", {"x": f32(2, 4, 5)}, {"k": np.array(1, np.int64)}, attrs={"upper": 0}, opset=14),
+    case("EyeLike", {"x": f32(3, 5)}, attrs={"k": -1}),
+    case("CumSum", {"x": f32(3, 4)}, {"axis": np.array(1, np.int64)}, attrs={"exclusive": 1, "reverse": 1}),
+    case("CumProd", {"x": f32(3, 4, lo=0.5)}, {"axis": np.array(0, np.int64)}, attrs={"exclusive": 1}, opset=26),
+    case("Swish", {"x": f32(3, 5)}, attrs={"alpha": 0.7}, opset=24),
+    case("RMSNormalization", {"x": f32(2, 3, 4)}, {"s": f32(3, 4)}, attrs={"axis": 1, "epsilon": 1e-3}, opset=23),
+    case("DepthToSpace", {"x": f32(1, 8, 2, 3)}, attrs={"blocksize": 2, "mode": "CRD"}, opset=13),
+    case("SpaceToDepth", {"x": f32(1, 2, 4, 6)}, attrs={"blocksize": 2}, opset=13),
+    case("LpNormalization", {"x": f32(3, 5)}, attrs={"axis": 0, "p": 1}),
+    case("MeanVarianceNormalization", {"x": f32(2, 3, 4, 5)}, opset=13),
+    case("GroupNormalization", {"x": f32(2, 4, 3, 3)}, {"s": f32(4), "b": f32(4)}, attrs={"num_groups": 2}, opset=21),
+    case("Det", {"x": f32(2, 3, 3)}, opset=11),
+    case("Range", {}, {"a": np.array(1.5, np.float32), "b": np.array(9.0, np.float32), "c": np.array(1.25, np.float32)},
+         opset=11),
+    case("LpPool", {"x": f32(1, 2, 7, 6)}, attrs={"kernel_shape": [3, 2], "strides": [2, 1], "pads": [1, 0, 1, 1]},
+         opset=18),
+    case("GlobalLpPool", {"x": f32(2, 3, 4, 4)}, attrs={"p": 3}),
+    case("NegativeLogLikelihoodLoss", {"x": f32(3, 4, 2), "t": np.array([[0, 3], [1, 1], [2, 0]], np.int64)},
+         {"w": f32(4, lo=0.5)}, attrs={"reduction": "mean", "ignore_index": 1}, opset=13),
+    case("SoftmaxCrossEntropyLoss", {"x": f32(3, 5), "t": np.array([4, 0, 2], np.int64)}, attrs={"reduction": "none"},
+         opset=13, n_out=2),
+]
+
+
 def _other_values(a):
   """Different values of the same spec (integers only permuted: they may be indices)."""
   if a.dtype == np.bool_:

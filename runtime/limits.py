@@ -1,0 +1,62 @@
+"""The load-time memory budget: no single tensor and no planned arena may exceed it.
+
+Why: a model file is outside input. A declared shape of [1 << 20, 1 << 20], a ConstantOfShape of an absurd
+size or a pad of 10^12 would otherwise reach an allocation of many GB (or an int64 overflow that wraps to
+a small size and reads out of bounds). Every size is checked in exact Python integers, before anything is
+allocated, and refused with MemoryBudgetError naming the sizes.
+
+The budget is env PYMODELD_MEMORY_BUDGET_BYTES (default 4 GiB), read here and nowhere else."""
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+
+from .errors import ConfigError, MemoryBudgetError
+
+BUDGET_ENV = "PYMODELD_MEMORY_BUDGET_BYTES"
+DEFAULT_BUDGET = 4 << 30
+
+
+def memory_budget_bytes() -> int:
+  v = os.environ.get(BUDGET_ENV, "")
+  if not v.strip():
+    return DEFAULT_BUDGET
+  try:
+    n = int(v.strip())
+  except ValueError:
+    raise ConfigError(f"{BUDGET_ENV} must be a positive integer number of bytes, got {v!r}") from None
+  if n < 1:
+    raise ConfigError(f"{BUDGET_ENV} must be a positive integer number of bytes, got {v!r}")
+  return n
+
+
+def tensor_bytes(shape, dtype) -> int:
+  """Exact byte size of a tensor (Python integers: never wraps)."""
+  return math.prod(int(d) for d in shape) * np.dtype(dtype).itemsize
+
+
+def _fmt(n: int) -> str:
+  return f"{n} bytes ({n / (1 << 30):.3g} GiB)" if n >= 1 << 20 else f"{n} bytes"
+
+
+def check_tensor(shape, dtype, what: str) -> int:
+  """Raise MemoryBudgetError when a tensor of this shape and dtype exceeds the budget; return its size."""
+  n = tensor_bytes(shape, dtype)
+  budget = memory_budget_bytes()
+  if n > budget:
+    raise MemoryBudgetError(f"{what}: a {np.dtype(dtype)} tensor of shape {tuple(int(d) for d in shape)} needs "
+                            f"{_fmt(n)}, over the memory budget of {_fmt(budget)} (env {BUDGET_ENV})")
+  return n
+
+
+def check_arena(planned: int, scratch: int, inputs: int = 0) -> None:
+  """Raise MemoryBudgetError when what a linked program allocates (planned intermediates, the shared scratch
+  region and the input staging buffers) exceeds the budget."""
+  total = int(planned) + int(scratch) + int(inputs)
+  budget = memory_budget_bytes()
+  if total > budget:
+    raise MemoryBudgetError(f"planned arena of {_fmt(total)} (intermediates {_fmt(int(planned))}, scratch "
+                            f"{_fmt(int(scratch))}, inputs {_fmt(int(inputs))}) is over the memory budget of "
+                            f"{_fmt(budget)} (env {BUDGET_ENV})")
