@@ -5,6 +5,11 @@ class IpcError(Exception):
   """A bus operation failed (bad segment, no free reader slot, unsupported operation...)."""
 
 
+class NamespaceError(IpcError, PermissionError):
+  """A namespace directory that is not ours to use (another user's, a symlink, not a directory); the message
+  is one line that names it and says how to fix it."""
+
+
 class MultiplePublishersError(IpcError):
   """A second live publisher tried to open an endpoint that already has one."""
 
