@@ -1,12 +1,14 @@
 """The per-message path of the shared-memory ring: one writer, many readers (protocol in msgq/README.md)."""
+import gc
 import os
 import time
+import weakref
 
 from msgq import futex
 from msgq.futex import full_fence
 from msgq.errors import IpcError, MessageTooLargeError, MultiplePublishersError
 from msgq.env import MSGQ_ENV
-from msgq.segment import (H_COUNT, H_E, H_FUTEX, H_L, H_PUB_UID, H_W, NUM_READERS, S_DROPPED, S_POS,
+from msgq.segment import (H_COUNT, H_E, H_FUTEX, H_L, H_PUB_PID, H_PUB_UID, H_W, NUM_READERS, S_DROPPED, S_POS,
                           SLEEP_FLAGS, WRAP, Segment)
 
 _U32 = 0xFFFFFFFF
@@ -34,11 +36,31 @@ def max_message_size(size: int) -> int:
   return (size // 3) // 8 * 8 - 16
 
 
+# This process's publishers by claim uid. An entry goes when its object does, so an endpoint whose publisher
+# object was dropped without close() (the reference releases it then too) can be taken over by this process.
+_own_publishers: "weakref.WeakValueDictionary[int, ShmPublisher]" = weakref.WeakValueDictionary()
+
+
+def _claim(seg: Segment) -> int:
+  try:
+    return seg.claim_publisher(_own_publishers.__contains__)
+  except MultiplePublishersError:
+    if seg.hdr[H_PUB_PID] != os.getpid():
+      raise
+    gc.collect()  # a publisher that only a garbage cycle still holds is gone too
+    return seg.claim_publisher(_own_publishers.__contains__)
+
+
 class ShmPublisher:
   def __init__(self, endpoint, segment_size: int = 0):
     self.seg = Segment(endpoint, segment_size)
     self.endpoint = self.seg.endpoint
-    self.uid = self.seg.claim_publisher()
+    try:
+      self.uid = _claim(self.seg)
+    except BaseException:
+      self.seg.close()
+      raise
+    _own_publishers[self.uid] = self
     self.max_size = max_message_size(self.seg.size)
     hdr = self.seg.hdr
     self._w, self._count = hdr[H_W], hdr[H_COUNT]  # taking over continues where the last publisher stopped

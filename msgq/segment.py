@@ -191,14 +191,18 @@ class Segment:
         slots.append(slot)
     return slots
 
-  def claim_publisher(self) -> int:
-    """Become the endpoint's publisher; a live one raises MultiplePublishersError. Returns our uid."""
+  def claim_publisher(self, owner_alive=lambda uid: True) -> int:
+    """Become the endpoint's publisher; a live one raises MultiplePublishersError. Returns our uid.
+
+    A publisher of this very process counts as live while `owner_alive(its uid)` says its object still exists,
+    so a process may reopen an endpoint whose previous publisher object it dropped without closing it."""
     pid, start = own_identity()
     uid = secrets.randbits(63) + 1
     with self._locked():
-      old_pid = self.hdr[H_PUB_PID]
-      if self.hdr[H_PUB_UID] != 0 and process_alive(old_pid, self.hdr[H_PUB_START]):
-        raise MultiplePublishersError(f"endpoint {self.endpoint!r} already has a live publisher (pid {old_pid})")
+      old_pid, old_uid = self.hdr[H_PUB_PID], self.hdr[H_PUB_UID]
+      if old_uid != 0 and process_alive(old_pid, self.hdr[H_PUB_START]):
+        if (old_pid, self.hdr[H_PUB_START]) != (pid, start) or owner_alive(old_uid):
+          raise MultiplePublishersError(f"endpoint {self.endpoint!r} already has a live publisher (pid {old_pid})")
       self.hdr[H_PUB_PID], self.hdr[H_PUB_START], self.hdr[H_PUB_UID] = pid, start, uid
     return uid
 
