@@ -18,6 +18,11 @@ class SegmentSizeError(IpcError):
   """Publisher and subscriber (or two processes) disagree on an endpoint's segment size."""
 
 
+class SegmentTruncatedError(IpcError):
+  """An endpoint's segment file was truncated (or grown) under an open socket; its memory cannot be trusted
+  or touched any more. Close the socket and restart the namespace's processes."""
+
+
 class MessageTooLargeError(IpcError, ValueError):
   """A message larger than the segment allows (a third of it, so the ring always holds a few)."""
 
