@@ -135,6 +135,8 @@ class ShmSubscriber:
     self._max_len = max_message_size(self.seg.size)
     self._r, self._synced = 0, True
     self._expected: int | None = None  # seq of the next message; None: take the next record's as it comes
+    self._joined_at: int | None = None
+    self._joined_count = 0
     self._join()
 
   def ready(self) -> bool:
@@ -229,6 +231,8 @@ class ShmSubscriber:
     else:
       return self._lose_sync()
     expected = self._expected
+    if seq >= hdr[H_COUNT]:  # COUNT is stored before W: a record W covers has a smaller seq (zeros never do)
+      return self._lose_sync()
     if expected is not None and seq != expected:
       if not jumped or seq < expected:  # out of sequence: stale bytes that a corrupt word pointed us at
         return self._lose_sync()
@@ -281,7 +285,8 @@ class ShmSubscriber:
   def _join(self) -> None:
     """Start at W, knowing the seq of the next record there, so that drops count from the first message on.
     COUNT and W are stored apart, so they are read from a consistent header (a few tries while a writer
-    races us); a header that never settles leaves the first record's seq to be taken as it comes."""
+    races us); with a header that does not settle (a corrupt word, a writer that died mid-send) the reader
+    starts out of sync and takes the newest record of the first consistent header as its first message."""
     for _ in range(100):
       header = self._consistent_header()
       if header is not None:
@@ -289,16 +294,27 @@ class ShmSubscriber:
         self.seg.hdr[self._slot_pos] = self._r
         return
       os.sched_yield()
-    self._r, self._expected = self.seg.hdr[self._slot_pos], None
+    self._r, self._expected, self._synced = self.seg.hdr[self._slot_pos], None, False
+    self._joined_at, self._joined_count = self._r, self.seg.hdr[H_COUNT]
 
   def _resync(self) -> bool:
     """Find our place again once the writer has made the header whole: continue right after the newest
-    record if we already have it (nothing lost), else read it next and count the messages skipped up to it."""
+    record if we already have it (nothing lost), else read it next and count the messages skipped up to it.
+    A reader that joined out of sync starts where it joined if that is still a record, else at the newest
+    one, counting what it skipped from the COUNT it saw then."""
     header = self._consistent_header()
     if header is None:
       return False
     w, newest, seq = header
-    if self._expected is None or seq < self._expected:  # had it already, or never read: go on from W
+    if self._expected is None:
+      joined, self._joined_at = self._joined_at, None  # (tried once: if it was garbage, the newest next time)
+      if joined is not None and not joined & 7 and w - self.seg.size <= joined <= newest:
+        self._r = joined
+      else:
+        self._r = newest
+        if joined is not None and self._joined_count <= seq:
+          self._count_dropped(seq - self._joined_count)
+    elif seq < self._expected:  # had it already (or the writer restarted its count): go on from W
       self._r, self._expected = w, seq + 1
     else:
       self._r = newest

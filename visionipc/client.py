@@ -156,11 +156,13 @@ class VisionIpcClient:
     if self.server_id is not None and self.server_id != server_id:
       self._replaced_servers.add(self.server_id)
       self.reconnects += 1
+    same_server = server_id == self.server_id and len(mappings) == len(self._taken)
     self._drop_buffers()
     self._buffers, self.server_id = mappings, server_id
-    self._pacing.reset()  # a new server has its own phase, ring position and generations
-    self._last_idx, self._newest_generation, self._rung_generation = None, 0, 0
-    self._taken = [0] * len(mappings)
+    if not same_server:  # a new server has its own phase, ring position and generations
+      self._pacing.reset()
+      self._last_idx, self._newest_generation, self._rung_generation = None, 0, 0
+      self._taken = [0] * len(mappings)
 
   def _drop_buffers(self) -> None:
     for m in self._buffers:

@@ -46,7 +46,7 @@ def event_member(words: list[int]) -> tuple[int, int, int]:
   data, ptrs = (root >> 32) & 0xFFFF, root >> 48
   for slot in range(event + data, event + data + ptrs):
     w = words[slot]
-    if w and w & 3 == 0 and (w >> 48) >= 2:  # the member (invalidReason is text, a list)
+    if w and w & 3 == 0:  # the member (invalidReason is text, a list)
       return slot, (w >> 32) & 0xFFFF, w >> 48
   raise ValueError("no struct member found")
 
