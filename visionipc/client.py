@@ -107,6 +107,7 @@ class VisionIpcClient:
     self.bad_announcements = 0     # dropped: malformed, out of range, replayed, or not matching the buffer's trailer
     self.reconnects = 0
     self._recv_deadline = 0.0  # the running recv()'s; bounds a reconnect made inside it
+    self.ab_doorbell = True  # off only for bench/vipc_latency.py --ab doorbell, which measures what it is worth
 
   available_streams = staticmethod(available_streams)
 
@@ -221,10 +222,9 @@ class VisionIpcClient:
     the bus, or (None, None). Queued announcements go first, so frames still come in order; only with the
     queue empty is the doorbell of the buffer the server fills next the next frame."""
     receive, clock, yield_cpu = self._sub.receive, time.monotonic, os.sched_yield
-    bell = self._doorbell()
+    # The doorbell hands a frame over ~85 us sooner at p50 than its announcement (bench/results/vipc_ab_doorbell.json)
+    bell = self._doorbell() if self.ab_doorbell else None
     rung = bell.trailer if bell is not None else None  # rings when its gen_end passes every generation taken
-    if bell is not None:
-      self._frame_from_doorbell(bell, rehearsal=True)
     while True:
       msg = receive(True)
       if msg is not None:
@@ -244,19 +244,15 @@ class VisionIpcClient:
       return None
     return self._buffers[(self._last_idx + 1) % len(self._buffers)]
 
-  def _frame_from_doorbell(self, mapping: BufferMapping, rehearsal: bool = False) -> VisionBuf | None:
+  def _frame_from_doorbell(self, mapping: BufferMapping) -> VisionBuf | None:
     """The frame whose generation words just agreed, with the announcement fields the server wrote before
-    the second one; None if a new fill started meanwhile (then its announcement or next doorbell follows).
-    A rehearsal, when polling starts, runs the same reads and builds the handle, then takes nothing: run
-    once per frame, this path is cold otherwise, and warm it hands the frame over ~5 us sooner (bench)."""
+    the second one; None if a new fill started meanwhile (then its announcement or next doorbell follows)."""
     trailer = mapping.trailer
     generation = trailer[1]
     frame_id, sof, eof, valid = trailer[2], trailer[3], trailer[4], trailer[5] == 1
     if trailer[0] != generation:
       return None
     buf = VisionBuf(mapping, generation, frame_id, sof, eof, valid, self.server_id)
-    if rehearsal:
-      return None
     self._took(mapping.idx, generation, time.monotonic())
     self._rung_generation = generation
     self.frame_id, self.timestamp_sof, self.timestamp_eof, self.valid = frame_id, sof, eof, valid

@@ -144,8 +144,8 @@ class VisionIpcServer:
   def send(self, stream: int, data, frame_id: int = 0, timestamp_sof: int = 0, timestamp_eof: int = 0,
            valid: bool = True) -> None:
     """Copy `data` (bytes-like of exactly the buffer length) into the next buffer and announce it.
-    The fill is one C call (_fill.c: one memcpy between the ordered trailer stores, GIL held for the ~1 ms
-    copy); nothing is written if `data` has the wrong size or a field is out of range."""
+    The fill is one C call (_fill.c: one memcpy between the ordered trailer stores, GIL held for the copy);
+    nothing is written if `data` has the wrong size or a field is out of range."""
     st = self._stream(stream)
     idx = st.next_idx
     mapping, generation = st.mappings[idx], self._generation + 1
