@@ -29,6 +29,11 @@ pacing to a sleeping subscriber). "vs bus" is a hand-off's p50 minus the
 bus wake-up's (negative: faster than a bare bus wake-up). The last two rows time the server's send calls alone
 (they include waking a sleeping client).
 Usage: python bench/vipc_latency.py [--count N] [--interval-ms MS] [--rounds R] [--spin-lead-us US]
+       python bench/vipc_latency.py --ab doorbell [--count N]
+The --ab mode measures what one mechanism of the client is worth, paired: on the zero-copy path with the
+default hybrid wait, the client switches the mechanism on and off frame by frame (on-off, off-on, ...), so
+both variants see the same machine; it reports the median of the per-pair differences (on minus off) with
+a bootstrap 95% interval, the load average around the run, and writes bench/results/vipc_ab_<mech>.json.
 """
 import argparse
 import contextlib
@@ -75,6 +80,26 @@ while len(lat) < count:
     break
   lat.append([buf.frame_id, now - buf.timestamp_sof])
 print(json.dumps([lat, (time.process_time() - cpu0) / max(1, len(lat))]), flush=True)
+"""
+
+
+AB_CLIENT = """
+import json, sys, time
+from visionipc import VisionIpcClient
+count, lead_s, mechanism = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+client = VisionIpcClient("benchcam", 0, False, spin_lead_s=lead_s)
+assert client.connect(True, timeout=30)
+print("ready", flush=True)
+rows = []
+while len(rows) < count:
+  on = (len(rows) % 2) != (len(rows) // 2 % 2)  # off,on then on,off: neither variant always goes first
+  setattr(client, "ab_" + mechanism, on)
+  buf = client.recv(5000)
+  now = time.monotonic_ns()
+  if buf is None:
+    break
+  rows.append([buf.frame_id, on, now - buf.timestamp_sof])
+print(json.dumps(rows), flush=True)
 """
 
 
@@ -222,6 +247,56 @@ def memcpy_ns(src: memoryview, count: int, interval_s: float, dsts: list[memoryv
   return out
 
 
+def ab_run(mechanism: str, count: int, interval_s: float, lead_s: float) -> None:
+  """Paired A/B of one client mechanism on the zero-copy path (see the module docstring)."""
+  size = get_nv12_info(W, H)[3]
+  stride, y_height = get_nv12_info(W, H)[:2]
+  frame = np.random.default_rng(0).integers(0, 256, size, dtype=np.uint8)
+  warmup, load_before = 20, os.getloadavg()
+  with Namespace():
+    server = VisionIpcServer("benchcam")
+    server.create_buffers_with_sizes(STREAM, 18, W, H, size, stride, stride * y_height)
+    server.start_listener()
+    client = subprocess.Popen([sys.executable, "-c", AB_CLIENT, str(count + warmup), str(lead_s), mechanism],
+                              stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT)
+    try:
+      assert client.stdout.readline().strip() == "ready", "bench client failed to connect"
+      time.sleep(0.2)
+      next_t = time.monotonic()
+      for i in range(count + warmup):
+        next_t += interval_s
+        buf = server.get_buffer(STREAM)
+        np.copyto(np.frombuffer(buf.data, np.uint8), frame)
+        time.sleep(max(0.0, next_t - time.monotonic()))
+        server.send_buffer(buf, i, time.monotonic_ns(), 0)
+      out, _ = client.communicate(timeout=60)
+    finally:
+      if client.poll() is None:
+        client.kill()
+      server.close()
+  rows = [r for r in json.loads(out.strip().splitlines()[-1]) if r[0] >= warmup]
+  pairs = [(a, b) for a, b in zip(rows[::2], rows[1::2]) if b[0] == a[0] + 1 and a[1] != b[1]]
+  diffs = np.array([(b[2] - a[2]) if b[1] else (a[2] - b[2]) for a, b in pairs], np.float64) / 1000
+  on = np.array([r[2] for r in rows if r[1]], np.float64) / 1000
+  off = np.array([r[2] for r in rows if not r[1]], np.float64) / 1000
+  rng = np.random.default_rng(1)
+  boot = np.median(rng.choice(diffs, (2000, len(diffs))), axis=1)
+  lo, hi = np.percentile(boot, [2.5, 97.5])
+  result = {"mechanism": mechanism, "frames": len(rows), "pairs": len(pairs), "interval_ms": interval_s * 1000,
+            "p50_on_us": float(np.median(on)), "p50_off_us": float(np.median(off)),
+            "p99_on_us": float(np.percentile(on, 99)), "p99_off_us": float(np.percentile(off, 99)),
+            "median_paired_diff_us": float(np.median(diffs)), "ci95_us": [float(lo), float(hi)],
+            "loadavg_before": load_before, "loadavg_after": os.getloadavg(), "cpus": os.cpu_count(),
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
+  print(f"{mechanism}: {len(pairs)} pairs; p50 on {result['p50_on_us']:.1f} us, off {result['p50_off_us']:.1f} us; "
+        f"median paired difference (on - off) {result['median_paired_diff_us']:+.1f} us "
+        f"[95% {lo:+.1f}, {hi:+.1f}]; load average {load_before[0]:.2f} -> {result['loadavg_after'][0]:.2f} "
+        f"on {os.cpu_count()} CPUs")
+  os.makedirs(os.path.join(REPO_ROOT, "bench", "results"), exist_ok=True)
+  with open(os.path.join(REPO_ROOT, "bench", "results", f"vipc_ab_{mechanism}.json"), "a") as f:
+    f.write(json.dumps(result) + "\n")
+
+
 def main() -> None:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--count", type=int, default=300, help="frames per path (after 20 warm-up frames)")
@@ -229,7 +304,12 @@ def main() -> None:
   p.add_argument("--spin-lead-us", type=float, default=DEFAULT_LEAD_S * 1e6,
                  help="client polls this long before and after a periodic frame is due (env VIPC_SPIN_LEAD_US)")
   p.add_argument("--rounds", type=int, default=3, help="interleaved rounds over the paths")
+  p.add_argument("--ab", choices=("doorbell",),
+                 help="instead: a paired A/B of one client mechanism (frames alternate on/off)")
   args = p.parse_args()
+  if args.ab:
+    ab_run(args.ab, args.count, args.interval_ms / 1000, args.spin_lead_us / 1e6)
+    return
   size = get_nv12_info(W, H)[3]
   stride, y_height = get_nv12_info(W, H)[:2]
   frame = np.random.default_rng(0).integers(0, 256, size, dtype=np.uint8)

@@ -44,14 +44,15 @@ def wake(addr: int) -> None:
 
 def wait(addr: int, expected: int, timeout_s: float | None) -> None:
   """Sleep while the u32 at addr equals expected, at most timeout_s (None = forever). Spurious returns are
-  allowed; callers re-check their condition."""
+  allowed; callers re-check their condition. EFAULT (the word's page is gone: a truncated segment file)
+  returns too: callers check the segment before they touch it again."""
   ts = None
   if timeout_s is not None:
     timeout_s = max(timeout_s, 0.0)
     ts = ctypes.byref(_Timespec(int(timeout_s), int((timeout_s % 1.0) * 1e9)))
   if _syscall(_SYS_FUTEX, ctypes.c_void_p(addr), _FUTEX_WAIT, ctypes.c_uint32(expected), ts, None, 0) == -1:
     err = ctypes.get_errno()
-    if err not in (errno.EAGAIN, errno.EINTR, errno.ETIMEDOUT):
+    if err not in (errno.EAGAIN, errno.EINTR, errno.ETIMEDOUT, errno.EFAULT):
       raise OSError(err, f"futex wait: {os.strerror(err)}")
 
 
@@ -71,7 +72,7 @@ def wait_many(words: list[tuple[int, int]], deadline: float | None) -> None:
       return
     err = ctypes.get_errno()
     if err != errno.ENOSYS:
-      if err not in (errno.EAGAIN, errno.EINTR, errno.ETIMEDOUT):
+      if err not in (errno.EAGAIN, errno.EINTR, errno.ETIMEDOUT, errno.EFAULT):
         raise OSError(err, f"futex_waitv: {os.strerror(err)}")
       return
     _have_waitv = False

@@ -93,6 +93,12 @@ class SubSocket:
     """Messages this reader lost because the writer overran it (always 0 on ZMQ, which cannot tell)."""
     return self._base.dropped
 
+  @property
+  def resyncs(self) -> int:
+    """Times this reader found the ring inconsistent (a corrupt header word or record) and found its place
+    again from the writer's next consistent header (always 0 on ZMQ)."""
+    return getattr(self._base, "resyncs", 0)
+
   def close(self) -> None:
     if self._base is not None:
       self._base.close()

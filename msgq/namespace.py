@@ -5,6 +5,9 @@ Invariants:
 - Shared-memory segments live in shm_dir() = /dev/shm/msgq_<prefix> (or /dev/shm/msgq); Unix sockets,
   FIFOs and presence files live in runtime_dir(). Both are created on demand, owner-only (0700).
 - A prefix is a single path component: no "/", no NUL, not "." or "..". Anything else is a ValueError.
+- A directory that already exists is used only if it is a real directory owned by this user (a looser mode is
+  tightened to 0700); one pre-created by another user, or a symlink, is refused with NamespaceError, whose
+  one-line message names it and the fix. Nothing is ever followed or created inside it.
 - `Namespace` is the test/tool helper: it sets the env for itself and its children, and on exit removes
   both directories and restores the previous env, so runs never see each other's state.
 """
@@ -14,6 +17,7 @@ import shutil
 import stat
 
 from msgq.env import MSGQ_ENV
+from msgq.errors import NamespaceError
 
 PREFIX_ENV = "OPENPILOT_PREFIX"
 SHM_ROOT = "/dev/shm"
@@ -30,15 +34,21 @@ def prefix() -> str | None:
   return _check_prefix(value) if value else None
 
 
-def _private_dir(path: str) -> str:
-  """Create path (0700) if missing; refuse one that is a symlink or owned by someone else."""
+def _private_dir(path: str, other: str = f"use another {PREFIX_ENV}") -> str:
+  """Create path (0700) if missing; refuse one that is a symlink, not a directory or owned by someone else."""
   try:
     os.mkdir(path, 0o700)
   except FileExistsError:
     pass
   st = os.lstat(path)
-  if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
-    raise PermissionError(f"{path} is not a directory owned by uid {os.getuid()}")
+  uid = os.getuid()
+  fix = f"remove it (as its owner or root) or {other}"
+  if stat.S_ISLNK(st.st_mode):
+    raise NamespaceError(f"{path} is a symlink, not a private directory: {fix}")
+  if not stat.S_ISDIR(st.st_mode):
+    raise NamespaceError(f"{path} is not a directory: {fix}")
+  if st.st_uid != uid:
+    raise NamespaceError(f"{path} belongs to uid {st.st_uid}, not to you (uid {uid}): {fix}")
   if stat.S_IMODE(st.st_mode) & 0o077:
     os.chmod(path, 0o700)
   return path
@@ -56,8 +66,8 @@ def shm_dir() -> str:
 def _runtime_base() -> str:
   xdg = MSGQ_ENV.get("XDG_RUNTIME_DIR")
   if xdg and os.path.isdir(xdg) and os.access(xdg, os.W_OK):
-    return _private_dir(os.path.join(xdg, "pymodeld"))
-  return _private_dir(f"/tmp/pymodeld-{os.getuid()}")
+    return _private_dir(os.path.join(xdg, "pymodeld"), "point XDG_RUNTIME_DIR elsewhere")
+  return _private_dir(f"/tmp/pymodeld-{os.getuid()}", "set XDG_RUNTIME_DIR to a directory of yours")
 
 
 def runtime_dir_path(p: str | None = None) -> str:

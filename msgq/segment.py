@@ -12,7 +12,7 @@ import stat
 
 from msgq import namespace
 from msgq.env import MSGQ_ENV
-from msgq.errors import IpcError, MultiplePublishersError, SegmentSizeError
+from msgq.errors import IpcError, MultiplePublishersError, SegmentSizeError, SegmentTruncatedError
 
 MAGIC = int.from_bytes(b"pymsgq\0\0", "little")
 VERSION = 1
@@ -87,6 +87,7 @@ class Segment:
     self.endpoint = check_endpoint(endpoint)
     self.size = check_size(segment_size)
     self.path = os.path.join(namespace.shm_dir(), self.endpoint)
+    self.file_len = HEADER_SIZE + self.size
     self.fd = self._open_or_create()
     try:
       self.mm = mmap.mmap(self.fd, HEADER_SIZE + self.size, mmap.MAP_SHARED | _populate_flag())
@@ -152,6 +153,18 @@ class Segment:
     if st.st_size != HEADER_SIZE + size:
       raise IpcError(f"segment {self.path}: file is {st.st_size} bytes, expected {HEADER_SIZE + size}")
 
+  def intact(self) -> bool:
+    return os.lseek(self.fd, 0, os.SEEK_END) == self.file_len
+
+  def check_intact(self) -> None:
+    """Raise SegmentTruncatedError unless the file still has its full length. Called before touching the
+    mapping on every send and read (one lseek, ~0.2 us): a page past the end of a truncated file would kill
+    the process with SIGBUS instead (msgq/README.md, "Truncation")."""
+    if not self.intact():
+      actual = os.lseek(self.fd, 0, os.SEEK_END)
+      raise SegmentTruncatedError(f"segment {self.path} is {actual} bytes, not {self.file_len}: someone truncated it "
+                                  f"under this socket; close it and restart this namespace's processes")
+
   # --- rare operations, under the file lock ---
 
   def _locked(self):
@@ -177,6 +190,8 @@ class Segment:
     raise IpcError(f"endpoint {self.endpoint!r}: all {NUM_READERS} reader slots are held by live processes")
 
   def leave_reader(self, slot: int, uid: int) -> None:
+    if not self.intact():  # nothing left to tidy that could be touched safely
+      return
     with self._locked():
       if self.hdr[self.slot_word(slot, S_UID)] == uid:
         self.mm[SLEEP_FLAGS + slot] = 0
@@ -184,6 +199,7 @@ class Segment:
 
   def live_readers(self) -> list[int]:
     """Slots held by live processes."""
+    self.check_intact()
     slots = []
     for slot in range(NUM_READERS):
       base = self.slot_word(slot, 0)
@@ -191,18 +207,24 @@ class Segment:
         slots.append(slot)
     return slots
 
-  def claim_publisher(self) -> int:
-    """Become the endpoint's publisher; a live one raises MultiplePublishersError. Returns our uid."""
+  def claim_publisher(self, owner_alive=lambda uid: True) -> int:
+    """Become the endpoint's publisher; a live one raises MultiplePublishersError. Returns our uid.
+
+    A publisher of this very process counts as live while `owner_alive(its uid)` says its object still exists,
+    so a process may reopen an endpoint whose previous publisher object it dropped without closing it."""
     pid, start = own_identity()
     uid = secrets.randbits(63) + 1
     with self._locked():
-      old_pid = self.hdr[H_PUB_PID]
-      if self.hdr[H_PUB_UID] != 0 and process_alive(old_pid, self.hdr[H_PUB_START]):
-        raise MultiplePublishersError(f"endpoint {self.endpoint!r} already has a live publisher (pid {old_pid})")
+      old_pid, old_uid = self.hdr[H_PUB_PID], self.hdr[H_PUB_UID]
+      if old_uid != 0 and process_alive(old_pid, self.hdr[H_PUB_START]):
+        if (old_pid, self.hdr[H_PUB_START]) != (pid, start) or owner_alive(old_uid):
+          raise MultiplePublishersError(f"endpoint {self.endpoint!r} already has a live publisher (pid {old_pid})")
       self.hdr[H_PUB_PID], self.hdr[H_PUB_START], self.hdr[H_PUB_UID] = pid, start, uid
     return uid
 
   def release_publisher(self, uid: int) -> None:
+    if not self.intact():
+      return
     with self._locked():
       if self.hdr[H_PUB_UID] == uid:
         self.hdr[H_PUB_UID] = 0

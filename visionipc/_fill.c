@@ -1,17 +1,17 @@
 /* visionipc._fill: a server's writes into a frame buffer, in the order clients rely on (buffer.py).
 
-Why C: the copying send() ran cold Python once per frame (after ~50 ms asleep) between the caller's call and
-the first pixel (a memoryview and cast of the frame, the generation store, the ring bookkeeping) and between
-the last pixel and the doorbell; as one call a frame reached the client 15-74 us sooner in five of six A/B runs
-(frames alternating with the Python fill; 20 us later in the first). A numpy frame's memory is read through
-numpy's C API: numpy's buffer export costs ~5 us more when cold. And the order is enforced: a large memcpy may
-use non-temporal stores, which x86 does not keep in order with ordinary stores, so a fence sits between
-gen_start and the pixels and between the pixels and the announcement fields; gen_end is a release store.
+Why C: a copying send() in Python runs cold interpreter code once per frame (after ~50 ms asleep) between
+the caller's call and the first pixel and between the last pixel and the doorbell; one call removes it
+(bench/vipc_latency.py compares the hand-off with a bare memcpy of the frame). A numpy frame's memory is read
+through numpy's C API, which is cheaper cold than its buffer export. And the order is enforced: a large
+memcpy may use non-temporal stores, which x86 does not keep in order with ordinary stores, so a fence sits
+between gen_start and the pixels and between the pixels and the announcement fields; gen_end is a release
+store.
 
 The trailer is six little-endian uint64 words (protocol.TRAILER): gen_start, gen_end, frame_id,
 timestamp_sof, timestamp_eof, valid. Every argument is checked before the first store, so a bad call
-leaves the buffer as it was. The GIL is held through the copy: ~1 ms, and a thread switch in between
-would only delay the frame.
+leaves the buffer as it was. The GIL is held through the copy: a thread switch in between would only delay
+the frame.
 */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

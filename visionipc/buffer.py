@@ -2,15 +2,17 @@
 
 Invariants:
 - A buffer is one memfd of `mmap_len` bytes, sealed against shrinking and growing, so a mapping can never
-  fault past its end. Image bytes are [0, len); the trailer (gen_start, gen_end, then the announcement
-  fields: protocol.TRAILER) sits at `trailer_offset` (8-byte aligned, past the image).
+  fault past its end, and against future writes once the server has mapped it: no later mapping can be
+  writable, whoever opens it and however (a reopen through /proc included). Clients get a read-only fd.
+  Image bytes are [0, len); the trailer (gen_start, gen_end, then the announcement fields: protocol.TRAILER)
+  sits at `trailer_offset` (8-byte aligned, past the image).
 - Only the server writes. A fill is: gen_start = g (new, never reused), pixels, the announcement fields
   (frame_id, sof, eof, valid), gen_end = g, then the announcement on the bus. A reader that finds
   gen_start == gen_end == g after using the pixels knows the frame was not touched meanwhile (each word is one
   aligned 8-byte store), and one that finds them equal before reading the fields has the frame's complete
   announcement (the doorbell, see client.py). The server writes the trailer through _fill.c, which fences
   these stores: a large memcpy may use non-temporal stores, which x86 does not keep in order with others.
-- Clients map read-only: a consumer cannot corrupt a frame other clients see.
+- Clients map read-only (PROT_READ, read-only numpy views): a consumer cannot corrupt a frame other clients see.
 - Every page is mapped up front (MAP_POPULATE; VIPC_PREFAULT=0 opts out): no page faults on the hot path.
 """
 import fcntl
@@ -29,13 +31,14 @@ if sys.byteorder != "little":
   raise ImportError("visionipc buffers use little-endian trailer words; big-endian hosts are not supported")
 
 _SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
+F_SEAL_FUTURE_WRITE = getattr(fcntl, "F_SEAL_FUTURE_WRITE", 0x0010)  # Linux >= 5.1; not every Python names it
 _TRAILER_ALIGN = 64
 
 
 def _populate_flag() -> int:
-  """MAP_POPULATE unless VIPC_PREFAULT=0: every page of a buffer is mapped when it is attached (~0.5 ms per
-  1928x1208 buffer), so a consumer never page-faults on the hot path when what it reads moves (a new warp after
-  recalibration touches other rows), and its RSS does not creep up as it does. As msgq does (MSGQ_PREALLOC)."""
+  """MAP_POPULATE unless VIPC_PREFAULT=0: every page of a buffer is mapped once, when it is attached, so a
+  consumer never page-faults on the hot path when what it reads moves (a new warp after recalibration touches
+  other rows), and its RSS does not creep up as it does. As msgq does (MSGQ_PREALLOC)."""
   return mmap.MAP_POPULATE if VISIONIPC_ENV.get("VIPC_PREFAULT", "1") != "0" else 0
 
 
@@ -49,6 +52,7 @@ class BufferMapping:
   def __init__(self, fd: int, idx: int, width: int, height: int, stride: int, uv_offset: int, length: int,
                mmap_len: int, trailer_offset: int, writable: bool):
     self.fd, self.idx = fd, idx
+    self.client_fd = -1  # the server's read-only fd of the same memory, the one clients get
     self.stream: int | None = None  # set by the owning server
     self.width, self.height, self.stride, self.uv_offset = width, height, stride, uv_offset
     self.len, self.mmap_len, self.trailer_offset = length, mmap_len, trailer_offset
@@ -66,17 +70,24 @@ class BufferMapping:
   @classmethod
   def create(cls, name: str, idx: int, width: int, height: int, size: int, stride: int,
              uv_offset: int) -> "BufferMapping":
-    """Allocate a fresh sealed memfd (server side)."""
+    """Allocate a fresh memfd (server side), map it writable, then seal it so that no other mapping can be."""
     trailer_offset = _trailer_offset(size)
     mmap_len = trailer_offset + _TRAILER_ALIGN
     fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
       os.ftruncate(fd, mmap_len)
       fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
-      return cls(fd, idx, width, height, stride, uv_offset, size, mmap_len, trailer_offset, writable=True)
+      mapping = cls(fd, idx, width, height, stride, uv_offset, size, mmap_len, trailer_offset, writable=True)
     except BaseException:
       os.close(fd)
       raise
+    try:
+      fcntl.fcntl(fd, fcntl.F_ADD_SEALS, F_SEAL_FUTURE_WRITE | fcntl.F_SEAL_SEAL)
+      mapping.client_fd = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC)
+    except BaseException:
+      mapping.close()
+      raise
+    return mapping
 
   @classmethod
   def attach(cls, fd: int, desc: tuple[int, ...], expected_idx: int) -> "BufferMapping":
@@ -109,9 +120,10 @@ class BufferMapping:
   def close(self) -> None:
     """Close the fd. The mapping itself is unmapped by the garbage collector once no frame handle or view
     uses it, so a consumer that still holds a frame never faults."""
-    if self.fd >= 0:
-      os.close(self.fd)
-      self.fd = -1
+    for fd in (self.fd, self.client_fd):
+      if fd >= 0:
+        os.close(fd)
+    self.fd = self.client_fd = -1
 
 
 class VisionBuf:

@@ -18,6 +18,10 @@ Invariants:
   doorbell, so a frame taken there is the next one in announcement order, and at most one is pending.
 - Nothing from the peer is trusted: descriptors, fds and announcements are validated before use, and a bad
   one is a ProtocolError (connect) or a counted, dropped announcement (recv) — never a read past a buffer.
+  An announcement must name a generation newer than any taken from its buffer (so a replayed one never
+  delivers a frame twice) and agree with what the fill stamped into the buffer's trailer (frame_id, sof, eof, valid).
+- A server that is busy (full backlog, slow answer) is retried like a missing one; no attempt outlives the
+  caller's timeout (recv's, at least _RETRY_S for the answer).
 """
 import errno
 import os
@@ -34,19 +38,21 @@ from visionipc.pacing import DEFAULT_LEAD_S, ArrivalPacing
 
 _RETRY_S = 0.02
 _CONTROL_TIMEOUT_S = 2.0
-_UNREACHABLE = (FileNotFoundError, ConnectionRefusedError, ConnectionResetError, BrokenPipeError)
+# no server, or one too busy to take us now (a full backlog is EAGAIN, a slow answer a timeout): try again
+_UNREACHABLE = (FileNotFoundError, ConnectionRefusedError, ConnectionResetError, BrokenPipeError, BlockingIOError,
+                TimeoutError)
 
 
-def _request(name: str, kind: int, stream: int):
-  """One control-socket round trip -> (reply bytes, fds). Raises an _UNREACHABLE error if no server."""
+def _request(name: str, kind: int, stream: int, deadline: float | None = None):
+  """One control-socket round trip -> (reply bytes, fds), within _CONTROL_TIMEOUT_S and the time.monotonic()
+  `deadline` if given. Raises an _UNREACHABLE error if no server answers by then."""
+  timeout = _CONTROL_TIMEOUT_S if deadline is None else min(_CONTROL_TIMEOUT_S, deadline - time.monotonic())
   s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
   try:
-    s.settimeout(_CONTROL_TIMEOUT_S)
+    s.settimeout(max(timeout, 0.001))
     s.connect(control_socket_path(name))
     s.sendall(protocol.encode_request(kind, stream))
     reply, fds, flags, _ = socket.recv_fds(s, protocol.MAX_REPLY_BYTES + 1, protocol.MAX_BUFFERS + 1)
-  except socket.timeout:
-    raise ProtocolError(f"visionipc server {name!r} did not answer within {_CONTROL_TIMEOUT_S} s") from None
   finally:
     s.close()
   if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or not reply:
@@ -71,7 +77,7 @@ def available_streams(name: str, block: bool = False, timeout: float | None = No
   deadline = None if timeout is None else time.monotonic() + timeout
   while True:
     try:
-      reply, fds = _request(name, protocol.KIND_LIST, protocol.STREAM_LIST)
+      reply, fds = _request(name, protocol.KIND_LIST, protocol.STREAM_LIST, deadline)
       _close_all(fds)
       return protocol.decode_stream_list(reply)
     except _UNREACHABLE:
@@ -93,12 +99,15 @@ class VisionIpcClient:
     self._replaced_servers: set[int] = set()
     self._last_idx: int | None = None  # buffer of the last frame taken off the bus or the doorbell
     self._newest_generation = 0  # newest generation taken so far (delivered or found overwritten)
+    self._taken: list[int] = []  # per buffer, the generation last taken from it
     self._rung_generation = 0  # taken from the doorbell, its announcement not yet seen
     self.frame_id = self.timestamp_sof = self.timestamp_eof = 0
     self.valid = False
     self.skipped_overwritten = 0   # announced frames already overwritten when recv() reached them
-    self.bad_announcements = 0     # malformed or out-of-range announcements dropped
+    self.bad_announcements = 0     # dropped: malformed, out of range, replayed, or not matching the buffer's trailer
     self.reconnects = 0
+    self._recv_deadline = 0.0  # the running recv()'s; bounds a reconnect made inside it
+    self.ab_doorbell = True  # off only for bench/vipc_latency.py --ab doorbell, which measures what it is worth
 
   available_streams = staticmethod(available_streams)
 
@@ -108,20 +117,21 @@ class VisionIpcClient:
     return bool(self._buffers)
 
   def connect(self, blocking: bool = True, timeout: float | None = None) -> bool:
-    """Map the stream's buffers. False if the server is not there (after `timeout` s when blocking).
-    A server without this stream raises UnknownStreamError; a malformed reply raises ProtocolError."""
+    """Map the stream's buffers. False if no server answers (within `timeout` s, which also bounds a
+    non-blocking attempt; a busy server counts as not there yet). A server without this stream raises
+    UnknownStreamError; a malformed reply raises ProtocolError."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
       try:
-        self._connect_once()
+        self._connect_once(deadline)
         return True
       except _UNREACHABLE:
         if not blocking or (deadline is not None and time.monotonic() >= deadline):
           return False
         time.sleep(_RETRY_S)
 
-  def _connect_once(self) -> None:
-    reply, fds = _request(self.name, protocol.KIND_BUFFERS, self.stream)
+  def _connect_once(self, deadline: float | None = None) -> None:
+    reply, fds = _request(self.name, protocol.KIND_BUFFERS, self.stream, deadline)
     mappings: list[BufferMapping] = []
     try:
       status, server_id, stream, count = protocol.decode_reply_header(reply)
@@ -147,10 +157,13 @@ class VisionIpcClient:
     if self.server_id is not None and self.server_id != server_id:
       self._replaced_servers.add(self.server_id)
       self.reconnects += 1
+    same_server = server_id == self.server_id and len(mappings) == len(self._taken)
     self._drop_buffers()
     self._buffers, self.server_id = mappings, server_id
-    self._pacing.reset()  # a new server has its own phase, ring position and generations
-    self._last_idx, self._newest_generation, self._rung_generation = None, 0, 0
+    if not same_server:  # a new server has its own phase, ring position and generations
+      self._pacing.reset()
+      self._last_idx, self._newest_generation, self._rung_generation = None, 0, 0
+      self._taken = [0] * len(mappings)
 
   def _drop_buffers(self) -> None:
     for m in self._buffers:
@@ -159,9 +172,10 @@ class VisionIpcClient:
 
   def _try_connect(self) -> bool:
     """One non-blocking connect attempt from recv(): a server that is missing, lacks this stream or
-    misbehaves leaves the client disconnected (recv() returns None and retries later) instead of raising."""
+    misbehaves leaves the client disconnected (recv() returns None and retries later) instead of raising.
+    It waits for an answer until recv()'s deadline, and at least _RETRY_S (a reply needs the server's turn)."""
     try:
-      return self.connect(blocking=False)
+      return self.connect(blocking=False, timeout=max(_RETRY_S, self._recv_deadline - time.monotonic()))
     except VisionIpcError:
       return False
 
@@ -170,7 +184,7 @@ class VisionIpcClient:
   def recv(self, timeout_ms: int = 100) -> VisionBuf | None:
     """The next announced frame (the newest one with conflate), or None after `timeout_ms`.
     Connects (and after a server restart reconnects) by itself; while that fails it just returns None."""
-    deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+    deadline = self._recv_deadline = time.monotonic() + max(timeout_ms, 0) / 1000
     while True:
       if not self._buffers and not self._try_connect():  # never connected, or the server restarted
         remaining = deadline - time.monotonic()
@@ -208,10 +222,9 @@ class VisionIpcClient:
     the bus, or (None, None). Queued announcements go first, so frames still come in order; only with the
     queue empty is the doorbell of the buffer the server fills next the next frame."""
     receive, clock, yield_cpu = self._sub.receive, time.monotonic, os.sched_yield
-    bell = self._doorbell()
+    # The doorbell hands a frame over ~85 us sooner at p50 than its announcement (bench/results/vipc_ab_doorbell.json)
+    bell = self._doorbell() if self.ab_doorbell else None
     rung = bell.trailer if bell is not None else None  # rings when its gen_end passes every generation taken
-    if bell is not None:
-      self._frame_from_doorbell(bell, rehearsal=True)
     while True:
       msg = receive(True)
       if msg is not None:
@@ -231,24 +244,25 @@ class VisionIpcClient:
       return None
     return self._buffers[(self._last_idx + 1) % len(self._buffers)]
 
-  def _frame_from_doorbell(self, mapping: BufferMapping, rehearsal: bool = False) -> VisionBuf | None:
+  def _frame_from_doorbell(self, mapping: BufferMapping) -> VisionBuf | None:
     """The frame whose generation words just agreed, with the announcement fields the server wrote before
-    the second one; None if a new fill started meanwhile (then its announcement or next doorbell follows).
-    A rehearsal, when polling starts, runs the same reads and builds the handle, then takes nothing: run
-    once per frame, this path is cold otherwise, and warm it hands the frame over ~5 us sooner (bench)."""
+    the second one; None if a new fill started meanwhile (then its announcement or next doorbell follows)."""
     trailer = mapping.trailer
     generation = trailer[1]
     frame_id, sof, eof, valid = trailer[2], trailer[3], trailer[4], trailer[5] == 1
     if trailer[0] != generation:
       return None
     buf = VisionBuf(mapping, generation, frame_id, sof, eof, valid, self.server_id)
-    if rehearsal:
-      return None
-    self._pacing.arrived(time.monotonic())
-    self._last_idx, self._newest_generation = mapping.idx, generation
+    self._took(mapping.idx, generation, time.monotonic())
     self._rung_generation = generation
     self.frame_id, self.timestamp_sof, self.timestamp_eof, self.valid = frame_id, sof, eof, valid
     return buf
+
+  def _took(self, idx: int, generation: int, arrived: float) -> None:
+    """Book a frame taken off the bus or the doorbell (delivered, or found overwritten)."""
+    self._pacing.arrived(arrived)
+    self._last_idx, self._newest_generation = idx, max(generation, self._newest_generation)
+    self._taken[idx] = generation
 
   def _frame_from(self, msg: bytes, arrived: float) -> VisionBuf | None:
     try:
@@ -271,13 +285,23 @@ class VisionIpcClient:
     if generation == self._rung_generation:
       self._rung_generation = 0
       return None  # its frame came through the doorbell already
-    self._pacing.arrived(arrived)
-    self._last_idx, self._newest_generation = idx, max(generation, self._newest_generation)
+    if generation <= self._taken[idx]:  # each fill of a buffer has a newer generation: a replay or duplicate
+      self.bad_announcements += 1
+      return None
     mapping = self._buffers[idx]
     trailer = mapping.trailer
-    if trailer[0] != generation or trailer[1] != generation:
+    gen_start, gen_end = trailer[0], trailer[1]
+    if gen_start != generation or gen_end != generation:
+      if gen_start < generation and gen_end < generation:  # announced after its fill, so never one of ours
+        self.bad_announcements += 1
+        return None
+      self._took(idx, generation, arrived)
       self.skipped_overwritten += 1
       return None
+    if (trailer[2], trailer[3], trailer[4], trailer[5]) != (frame_id, sof, eof, valid):
+      self.bad_announcements += 1  # not what the server stamped into this fill: not its announcement
+      return None
+    self._took(idx, generation, arrived)
     self.frame_id, self.timestamp_sof, self.timestamp_eof, self.valid = frame_id, sof, eof, valid
     return VisionBuf(mapping, generation, frame_id, sof, eof, valid, server_id)
 

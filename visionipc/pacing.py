@@ -1,32 +1,25 @@
 """Hybrid waiting for periodic frames: sleep until just before the next frame is due, then poll.
 
-Why: a client asleep in the kernel pays the wake-up of an idle CPU when the announcement lands. On a 2-vCPU
-VM that is ~250-300 us p50 (bench/vipc_latency.py, "bus wake-up" row), and the woken client may even be
-queued behind the producer on the producer's own CPU. Cameras are periodic, so the client can learn the
-period from arrival times, sleep until `lead` before the next frame is due and poll (yielding the CPU each
-turn) from there: the frame is then picked up within microseconds, at its doorbell or its announcement
-(client.py). This is the hybrid polling of Linux block drivers (sleep for most of the expected completion
-time, poll the rest).
+Why: a client asleep in the kernel pays an idle CPU's wake-up when the announcement lands, and may be
+queued behind the producer on its CPU. Cameras are periodic, so the client learns the period from arrival
+times, sleeps until `lead` before the next frame is due and polls (yielding the CPU each turn) from there,
+taking the frame within microseconds at its doorbell or announcement (client.py): the hybrid polling of
+Linux block drivers. bench/vipc_latency.py measures the sleeping and the polling client side by side.
 
 Invariants:
-- Polling happens only while arrivals are periodic: the last `history` intervals all within `tolerance`
-  of their median. Irregular arrivals (a slow consumer, a paused producer, replay at random pace) disable
-  it by themselves, and a frame that does not come within LATE_LEADS * `lead` after it was due ends the poll:
-  the client then sleeps as usual. So the CPU cost is at most 5 * lead per frame, and about lead + margin
-  (below) while frames come on time: the late side is the long one because it costs only when a frame is
-  late, as when its producer woke late (~5% of paced frames came >1 ms late on this VM).
-- Sleeps end late: on this 2-vCPU VM a client's sleep to a window's start ended ~0.33 ms late p50, ~0.4 ms
-  p90, up to ~1 ms p99. A client that wakes after its frame is complete takes it at the announcement's
-  wake-up instead of the doorbell, ~0.3-0.5 ms later. So the client reports each lateness (`woke_late`) and
-  the window opens earlier by a high quantile of them (`wake_margin`, at most `lead`), and the due time
-  comes from the earliest of the last few arrivals (`_due`). With both and the long late side, frames the
-  client missed at the doorbell fell from ~30% to ~1.5% (200 paced frames, pinned, per step).
+- Polling happens only while arrivals are periodic: the last `history` intervals all within `tolerance` of
+  their median. Irregular arrivals (a slow consumer, a paused producer, replay at random pace) turn it off
+  by themselves, and a frame that has not come LATE_LEADS * `lead` after it was due ends the poll: the
+  client sleeps as usual. So polling costs at most (1 + LATE_LEADS) * lead + wake_margin of CPU per frame;
+  the late side is the long one because it costs only when a frame is late (its producer woke late).
+- Sleeps end late, so the client reports each lateness (`woke_late`) and the window opens earlier by a high
+  quantile of them (`wake_margin`, at most `lead`), and the due time is the earliest projection of the last
+  PHASE_FRAMES arrivals (`_due`): neither a late wake-up nor one late frame makes it miss the next one.
 - Env VIPC_SPIN_LEAD_US sets `lead` (default 1000); 0 disables hybrid waiting.
 - A realtime (SCHED_FIFO) client's yield gives way only to tasks of its own or a higher priority, so its
   producer must run realtime at no lower priority (camerad does with PYMODELD_REALTIME=1,
-  daemons/common/realtime.py): a normal-priority producer queued on the polling client's CPU would wait for
-  the window to end. Realtime, or pinning client and producer to different cores, is what keeps a woken client
-  off the producer's busy CPU (bench/vipc_latency.py).
+  daemons/common/realtime.py), or the two must be pinned to different cores: otherwise a normal-priority
+  producer queued on the polling client's CPU waits for the window to end.
 """
 import statistics
 from collections import deque
@@ -53,7 +46,7 @@ class ArrivalPacing:
 
   def arrived(self, t: float) -> None:
     """Record a frame taken off the bus at monotonic time `t` (seconds). Kept to an append: this runs
-    between the announcement and the consumer getting its frame, where every cold line costs (see bench)."""
+    between the announcement and the consumer getting its frame."""
     if self._last is not None:
       self._intervals.append(t - self._last)
     self._last = t
@@ -93,7 +86,7 @@ class ArrivalPacing:
   def _due(self, period: float) -> float:
     """When the next frame is due: the earliest of the last PHASE_FRAMES arrivals, each projected forward by
     whole periods. A frame is late, never early (its producer or this client woke late), so one late arrival
-    does not move the next window past the frame (as it did, ~10% of frames on this VM: bench)."""
+    does not move the next window past the frame."""
     due = self._last + period
     back = 0.0
     for frames_ago, interval in enumerate(list(self._intervals)[:-PHASE_FRAMES:-1], start=1):

@@ -6,17 +6,16 @@ Invariants:
 - Every fill gets a new generation number (server-wide counter, never reused); see buffer.py for the order
   of writes. The announcement is published only after the fill is complete.
 - server_id is a random 64-bit number per server instance; clients use it to notice a restart.
-- The control socket lives in the namespace's owner-only runtime dir; a live server with the same name is an
-  error, a stale socket file from a dead one is replaced.
+- The control socket lives in the namespace's owner-only runtime dir and is served by listener.py, which holds
+  the fixed replies and read-only fds but not the server: a server that is closed, deleted or collected
+  releases its socket and its announcement endpoints at once, so a new one of the same name may start.
+- Clients get each buffer as a read-only fd of a memfd sealed against future writes (buffer.py): only the
+  server's own mapping, made before the seal, can write pixels.
 """
-import errno
-import logging
+import gc
 import os
 import secrets
-import selectors
-import socket
-import struct
-import threading
+import weakref
 
 import numpy as np
 
@@ -25,6 +24,7 @@ from visionipc import protocol
 from visionipc.buffer import BufferMapping, VisionBuf
 from visionipc.endpoints import announce_endpoint, check_name, check_stream, control_socket_path
 from visionipc.errors import FrameSizeError, GeometryError, UnknownStreamError, VisionIpcError
+from visionipc.listener import ControlListener
 from visionipc.nv12 import check_geometry, tight_nv12_layout
 
 try:
@@ -33,7 +33,10 @@ except ImportError as e:  # a checkout used without installing it
   raise ImportError("visionipc._fill (visionipc/_fill.c) is not built: run `pip install -e .` in the repository "
                     "(needs a C compiler and the Python headers)") from e
 
-log = logging.getLogger("visionipc.server")
+
+# This process's serving servers by control-socket path: one that only a garbage cycle still holds is gone,
+# and a new server of its name collects it (which closes it) instead of finding the name taken.
+_serving: "weakref.WeakValueDictionary[str, VisionIpcServer]" = weakref.WeakValueDictionary()
 
 
 class _Stream:
@@ -49,15 +52,24 @@ class VisionIpcServer:
     self.server_id = secrets.randbits(64) | 1  # never 0, so a zeroed announcement can't match
     self._streams: dict[int, _Stream] = {}
     self._generation = 0
-    self._listener: threading.Thread | None = None
-    self._listen_sock: socket.socket | None = None
-    self._wake_r = self._wake_w = -1
-    self._socket_path: str | None = None
+    self._listener: ControlListener | None = None
 
   # ---- setup
 
-  def create_buffers(self, stream: int, num_buffers: int, width: int, height: int) -> None:
-    """Tight NV12 buffers (stride = width, uv_offset = width*height, size = width*height*3/2)."""
+  def create_buffers(self, stream: int, num_buffers: int, *size) -> None:
+    """Tight NV12 buffers (stride = width, uv_offset = width*height, size = width*height*3/2).
+
+    create_buffers(stream, num_buffers, width, height) as commaai/msgq has it, or openpilot's older
+    create_buffers(stream, num_buffers, rgb, width, height); only rgb=False (NV12) is served."""
+    if len(size) == 3 and isinstance(size[0], bool):
+      rgb, width, height = size
+      if rgb:
+        raise GeometryError(f"server {self.name!r}: RGB buffers are not served, only NV12 (rgb=False)")
+    elif len(size) == 2:
+      width, height = size
+    else:
+      raise TypeError(f"create_buffers(stream, num_buffers, width, height) or (stream, num_buffers, rgb, width, "
+                      f"height), got {len(size) + 2} arguments")
     self.create_buffers_with_sizes(stream, num_buffers, width, height, *tight_nv12_layout(width, height))
 
   def create_buffers_with_sizes(self, stream: int, num_buffers: int, width: int, height: int, size: int,
@@ -92,12 +104,13 @@ class VisionIpcServer:
   def start_listener(self) -> None:
     if self._listener is not None:
       return
+    served = {stream: ([m.descriptor() for m in st.mappings], [m.client_fd for m in st.mappings])
+              for stream, st in self._streams.items()}
     path = control_socket_path(self.name)
-    self._listen_sock = _bind_control_socket(path, self.name)
-    self._socket_path = path
-    self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-    self._listener = threading.Thread(target=self._serve, name=f"vipc-{self.name}", daemon=True)
-    self._listener.start()
+    if path in _serving:
+      gc.collect()
+    self._listener = ControlListener(path, self.name, self.server_id, served)
+    _serving[path] = self
 
   # ---- producing frames
 
@@ -131,8 +144,8 @@ class VisionIpcServer:
   def send(self, stream: int, data, frame_id: int = 0, timestamp_sof: int = 0, timestamp_eof: int = 0,
            valid: bool = True) -> None:
     """Copy `data` (bytes-like of exactly the buffer length) into the next buffer and announce it.
-    The fill is one C call (_fill.c: one memcpy between the ordered trailer stores, GIL held for the ~1 ms
-    copy); nothing is written if `data` has the wrong size or a field is out of range."""
+    The fill is one C call (_fill.c: one memcpy between the ordered trailer stores, GIL held for the copy);
+    nothing is written if `data` has the wrong size or a field is out of range."""
     st = self._stream(stream)
     idx = st.next_idx
     mapping, generation = st.mappings[idx], self._generation + 1
@@ -175,64 +188,13 @@ class VisionIpcServer:
     # (e.g. filling the next stream's buffer): let it take the frame first.
     os.sched_yield()
 
-  # ---- control socket
-
-  def _serve(self) -> None:
-    sel = selectors.DefaultSelector()
-    sel.register(self._listen_sock, selectors.EVENT_READ)
-    sel.register(self._wake_r, selectors.EVENT_READ)
-    try:
-      while True:
-        for key, _ in sel.select():
-          if key.fileobj == self._wake_r:
-            return
-          try:
-            conn, _ = self._listen_sock.accept()
-          except OSError as e:
-            log.warning("visionipc %s: accept failed: %s", self.name, e)
-            continue
-          with conn:
-            try:
-              self._answer(conn)
-            except OSError as e:  # a client that vanished mid-request must not stop the listener
-              log.warning("visionipc %s: client request failed: %s", self.name, e)
-    finally:
-      sel.close()
-
-  def _answer(self, conn: socket.socket) -> None:
-    conn.settimeout(2.0)
-    data, _, flags, _ = conn.recvmsg(protocol.REQUEST.size + 1)
-    try:
-      if flags & socket.MSG_TRUNC:
-        raise protocol.ProtocolError("request too long")
-      kind, stream = protocol.decode_request(data)
-    except protocol.ProtocolError as e:
-      log.warning("visionipc %s: bad request: %s", self.name, e)
-      conn.sendall(protocol.encode_reply(protocol.STATUS_BAD_REQUEST, self.server_id, 0, []))
-      return
-    st = self._streams.get(stream) if kind == protocol.KIND_BUFFERS else None
-    if st is None:
-      status = protocol.STATUS_OK if kind == protocol.KIND_LIST else protocol.STATUS_UNKNOWN_STREAM
-      body = [struct.pack("<I", s) for s in sorted(self._streams)]
-      conn.sendall(protocol.encode_reply(status, self.server_id, stream, body))
-      return
-    reply = protocol.encode_reply(protocol.STATUS_OK, self.server_id, stream, [m.descriptor() for m in st.mappings])
-    socket.send_fds(conn, [reply], [m.fd for m in st.mappings])
-
   # ---- teardown
 
   def close(self) -> None:
+    """Stop serving and release every buffer and endpoint (also what dropping the server does)."""
     if self._listener is not None:
-      os.write(self._wake_w, b"x")
-      self._listener.join(timeout=5)
+      self._listener.close()  # before the fds it sends are closed
       self._listener = None
-      os.close(self._wake_r)
-      os.close(self._wake_w)
-      self._listen_sock.close()
-      try:
-        os.unlink(self._socket_path)
-      except FileNotFoundError:
-        pass
     for st in self._streams.values():
       for m in st.mappings:
         m.close()
@@ -252,29 +214,3 @@ class VisionIpcServer:
     except Exception:
       pass
 
-
-def _bind_control_socket(path: str, name: str) -> socket.socket:
-  probe = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
-  try:
-    probe.connect(path)
-    raise VisionIpcError(f"a visionipc server named {name!r} is already running in this namespace ({path})")
-  except (FileNotFoundError, ConnectionRefusedError):
-    pass  # nobody there; a stale file from a dead server is replaced below
-  except OSError as e:
-    if e.errno not in (errno.ECONNREFUSED, errno.ENOENT):
-      raise
-  finally:
-    probe.close()
-  try:
-    os.unlink(path)
-  except FileNotFoundError:
-    pass
-  sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
-  try:
-    sock.bind(path)
-    os.chmod(path, 0o600)
-    sock.listen(16)
-  except BaseException:
-    sock.close()
-    raise
-  return sock

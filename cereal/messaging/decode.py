@@ -1,17 +1,20 @@
 """Decoding bus bytes into capnp readers, with every malformation caught up front.
 
-Why a validation walk: capnp readers check pointers lazily, when a field is first read, so a corrupt message
-would otherwise blow up later inside a daemon. And some pycapnp calls (e.g. `total_size`, `as_builder`) do
-not translate C++ exceptions at all: on a bad message they abort the whole process. So `log_from_bytes`
-touches every pointer of the message once, through accessors that do raise, under a traversal limit of
-about twice the message's own size (a message whose pointers alias each other to amplify reads fails).
-Only then does it hand out a reader, on a second view without that limit, so that a long-lived message
-(e.g. one kept in SubMaster.data and re-read every loop) never trips the limit later.
+Why two walks: capnp readers check pointers lazily, when a field is first read, so a corrupt message would
+otherwise blow up later inside a daemon. And some pycapnp calls (e.g. `total_size`, `as_builder`) do not
+translate C++ exceptions at all: on a bad message they abort the whole process. So `log_from_bytes` first
+bounds-checks every pointer the bytes hold, from the wire format alone (wire.py: slots past our schema,
+written by a newer or hostile writer, included: `as_builder` copies those too), then touches every schema
+field once through accessors that do raise (types, enums, unions), both under a traversal limit of about
+twice the message's own size (a message whose pointers alias each other to amplify reads fails). Only then
+does it hand out a reader, on a second view without that limit, so that a long-lived message (e.g. one kept
+in SubMaster.data and re-read every loop) never trips the limit later.
 """
 import capnp
 
 from cereal import log
 from cereal.messaging.errors import MessageDecodeError
+from cereal.messaging.wire import WireError, check_message
 
 NESTING_LIMIT = 64
 _UNLIMITED = 2**63 - 1
@@ -123,8 +126,13 @@ def log_from_bytes(dat, struct=log.Event, service: str | None = None):
   size = len(dat)
   if size == 0 or size % 8:
     raise MessageDecodeError("length is not a positive multiple of 8", size, service)
+  limit = 2 * (size // 8) + 64
   try:
-    with struct.from_bytes(dat, traversal_limit_in_words=2 * (size // 8) + 64, nesting_limit=NESTING_LIMIT) as msg:
+    check_message(dat, limit, NESTING_LIMIT)
+  except WireError as e:
+    raise MessageDecodeError(str(e), size, service) from None
+  try:
+    with struct.from_bytes(dat, traversal_limit_in_words=limit, nesting_limit=NESTING_LIMIT) as msg:
       plan = _root_plans.get(struct)
       if plan is None:
         plan = _root_plans[struct] = _plan(struct.schema)

@@ -139,11 +139,12 @@ class SubMaster:
   def all_alive(self, service_list=None) -> bool:
     return all(self.alive[s] for s in self._names(service_list) if s not in self.ignore_alive)
 
-  def _checks_freq(self, s: str) -> bool:
+  def _check_avg_freq(self, s: str) -> bool:
+    """Whether all_freq_ok() judges s (openpilot's name: tools and tests call it)."""
     return self._hz[s] > 0.99 and s not in self.ignore_avg_freq and s not in self.ignore_alive
 
   def all_freq_ok(self, service_list=None) -> bool:
-    return all(self.freq_ok[s] for s in self._names(service_list) if self._checks_freq(s))
+    return all(self.freq_ok[s] for s in self._names(service_list) if self._check_avg_freq(s))
 
   def all_valid(self, service_list=None) -> bool:
     return all(self.valid[s] for s in self._names(service_list) if s not in self.ignore_valid)
@@ -157,7 +158,7 @@ class SubMaster:
     for s in self._names(service_list):
       if s not in self.ignore_alive and not self.alive[s]:
         out.append(f"{s}: not alive" if self.seen[s] else f"{s}: never received")
-      if self._checks_freq(s) and not self.freq_ok[s]:
+      if self._check_avg_freq(s) and not self.freq_ok[s]:
         out.append(f"{s}: frequency out of range")
       if s not in self.ignore_valid and not self.valid[s]:
         reason = self._invalid_reason[s] if self.seen[s] else "no message yet"

@@ -79,3 +79,43 @@ def test_bus_files_go_away_with_the_namespace():
     assert all(_mode(os.path.join(ns.runtime_dir, f)) == 0o600 for f in os.listdir(ns.runtime_dir))
     pub.close(), sub.close(), handle.close()
   assert not os.path.exists(ns.shm_dir) and not os.path.exists(ns.runtime_dir)
+
+
+NOBODY = 65534
+
+
+@pytest.mark.parametrize("which", ["shm", "runtime base", "runtime prefix"])
+def test_a_namespace_dir_pre_created_by_another_user_is_refused_in_one_line_that_says_how_to_fix_it(
+    monkeypatch, tmp_path, which):
+  """Another user (here: a dir chowned to nobody) who creates a run's directory first must not be able to
+  make the run use it, nor crash it with a traceback: the refusal is a typed NamespaceError."""
+  prefix = f"foreign{os.getpid()}_{which[-4:]}"
+  monkeypatch.setenv("OPENPILOT_PREFIX", prefix)
+  monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+  path = {"shm": f"/dev/shm/msgq_{prefix}", "runtime base": str(tmp_path / "pymodeld"),
+          "runtime prefix": str(tmp_path / "pymodeld" / prefix)}[which]
+  if which == "runtime prefix":
+    os.mkdir(tmp_path / "pymodeld", 0o700)
+  os.mkdir(path, 0o777)
+  os.chown(path, NOBODY, NOBODY)
+  try:
+    with pytest.raises(msgq.NamespaceError) as e:
+      namespace.shm_dir() if which == "shm" else namespace.runtime_dir()
+    message = str(e.value)
+    assert "\n" not in message and path in message and f"uid {NOBODY}" in message and "remove it" in message
+    assert isinstance(e.value, PermissionError)  # callers that caught the old error still do
+    assert os.stat(path).st_uid == NOBODY and os.listdir(path) == []  # untouched
+  finally:
+    os.rmdir(path)
+
+
+def test_a_symlink_in_place_of_the_shm_dir_is_refused_not_followed(monkeypatch, tmp_path):
+  prefix = f"link{os.getpid()}"
+  monkeypatch.setenv("OPENPILOT_PREFIX", prefix)
+  os.symlink(tmp_path, f"/dev/shm/msgq_{prefix}")
+  try:
+    with pytest.raises(msgq.NamespaceError, match="is a symlink"):
+      msgq.pub_sock("x")
+    assert os.listdir(tmp_path) == []
+  finally:
+    os.unlink(f"/dev/shm/msgq_{prefix}")

@@ -1,10 +1,18 @@
-"""ZMQ backend (env ZMQ=1): pub/sub over loopback TCP with deterministic ports."""
+"""ZMQ backend (env ZMQ=1): pub/sub over loopback TCP on per-namespace ports, every peer authenticated
+with CURVE keys from the namespace's owner-only secret."""
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import textwrap
 import time
 
 import pytest
 
 import msgq
-from msgq.zmq_backend import fnv1a64, port_for
+from msgq.namespace import Namespace
+from msgq.zmq_backend import fnv1a64, namespace_secret, port_for
 
 
 @pytest.fixture
@@ -75,3 +83,107 @@ def test_poller_and_conflate(zmq_mode):
   assert len(got) < 50  # conflate replaced queued messages (ZMQ may still hand over some in flight)
   with pytest.raises(msgq.IpcError, match="ZMQ"):
     pub.all_readers_updated()
+
+
+# -- namespaces and peers that are not ours ---------------------------------------------------------------
+
+NOBODY = 65534
+
+
+def test_ports_are_per_namespace_and_the_default_namespace_keeps_the_reference_port():
+  assert port_for("modelV2", prefix="") == 8023 + fnv1a64(b"modelV2") % (65535 - 8023)
+  assert len({port_for("modelV2", prefix=p) for p in ("", "run1", "run2", "run3")}) == 4
+
+
+def test_a_subscriber_of_another_namespace_gets_nothing_even_on_the_publishers_port(zmq_mode):
+  endpoint = "crossns"
+  pub = msgq.pub_sock(endpoint)
+  ours = msgq.sub_sock(endpoint, timeout=100)
+  with Namespace() as other:
+    assert port_for(endpoint) != pub._impl.port
+    theirs = msgq.sub_sock(endpoint, timeout=50)
+    theirs._base.sock.connect(f"tcp://127.0.0.1:{pub._impl.port}")  # even aimed at our port: no handshake
+    assert _receive_eventually(pub, ours, b"ours") == b"ours"
+    deadline = time.monotonic() + 1.5
+    while time.monotonic() < deadline:
+      pub.send(b"ours")
+      assert theirs.receive() is None, other.prefix
+    theirs.close()
+  pub.close()
+
+
+def test_the_namespace_key_is_owner_only_and_made_once(zmq_mode, namespace):
+  a = namespace_secret()
+  assert namespace_secret() == a and len(a) == 32
+  path = os.path.join(namespace.runtime_dir, "zmq.key")
+  assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+  os.chmod(path, 0o644)
+  with pytest.raises(msgq.IpcError, match="mode 0600"):
+    msgq.pub_sock("keycheck")
+
+
+def _as_nobody(code: str, prefix: str) -> subprocess.Popen:
+  if os.getuid() != 0 or shutil.which("setpriv") is None:
+    pytest.skip("running a peer as another user needs root and setpriv")
+  env = {"PATH": os.environ.get("PATH", ""), "OPENPILOT_PREFIX": prefix, "ZMQ": "1", "HOME": "/tmp"}
+  return subprocess.Popen(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable,
+                           "-c", textwrap.dedent(code)], env=env, cwd="/", stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+
+
+@pytest.fixture
+def nobody_cleanup(namespace):
+  yield
+  shutil.rmtree(f"/tmp/pymodeld-{NOBODY}/{namespace.prefix}", ignore_errors=True)
+
+
+def test_another_user_on_the_same_prefix_and_port_receives_nothing(zmq_mode, namespace, nobody_cleanup):
+  endpoint = "secret_stuff"
+  pub = msgq.pub_sock(endpoint)
+  ours = msgq.sub_sock(endpoint, timeout=100)
+  spy = _as_nobody(f"""
+    import time, msgq
+    sub = msgq.sub_sock({endpoint!r}, timeout=100)
+    print("listening", flush=True)
+    got, deadline = 0, time.monotonic() + 3
+    while time.monotonic() < deadline:
+      got += sub.receive() is not None
+    print("GOT", got, flush=True)
+  """, namespace.prefix)
+  try:
+    assert spy.stdout.readline().strip() == "listening", spy.stderr.read()
+    assert _receive_eventually(pub, ours, b"for root only") == b"for root only"
+    while spy.poll() is None:
+      pub.send(b"for root only")
+      time.sleep(0.01)
+    out, err = spy.communicate(timeout=30)
+    assert out.strip() == "GOT 0", out + err
+  finally:
+    spy.kill()
+    pub.close()
+
+
+def test_another_user_binding_the_port_first_injects_nothing_and_the_real_publisher_is_refused(
+    zmq_mode, namespace, nobody_cleanup):
+  endpoint = "carControl_like"
+  rogue = _as_nobody(f"""
+    import time, msgq
+    pub = msgq.pub_sock({endpoint!r})
+    print("bound", flush=True)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+      pub.send(b"INJECTED")
+      time.sleep(0.005)
+  """, namespace.prefix)
+  try:
+    assert rogue.stdout.readline().strip() == "bound", rogue.stderr.read()
+    with pytest.raises(msgq.MultiplePublishersError, match="already bound"):
+      msgq.pub_sock(endpoint)
+    sub = msgq.sub_sock(endpoint, timeout=100)
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline:
+      assert sub.receive() is None  # the handshake with a publisher that lacks our key never completes
+    sub.close()
+  finally:
+    rogue.kill()
+    rogue.wait()

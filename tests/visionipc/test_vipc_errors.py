@@ -99,7 +99,7 @@ def test_malformed_announcements_are_dropped_and_counted(server):
   rogue.send(protocol.encode_announce(0, server.server_id, 12345, 1, 0, 0, True))  # generation never filled
   assert client.recv(5000).frame_id == 1
   assert client.recv(200) is None
-  assert client.bad_announcements == 2 and client.skipped_overwritten == 1
+  assert client.bad_announcements == 3 and client.skipped_overwritten == 0
 
 
 class FakeServer:
