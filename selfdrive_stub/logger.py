@@ -43,7 +43,7 @@ class FrameRecorder(threading.Thread):
 
   def run(self) -> None:
     stream = getattr(visionipc.VisionStreamType, STREAMS[self.camera])
-    client = visionipc.VisionIpcClient(self.server, stream, conflate=False)
+    client = visionipc.VisionIpcClient(self.server, stream, conflate=False, skip_overwritten=True)
     try:
       while not self.stop_event.is_set():
         buf = client.recv(timeout_ms=100)

@@ -132,8 +132,8 @@ class Viewer:
 
   def __init__(self, server: str = "camerad"):
     self._vipc = visionipc
-    self.road = visionipc.VisionIpcClient(server, visionipc.VISION_STREAM_NARROW_ROAD, conflate=True)
-    self.cabin = visionipc.VisionIpcClient(server, visionipc.VISION_STREAM_CABIN, conflate=True)
+    self.road = visionipc.VisionIpcClient(server, visionipc.VISION_STREAM_NARROW_ROAD, conflate=True, skip_overwritten=True)
+    self.cabin = visionipc.VisionIpcClient(server, visionipc.VISION_STREAM_CABIN, conflate=True, skip_overwritten=True)
     self._road_y = self._cabin = None
     self._road_geom = None
     self._plan = None

@@ -3,8 +3,11 @@
 Invariants:
 - The announcement subscriber exists from construction, so frames announced between connect() and the
   first recv() are not lost.
-- recv() returns a frame only if, at that moment, its buffer holds exactly the announced generation; a frame
-  already overwritten (a slow in-order reader) is skipped and counted in `skipped_overwritten`.
+- A frame whose buffer was refilled before recv() reached it (a slow in-order reader) is handed out as the
+  reference does, with its announced metadata, and reads `still_valid() == False` from the start; it is counted
+  in `delivered_overwritten`. With `skip_overwritten=True` (the daemons and the logger) it is skipped instead
+  and counted in `skipped_overwritten`, so recv() returns only frames whose buffer holds exactly the announced
+  generation at that moment.
 - An announcement from another server_id means the server restarted: recv() reconnects by itself (no
   blocking) and continues; ids of replaced servers are remembered so their leftover announcements are dropped.
 - With periodic frames the client sleeps until just before the next one is due and polls from there
@@ -19,7 +22,8 @@ Invariants:
 - Nothing from the peer is trusted: descriptors, fds and announcements are validated before use, and a bad
   one is a ProtocolError (connect) or a counted, dropped announcement (recv) — never a read past a buffer.
   An announcement must name a generation newer than any taken from its buffer (so a replayed one never
-  delivers a frame twice) and agree with what the fill stamped into the buffer's trailer (frame_id, sof, eof, valid).
+  delivers a frame twice), one the buffer has held, and, while the buffer still holds it, agree with what the
+  fill stamped into the trailer (frame_id, sof, eof, valid).
 - A server that is busy (full backlog, slow answer) is retried like a missing one; no attempt outlives the
   caller's timeout (recv's, at least _RETRY_S for the answer).
 """
@@ -87,11 +91,13 @@ def available_streams(name: str, block: bool = False, timeout: float | None = No
 
 
 class VisionIpcClient:
-  def __init__(self, name: str, stream: int, conflate: bool = False, spin_lead_s: float = DEFAULT_LEAD_S):
-    """spin_lead_s: how long before a periodic frame is due the client starts polling (0: always sleep)."""
+  def __init__(self, name: str, stream: int, conflate: bool = False, spin_lead_s: float = DEFAULT_LEAD_S,
+               skip_overwritten: bool = False):
+    """spin_lead_s: how long before a periodic frame is due the client starts polling (0: always sleep).
+    skip_overwritten: never hand out a frame whose buffer was already refilled (see the module docstring)."""
     self.name = check_name(name)
     self.stream = check_stream(stream)
-    self.conflate = conflate
+    self.conflate, self.skip_overwritten = conflate, skip_overwritten
     self._sub = sub_sock(announce_endpoint(name, self.stream), conflate=conflate)
     self._pacing = ArrivalPacing(0.0 if fake_enabled() else spin_lead_s)
     self._buffers: list[BufferMapping] = []
@@ -103,7 +109,8 @@ class VisionIpcClient:
     self._rung_generation = 0  # taken from the doorbell, its announcement not yet seen
     self.frame_id = self.timestamp_sof = self.timestamp_eof = 0
     self.valid = False
-    self.skipped_overwritten = 0   # announced frames already overwritten when recv() reached them
+    self.skipped_overwritten = 0   # announced frames already overwritten when recv() reached them, skipped
+    self.delivered_overwritten = 0  # the same, handed out (still_valid() False) as the reference does
     self.bad_announcements = 0     # dropped: malformed, out of range, replayed, or not matching the buffer's trailer
     self.reconnects = 0
     self._recv_deadline = 0.0  # the running recv()'s; bounds a reconnect made inside it
@@ -296,12 +303,18 @@ class VisionIpcClient:
         self.bad_announcements += 1
         return None
       self._took(idx, generation, arrived)
-      self.skipped_overwritten += 1
-      return None
+      if self.skip_overwritten:
+        self.skipped_overwritten += 1
+        return None
+      self.delivered_overwritten += 1
+      return self._deliver(mapping, generation, frame_id, sof, eof, valid, server_id)
     if (trailer[2], trailer[3], trailer[4], trailer[5]) != (frame_id, sof, eof, valid):
       self.bad_announcements += 1  # not what the server stamped into this fill: not its announcement
       return None
     self._took(idx, generation, arrived)
+    return self._deliver(mapping, generation, frame_id, sof, eof, valid, server_id)
+
+  def _deliver(self, mapping, generation, frame_id, sof, eof, valid, server_id) -> VisionBuf:
     self.frame_id, self.timestamp_sof, self.timestamp_eof, self.valid = frame_id, sof, eof, valid
     return VisionBuf(mapping, generation, frame_id, sof, eof, valid, server_id)
 

@@ -55,7 +55,7 @@ def main(argv=None) -> int:
   pm = PubMaster(["driverStateV2"], process=PROCESS_NAME)
   sm = SubMaster(["extrinsicsCalibration"])
   calib = Calibration()
-  client = VisionIpcClient(args.server, VisionStreamType.VISION_STREAM_CABIN, conflate=True)
+  client = VisionIpcClient(args.server, VisionStreamType.VISION_STREAM_CABIN, conflate=True, skip_overwritten=True)
   scheduling.apply(log)
   log("connecting to cabin stream")
   first = True

@@ -143,8 +143,8 @@ def main(argv=None) -> int:
     return 0
   main_is_wide = NARROW not in streams
   use_extra = NARROW in streams and WIDE in streams
-  vipc_main = VisionIpcClient("camerad", WIDE if main_is_wide else NARROW, True)
-  vipc_extra = VisionIpcClient("camerad", WIDE, False) if use_extra else None
+  vipc_main = VisionIpcClient("camerad", WIDE if main_is_wide else NARROW, True, skip_overwritten=True)
+  vipc_extra = VisionIpcClient("camerad", WIDE, False, skip_overwritten=True) if use_extra else None
   for client in filter(None, (vipc_main, vipc_extra)):
     while not client.connect(False):
       if stop.wait(0.1):

@@ -15,8 +15,8 @@ ROAD, WIDE, CABIN = VISION_STREAM_NARROW_ROAD, VISION_STREAM_WIDE_ROAD, VISION_S
 RECV_TIMEOUT_MS = 10_000  # "something should arrive": generous for a loaded 2-core machine
 
 
-def connected_client(stream, conflate=False, name="camerad"):
-  client = VisionIpcClient(name, stream, conflate)
+def connected_client(stream, conflate=False, name="camerad", skip_overwritten=False):
+  client = VisionIpcClient(name, stream, conflate, skip_overwritten=skip_overwritten)
   assert client.connect(blocking=True, timeout=30)
   return client
 
@@ -96,7 +96,7 @@ def test_several_clients_in_other_processes_see_the_same_frame(server_process, s
 
 def test_frame_held_while_server_cycles_every_buffer_fails_the_overwrite_check(server_process):
   server = server_process().start([(CABIN, 3, 64, 48, "tight")])
-  holder, laggard = connected_client(CABIN, conflate=True), connected_client(CABIN)
+  holder, laggard = connected_client(CABIN, conflate=True), connected_client(CABIN, skip_overwritten=True)
   server.cmd(f"send {CABIN} 1")
   held = holder.recv(RECV_TIMEOUT_MS)
   assert held.frame_id == 1 and held.still_valid()
@@ -107,9 +107,21 @@ def test_frame_held_while_server_cycles_every_buffer_fails_the_overwrite_check(s
   server.cmd(f"zsend {CABIN} 4")  # the ring wrapped: buffer 0 is refilled
   assert not held.still_valid()
   assert bytes(held.data) != snapshot and held.stamped_frame_id == 4
-  # the in-order laggard never gets the overwritten frame 1: it is skipped and counted
+  # the in-order laggard that skips overwritten frames never gets frame 1: it is skipped and counted
   assert [laggard.recv(RECV_TIMEOUT_MS).frame_id for _ in range(3)] == [2, 3, 4]
   assert laggard.skipped_overwritten == 1
+
+
+def test_an_overwritten_frame_is_handed_out_as_the_reference_does_but_reads_as_overwritten(server_process):
+  server = server_process().start([(CABIN, 1, 64, 48, "tight")])
+  reader = connected_client(CABIN)
+  server.cmd(f"zsend {CABIN} 1")
+  server.cmd(f"zsend {CABIN} 2")  # one buffer: frame 2 overwrote frame 1 before the reader looked
+  first = reader.recv(RECV_TIMEOUT_MS)
+  assert first.frame_id == 1 and reader.frame_id == 1 and not first.still_valid()
+  second = reader.recv(RECV_TIMEOUT_MS)
+  assert second.frame_id == 2 and second.still_valid()
+  assert reader.delivered_overwritten == 1 and reader.skipped_overwritten == 0 and reader.bad_announcements == 0
 
 
 def test_client_reconnects_by_itself_after_a_server_restart(server_process):
