@@ -214,7 +214,8 @@ SERVICES = ["carState", "carControl", "extrinsicsCalibration", "deviceState", "l
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-  p = Parser(prog="python -m selfdrive_stub.car", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p = Parser(prog="python -m selfdrive_stub.car", description=__doc__.split("\n\nInvariants:")[0],
+             formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--seed", type=int, default=0, help="drive profile seed (default 0)")
   p.add_argument("--camera", choices=["tici", "mici"], default="tici", help="deviceState.deviceType")
   p.add_argument("--engage-after", type=float, default=3.0, help="seconds before engageRequest.engage turns True")

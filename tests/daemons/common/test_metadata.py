@@ -10,6 +10,7 @@ import pytest
 from daemons.common.metadata import ModelMetadataError, load_metadata, load_pickled_slices, validate_slices
 from daemons.dmonitoringmodeld.model_state import DM_CONTRACT, MODEL_PATH
 from daemons.modeld.model_state import MODEL_PATHS, ROAD_CONTRACT
+from repo_paths import REPO_ROOT
 
 
 def _blob(slices) -> str:
@@ -90,3 +91,24 @@ def test_shipped_models_meet_their_contracts():
   for path in MODEL_PATHS.values():
     load_metadata(path, contract=ROAD_CONTRACT)
   load_metadata(MODEL_PATH, contract=DM_CONTRACT)
+
+
+def _readme_tables(path):
+  """{'input': {name: (dtype, shape)}, 'head': {name: width}} from a daemon README's contract tables."""
+  inputs, heads = {}, {}
+  for row in open(path).read().split("## Model contract", 1)[1].split("\n## ", 1)[0].splitlines():
+    cells = [c.strip() for c in row.strip().strip("|").split("|")]
+    if len(cells) == 3 and cells[0].startswith("`"):
+      inputs[cells[0].strip("`")] = (cells[1], tuple(int(x) for x in cells[2].strip("()").split(",")))
+    elif len(cells) == 2 and cells[0].startswith("`"):
+      for name in cells[0].split(","):
+        heads[name.strip().strip("`")] = int(cells[1])
+  return inputs, heads
+
+
+@pytest.mark.parametrize("readme, contract", [("daemons/dmonitoringmodeld/README.md", DM_CONTRACT),
+                                              ("daemons/modeld/README.md", ROAD_CONTRACT)])
+def test_the_daemon_readmes_state_the_contract_the_code_checks(readme, contract):
+  inputs, heads = _readme_tables(f"{REPO_ROOT}/{readme}")
+  assert inputs == contract.inputs
+  assert heads == contract.heads
