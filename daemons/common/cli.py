@@ -71,4 +71,4 @@ class Parser(argparse.ArgumentParser):
   """argparse, but a bad flag or value is one line naming it (and `-h` for the rest), exit 2."""
 
   def error(self, message: str):
-    self.exit(USAGE_EXIT, f"{self.prog}: {' '.join(message.split())} (see {self.prog} -h)\n")
+    self.exit(USAGE_EXIT, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} -h)\n")
