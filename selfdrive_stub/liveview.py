@@ -125,6 +125,9 @@ class ServiceMonitor:
   def explain(self, event: str, now: float | None = None) -> str:
     """Why a selfdrived event is active, from what its inputs looked like here: '' if they look fine."""
     now = self.clock() if now is None else now
+    model = self.stats["modelV2"].latest if "modelV2" in self.stats else None
+    if event == "bigModelFailed" and model is not None and model.modelV2.fallbackReason:
+      return f"modelV2 fallback: {model.modelV2.fallbackReason}"
     why = []
     for service in EVENT_INPUTS.get(event, ()):
       st = self.stats.get(service)

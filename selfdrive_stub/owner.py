@@ -32,12 +32,13 @@ class NamespaceBusy(Exception):
     super().__init__(message)
 
 
-def _private_mkdir(path: str) -> None:
-  """mkdir 0700 unless present; what is already there is judged by the namespace checks (msgq.namespace)."""
+def _private_mkdir(path: str) -> bool:
+  """mkdir 0700 unless present (True if it made it); what is already there is judged by msgq.namespace."""
   try:
     os.mkdir(path, 0o700)
+    return True
   except FileExistsError:
-    pass
+    return False
 
 
 def _read_pid(fd: int) -> int | None:
@@ -73,15 +74,15 @@ def holder(prefix: str | None) -> int | None:
 
 
 class NamespaceOwner:
-  def __init__(self, prefix: str | None, fd: int, path: str):
-    self.prefix, self._fd, self.path = prefix, fd, path
+  def __init__(self, prefix: str | None, fd: int, path: str, made_dir: bool):
+    self.prefix, self._fd, self.path, self._made_dir = prefix, fd, path, made_dir
 
   @classmethod
   def acquire(cls, prefix: str | None) -> "NamespaceOwner":
     """Own the namespace, or NamespaceBusy naming the owner's pid. PermissionError (msgq's NamespaceError after
     its change) for a runtime dir that is not ours."""
     rt = runtime_dir_path(prefix)   # creates and checks the owner-only base dir
-    _private_mkdir(rt)
+    made_dir = _private_mkdir(rt)
     path = os.path.join(rt, LOCK_NAME)
     for _ in range(5):
       try:
@@ -106,23 +107,24 @@ class NamespaceOwner:
       if same:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        return cls(prefix, fd, path)
+        return cls(prefix, fd, path, made_dir)
       os.close(fd)   # the previous owner removed or replaced it while we waited: take the new one
-      _private_mkdir(rt)
+      made_dir = _private_mkdir(rt) or made_dir
     raise NamespaceBusy(prefix, f"{_label(prefix)}: its lock file keeps changing; is another manager starting?")
 
   def release(self, remove: bool = True) -> None:
-    """Remove the namespace (if `remove`) and give up the lock."""
+    """Remove the namespace (if `remove`; else only what acquire() made) and give up the lock."""
     if self._fd < 0:
       return
     try:
       if remove:
         _remove_namespace(self.prefix, keep=LOCK_NAME)
-        try:
-          os.unlink(self.path)
+      try:
+        os.unlink(self.path)
+        if remove or self._made_dir:
           os.rmdir(os.path.dirname(self.path))
-        except OSError:
-          pass   # a successor may have created entries already: they are its own
+      except OSError:
+        pass   # not empty: a successor may have created entries already, they are its own
     finally:
       os.close(self._fd)
       self._fd = -1
