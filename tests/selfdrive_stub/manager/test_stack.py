@@ -14,7 +14,7 @@ def running_processes(report):
 
 @pytest.mark.parametrize("camera", ["tici", "mici"])
 def test_stack_comes_up_at_rate_and_shuts_down_clean(camera, run_manager, assert_nothing_left):
-  code, out, report = run_manager("--duration", "15", "--camera", camera, "--rate-tolerance", "0.5")
+  code, out, report = run_manager("--duration", "18", "--camera", camera, "--rate-tolerance", "0.5")
   assert report is not None, out
   running = running_processes(report)
   assert {"camerad", "car"} <= set(running) and "logger" not in running, out
