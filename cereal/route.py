@@ -1,7 +1,8 @@
 """Routes: one recorded drive on disk — the message log, the camera frames and a small JSON header.
 
 Layout of a route directory:
-  header.json         format, version, camera config, generator, seed, duration, per-service counts, frame files
+  header.json         format, version, camera config, generator, seed, duration, per-service counts, the log's
+                      decompressed size (log_bytes), frame files
   log.zst             zstd-compressed stream of capnp `Event` messages, flat-array encoded and concatenated
                       (openpilot's rlog form); the writer closes a zstd frame every FLUSH_EVERY events, so a
                       killed logger still leaves a readable prefix
@@ -17,31 +18,48 @@ Invariants:
 - header.json is written when recording starts ("complete": false) and rewritten on close ("complete": true).
   A complete route with a damaged log is a RouteError; an incomplete one (the recorder was killed) yields
   the events of every whole zstd frame and sets `Route.recovered`.
+- Writing never goes through a link: the route directory is created (0700) or must be a real directory of
+  this user that other users cannot write; every file is created O_EXCL|O_NOFOLLOW relative to it, and the
+  header is replaced by rename from a fresh temporary file. A planted file or link is a RouteError.
+- A route is outside input. Reading opens only regular files, never through a symlink and never waiting on a
+  FIFO; frame file names are plain names inside the route directory; the header's fields are type-checked;
+  the log's decompressed size is capped (log_bytes from the header with a margin; for older or incomplete
+  routes a bound from the event count or the compressed size; never above MAX_LOG_BYTES), so a small zstd
+  bomb cannot grow the reader; errors name the problem and never echo a file's contents.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
+import secrets
+import stat
 import struct
 from typing import Iterator
 
 import zstandard
 
 from cereal.messaging import log_from_bytes
-from visionipc.framefile import STREAM_FILE_NAMES, FrameReader, FrameWriter
+from visionipc.framefile import MAX_DIMENSION, STREAM_FILE_NAMES, FrameFileError, FrameReader, FrameWriter, create_file, \
+  open_regular
 
 FORMAT = "pymodeld-route"
 VERSION = 1
 HEADER = "header.json"
 LOG = "log.zst"
 FLUSH_EVERY = 500
+MAX_HEADER_BYTES = 1 << 20
+MAX_LOG_BYTES = 1 << 30        # no route's log decompresses past this (about an hour of a whole stack)
+EVENT_BYTES_BOUND = 16 << 10   # per event, for headers without log_bytes (the largest, modelV2, is ~8 KB)
+INCOMPLETE_RATIO = 64          # an incomplete route's log may expand this much (ours compress ~2x)
+LOG_CHUNK = 1024               # compressed bytes per decompress call: zstd expands one at most ~32768x
 
 # camera name -> the service that carries its FrameData
 CAMERAS = {"road": "narrowRoadCameraState", "wide": "wideRoadCameraState", "cabin": "cabinCameraState"}
 
 
 class RouteError(Exception):
-  """A route directory that is missing, incomplete, of another format or corrupt."""
+  """A route directory that is missing, incomplete, of another format, corrupt, or unsafe to write into."""
 
 
 def split_messages(data: bytes, name: str = "log") -> list[bytes]:
@@ -71,26 +89,134 @@ def _frame_file(camera: str) -> str:
   return STREAM_FILE_NAMES[camera]
 
 
+def _short(value) -> str:
+  """repr of a header value, cut short: an error names it without reproducing a whole file."""
+  text = repr(value)
+  return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _writable_route_dir(path: str) -> int:
+  """fd of the route directory: created 0700 if missing, else it must be a real directory (not a link) of this
+  user that other users cannot write into."""
+  try:
+    parent = os.path.dirname(os.path.abspath(path))
+    os.makedirs(parent, exist_ok=True)
+    os.mkdir(path, 0o700)
+  except FileExistsError:
+    pass
+  except OSError as e:
+    raise RouteError(f"{path}: cannot create the route directory ({e.strerror})") from None
+  try:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+  except OSError as e:
+    what = "a symlink" if e.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(path) else "not a directory"
+    raise RouteError(f"{path} is {what}; record into a directory of your own") from None
+  st = os.fstat(fd)
+  problem = ""
+  if st.st_uid != os.geteuid():
+    problem = f"is owned by uid {st.st_uid}, not by you (uid {os.geteuid()})"
+  elif st.st_mode & stat.S_IWOTH:
+    problem = f"is writable by every user (mode {stat.S_IMODE(st.st_mode):o})"
+  if problem:
+    os.close(fd)
+    raise RouteError(f"{path} {problem}; record into a private directory (a new path, or chmod o-w one you own)")
+  return fd
+
+
+def _read_dir(path: str) -> int:
+  try:
+    return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+  except OSError as e:
+    raise RouteError(f"{path} is not a route: {e.strerror}") from None
+
+
+def _read_file(dir_fd: int, path: str, name: str, limit: int) -> bytes:
+  """The whole of a regular file in the route directory, at most `limit` bytes."""
+  try:
+    fd = open_regular(name, dir_fd)
+  except FrameFileError as e:
+    raise RouteError(f"{os.path.join(path, name)}: {str(e).split(': ', 1)[-1]}") from None
+  with os.fdopen(fd, "rb") as f:
+    size = os.fstat(f.fileno()).st_size
+    if size > limit:
+      raise RouteError(f"{os.path.join(path, name)} is {size} bytes, more than a route's {name} may be ({limit})")
+    return f.read(limit + 1)[:limit]
+
+
+def _is_plain_name(name) -> bool:
+  return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\0" not in name
+
+
+def _count(value, lo: int = 0, hi: int | None = None) -> bool:
+  return isinstance(value, int) and not isinstance(value, bool) and value >= lo and (hi is None or value <= hi)
+
+
+def check_header(header, where: str) -> None:
+  """RouteError unless `header` is a route header whose fields have the types and ranges readers rely on."""
+  if not isinstance(header, dict):
+    raise RouteError(f"{where}: not a JSON object")
+  if header.get("format") != FORMAT or header.get("version") != VERSION:
+    raise RouteError(f"{where}: format {_short(header.get('format'))} version {_short(header.get('version'))}; "
+                     f"expected {FORMAT!r} version {VERSION}")
+  problems = []
+  if not isinstance(header.get("camera"), str):
+    problems.append("camera is not a string")
+  for key in ("events", "log_bytes"):
+    if key in header and not _count(header[key]):
+      problems.append(f"{key} is not a non-negative integer")
+  if not isinstance(header.get("complete", True), bool):
+    problems.append("complete is not true/false")
+  services = header.get("services", {})
+  if not isinstance(services, dict) or not all(isinstance(k, str) and _count(v) for k, v in services.items()):
+    problems.append("services is not an object of name -> count")
+  cameras = header.get("cameras", {})
+  if not isinstance(cameras, dict):
+    problems.append("cameras is not an object")
+    cameras = {}
+  for cam, entry in cameras.items():
+    if cam not in CAMERAS:
+      problems.append(f"unknown camera {_short(cam)} (known: {', '.join(CAMERAS)})")
+    elif not isinstance(entry, dict):
+      problems.append(f"cameras.{cam} is not an object")
+    elif not _is_plain_name(entry.get("file")):
+      problems.append(f"cameras.{cam}.file {_short(entry.get('file'))} is not a plain file name inside the route")
+    elif not all(_count(entry.get(k), 1, MAX_DIMENSION) for k in ("width", "height")):
+      problems.append(f"cameras.{cam} width/height are not integers in 1..{MAX_DIMENSION}")
+  if problems:
+    raise RouteError(f"{where}: bad header: " + "; ".join(problems))
+
+
 class RouteWriter:
   """Write a route: add_event(bytes) for each Event, add_frame(camera, ...) for each frame, then close()."""
 
   def __init__(self, path: str, camera: str, generator: str, seed: int | None = None, extra: dict | None = None,
                frame_level: int = 1):
-    os.makedirs(path, exist_ok=True)
     self.frame_level = frame_level   # zstd level of the frame files (sample routes in git trade time for size)
-    if os.path.exists(os.path.join(path, HEADER)):
-      raise RouteError(f"{path} already holds a route; refusing to overwrite it")
     self.path = path
-    self.header = {"format": FORMAT, "version": VERSION, "camera": camera, "generator": generator, "seed": seed,
-                   "duration_s": 0.0, "events": 0, "services": {}, "cameras": {}, "complete": False,
-                   **(extra or {})}
-    self._write_header()
-    self._log_file = open(os.path.join(path, LOG), "wb")
+    self._dir_fd = _writable_route_dir(path)
+    self.closed = False
+    try:
+      if _entry_exists(HEADER, self._dir_fd):
+        raise RouteError(f"{path} already holds a route; refusing to overwrite it")
+      self.header = {"format": FORMAT, "version": VERSION, "camera": camera, "generator": generator, "seed": seed,
+                     "duration_s": 0.0, "events": 0, "services": {}, "cameras": {}, "complete": False,
+                     **(extra or {})}
+      self._write_header()
+      self._log_file = os.fdopen(self._create(LOG), "wb")
+    except BaseException:
+      os.close(self._dir_fd)
+      raise
     self._log = zstandard.ZstdCompressor(level=3, write_checksum=True).stream_writer(self._log_file, closefd=False)
+    self._log_bytes = 0
     self._frames: dict = {}
     self._since_flush = 0
     self._first_ns = self._last_ns = None
-    self.closed = False
+
+  def _create(self, name: str) -> int:
+    try:
+      return create_file(name, self._dir_fd, exclusive=True)
+    except FrameFileError as e:
+      raise RouteError(f"{os.path.join(self.path, name)}: {str(e).split(': ', 1)[-1]}") from None
 
   def add_event(self, data: bytes, log_mono_time: int | None = None, service: str | None = None) -> None:
     """Append one serialized Event. Pass logMonoTime and the service name if known (saves a decode)."""
@@ -98,6 +224,7 @@ class RouteWriter:
       evt = log_from_bytes(data)
       log_mono_time, service = evt.logMonoTime, evt.which()
     self._log.write(data)
+    self._log_bytes += len(data)
     counts = self.header["services"]
     counts[service] = counts.get(service, 0) + 1
     self.header["events"] += 1
@@ -117,7 +244,11 @@ class RouteWriter:
     if writer is None:
       fname = _frame_file(camera)
       size = memoryview(data).nbytes
-      writer = FrameWriter(os.path.join(self.path, fname), width, height, stride, uv_offset, size, self.frame_level)
+      try:
+        writer = FrameWriter(fname, width, height, stride, uv_offset, size, self.frame_level, dir_fd=self._dir_fd,
+                             exclusive=True)
+      except FrameFileError as e:
+        raise RouteError(f"{os.path.join(self.path, fname)}: {str(e).split(': ', 1)[-1]}") from None
       self._frames[camera] = writer
       self.header["cameras"][camera] = {"file": fname, "width": width, "height": height, "frames": 0}
     writer.write(data, frame_id=frame_id, timestamp_sof=timestamp_sof, timestamp_eof=timestamp_eof)
@@ -127,22 +258,28 @@ class RouteWriter:
     if self.closed:
       return
     self.closed = True
-    self._log.flush(zstandard.FLUSH_FRAME)
-    self._log.close()
-    self._log_file.close()
-    for writer in self._frames.values():
-      writer.close()
-    if self._first_ns is not None:
-      self.header["duration_s"] = round((self._last_ns - self._first_ns) / 1e9, 3)
-      self.header["start_mono_ns"] = self._first_ns
-    self.header["complete"] = True
-    self._write_header()
+    try:
+      self._log.flush(zstandard.FLUSH_FRAME)
+      self._log.close()
+      self._log_file.close()
+      for writer in self._frames.values():
+        writer.close()
+      if self._first_ns is not None:
+        self.header["duration_s"] = round((self._last_ns - self._first_ns) / 1e9, 3)
+        self.header["start_mono_ns"] = self._first_ns
+      self.header["log_bytes"] = self._log_bytes
+      self.header["complete"] = True
+      self._write_header()
+    finally:
+      os.close(self._dir_fd)
 
   def _write_header(self) -> None:
-    tmp = os.path.join(self.path, HEADER + ".tmp")
-    with open(tmp, "w") as f:
-      json.dump(self.header, f, indent=1, sort_keys=True)
-    os.replace(tmp, os.path.join(self.path, HEADER))
+    """Replace header.json by rename from a new, randomly named file (so nothing planted is written through)."""
+    data = json.dumps(self.header, indent=1, sort_keys=True).encode()
+    tmp = f".{HEADER}.{secrets.token_hex(6)}.tmp"
+    with os.fdopen(self._create(tmp), "wb") as f:
+      f.write(data)
+    os.replace(tmp, HEADER, src_dir_fd=self._dir_fd, dst_dir_fd=self._dir_fd)
 
   def __enter__(self) -> "RouteWriter":
     return self
@@ -151,22 +288,35 @@ class RouteWriter:
     self.close()
 
 
+def _entry_exists(name: str, dir_fd: int) -> bool:
+  try:
+    os.lstat(name, dir_fd=dir_fd)
+    return True
+  except FileNotFoundError:
+    return False
+
+
 class Route:
   """Read a route: header, events in logMonoTime order, frames by camera and index."""
 
-  def __init__(self, path: str):
+  def __init__(self, path: str, max_log_bytes: int = MAX_LOG_BYTES):
     self.path = path
+    self.max_log_bytes = max_log_bytes
     header_path = os.path.join(path, HEADER)
-    if not os.path.isfile(header_path):
-      raise RouteError(f"{path} is not a route: no {HEADER} (missing, or the recording did not finish)")
-    with open(header_path) as f:
-      try:
-        self.header = json.load(f)
-      except json.JSONDecodeError as e:
-        raise RouteError(f"{header_path}: not valid JSON ({e})") from None
-    if self.header.get("format") != FORMAT or self.header.get("version") != VERSION:
-      raise RouteError(f"{header_path}: format {self.header.get('format')!r} version {self.header.get('version')!r}; "
-                       f"expected {FORMAT!r} version {VERSION}")
+    dir_fd = _read_dir(path)
+    try:
+      if not _entry_exists(HEADER, dir_fd):
+        raise RouteError(f"{path} is not a route: no {HEADER} (missing, or the recording did not finish)")
+      raw = _read_file(dir_fd, path, HEADER, MAX_HEADER_BYTES)
+    finally:
+      os.close(dir_fd)
+    try:   # the errors name a position, never the text
+      self.header = json.loads(raw)
+    except json.JSONDecodeError as e:
+      raise RouteError(f"{header_path}: not valid JSON ({e.msg} at byte {e.pos})") from None
+    except UnicodeDecodeError as e:
+      raise RouteError(f"{header_path}: not valid JSON (not UTF-8 at byte {e.start})") from None
+    check_header(self.header, header_path)
     self._readers: dict = {}
     self.recovered = False
 
@@ -176,30 +326,53 @@ class Route:
 
   @property
   def cameras(self) -> list[str]:
-    return sorted(self.header["cameras"])
+    return sorted(self.header.get("cameras", {}))
+
+  def log_cap(self, compressed_size: int) -> int:
+    """The most bytes this route's log may decompress to (see the module invariants)."""
+    h = self.header
+    if "log_bytes" in h:
+      bound = h["log_bytes"]
+    elif h.get("complete", True):
+      bound = h.get("events", 0) * EVENT_BYTES_BOUND
+    else:
+      bound = compressed_size * INCOMPLETE_RATIO
+    return min(self.max_log_bytes, bound + max(1 << 20, bound // 8))
 
   def raw_events(self) -> list[bytes]:
     """Every serialized Event, in the order it was recorded."""
     log_path = os.path.join(self.path, LOG)
-    with open(log_path, "rb") as f:
-      compressed = f.read()
-    parts, pos, dctx = [], 0, zstandard.ZstdDecompressor()
+    dir_fd = _read_dir(self.path)
+    try:
+      compressed = _read_file(dir_fd, self.path, LOG, self.max_log_bytes)
+    finally:
+      os.close(dir_fd)
+    cap = self.log_cap(len(compressed))
+    out = bytearray()
+    pos, dctx = 0, zstandard.ZstdDecompressor()
     while pos < len(compressed):
-      dobj = dctx.decompressobj()
+      frame_start, before = pos, len(out)
+      dobj, error = dctx.decompressobj(), None
       try:
-        out = dobj.decompress(compressed[pos:])
+        while not dobj.eof and pos < len(compressed):
+          chunk = compressed[pos:pos + LOG_CHUNK]
+          out += dobj.decompress(chunk)
+          pos += len(chunk)
+          if len(out) > cap:
+            raise RouteError(f"{log_path}: decompresses to more than {cap} bytes, more than its header allows "
+                             f"({'log_bytes ' + str(self.header['log_bytes']) if 'log_bytes' in self.header else 'events'})")
       except zstandard.ZstdError as e:
-        out, error = b"", f"corrupt zstd frame at byte {pos} ({e})"
-      else:
-        error = None if dobj.eof else f"truncated zstd frame at byte {pos}"
+        error = f"corrupt zstd frame at byte {frame_start} ({e})"
+      if error is None and not dobj.eof:
+        error = f"truncated zstd frame at byte {frame_start}"
       if error is not None:
         if self.header.get("complete", True):
           raise RouteError(f"{log_path}: {error}")
+        del out[before:]
         self.recovered = True   # the recorder died mid-frame: keep the whole frames before it
         break
-      parts.append(out)
-      pos = len(compressed) - len(dobj.unused_data)
-    return split_messages(b"".join(parts), log_path)
+      pos -= len(dobj.unused_data)
+    return split_messages(bytes(out), log_path)
 
   def events(self) -> list:
     """Decoded Events (capnp readers), stably sorted by logMonoTime."""
@@ -210,11 +383,24 @@ class Route:
   def frames(self, camera: str):
     """The frame-file reader of one camera (len(), get(i) -> Frame(frame_id, timestamp_sof, timestamp_eof, data),
     iteration, frame_ids())."""
-    if camera not in self.header["cameras"]:
+    if camera not in self.header.get("cameras", {}):
       raise RouteError(f"route {self.path} has no frames for camera {camera!r}; it has {self.cameras}")
     reader = self._readers.get(camera)
     if reader is None:
-      reader = FrameReader(os.path.join(self.path, self.header["cameras"][camera]["file"]))
+      entry = self.header["cameras"][camera]
+      path = os.path.join(self.path, entry["file"])
+      dir_fd = _read_dir(self.path)
+      try:
+        reader = FrameReader(path, fd=open_regular(entry["file"], dir_fd))
+      except FrameFileError as e:
+        raise RouteError(f"route {self.path}, camera {camera}: {str(e).replace(entry['file'] + ':', path + ':', 1)}") from None
+      finally:
+        os.close(dir_fd)
+      g = reader.geometry
+      if (g.width, g.height) != (entry["width"], entry["height"]):
+        reader.close()
+        raise RouteError(f"route {self.path}: {entry['file']} holds {g.width}x{g.height} frames, the header says "
+                         f"{entry['width']}x{entry['height']}")
       self._readers[camera] = reader
     return reader
 

@@ -7,9 +7,13 @@ Invariants:
   frame behind, it skips ahead and frame ids skip too (as a real camera drops frames); it never bursts.
 - Each stream also gets its FrameData message (narrowRoadCameraState / wideRoadCameraState /
   cabinCameraState), published after the frame is announced.
+- Frames are published at their EOF stamp, as a sensor's are: frame k+1 is rendered (or read from its frame
+  file) into its buffers while camerad waits for its EOF, so at the stamp the only work left is the hand-off
+  (announce + FrameData), stream after stream. No stream waits behind another's rendering.
 - Pixels come from the synthetic scenes (frame k of --seed, selfdrive_stub/scenes.py), or from recorded
   frame files; recorded pixels are served with this run's frame ids and timestamps.
-- SIGINT/SIGTERM end the run cleanly (exit 0) after the frame in progress.
+- SIGINT/SIGTERM end the run cleanly (exit 0) after the frame in progress. A bad --frames path or frame file
+  is one line naming it and exit 2.
 """
 import argparse
 import os
@@ -22,6 +26,7 @@ from setproctitle import setproctitle
 
 from cereal import messaging
 from daemons.common.cameras import DEVICE_CAMERAS, DeviceCameraConfig, config_for_frame, device_config
+from daemons.common.cli import Parser, UsageError, run_cli
 from daemons.common.realtime import SCHEDULING_HELP, scheduling_plan
 from selfdrive_stub.scenes import FPS, SceneRenderer
 from visionipc import VISION_STREAM_CABIN, VISION_STREAM_NARROW_ROAD, VISION_STREAM_WIDE_ROAD, VisionIpcServer
@@ -46,7 +51,8 @@ class RecordedFrames:
     self.loop = loop
     self.next = 0
     if len(self.reader) == 0:
-      raise ValueError(f"frame file {path} holds no frames")
+      self.reader.close()
+      raise UsageError(f"frame file {path} holds no frames")
 
   def exhausted(self) -> bool:
     return not self.loop and self.next >= len(self.reader)
@@ -68,7 +74,7 @@ class Camerad:
       expected = (cam.width, cam.height, *padded_nv12_layout(cam.width, cam.height))
       g = source.reader.geometry
       if (g.width, g.height, g.size, g.stride, g.uv_offset) != expected:
-        raise ValueError(f"{source.reader.path}: frames are {g.width}x{g.height} (stride {g.stride}, size {g.size}) "
+        raise UsageError(f"{source.reader.path}: frames are {g.width}x{g.height} (stride {g.stride}, size {g.size}) "
                          f"but the {device.name} {stream} camera serves {cam.width}x{cam.height} padded NV12")
     self.server = VisionIpcServer(server_name)
     for stream, vipc_stream, _ in CAMERAS:
@@ -81,14 +87,21 @@ class Camerad:
   def exhausted(self) -> bool:
     return any(source.exhausted() for source in self.recorded.values())
 
-  def step(self, frame_id: int, timestamp_sof: int, timestamp_eof: int) -> None:
-    """Fill, announce and describe frame `frame_id` on every stream, one stream after the other."""
-    for stream, vipc_stream, service in CAMERAS:
+  def prepare(self, frame_id: int) -> list:
+    """Fill the next buffer of every stream with frame `frame_id` (not announced yet: the sensor is exposing)."""
+    bufs = []
+    for stream, vipc_stream, _ in CAMERAS:
       buf = self.server.get_buffer(vipc_stream)
       if stream in self.recorded:
         self.recorded[stream].fill(buf)
       else:
         self.renderer.render_into(stream, frame_id, buf.y, buf.uv)
+      bufs.append(buf)
+    return bufs
+
+  def announce(self, bufs: list, frame_id: int, timestamp_sof: int, timestamp_eof: int) -> None:
+    """Hand prepared buffers over: announce and describe each stream's frame, one stream after the other."""
+    for (_, _, service), buf in zip(CAMERAS, bufs):
       # the state's logMonoTime is stamped here, at the announcement: the consumer woken by it may run before
       # we do again, and latency benches measure from this stamp
       msg = messaging.new_message(service)
@@ -100,24 +113,34 @@ class Camerad:
       self.server.send_buffer(buf, frame_id, timestamp_sof, timestamp_eof)
       self.pm.send(service, msg)
 
+  def step(self, frame_id: int, timestamp_sof: int, timestamp_eof: int) -> None:
+    """Fill, announce and describe frame `frame_id` on every stream at once (no waiting for a stamp)."""
+    self.announce(self.prepare(frame_id), frame_id, timestamp_sof, timestamp_eof)
+
   def run(self, duration_s: float | None, should_stop=lambda: False) -> int:
     """Serve frames on the 20 Hz schedule until the duration ends, a source runs out or should_stop().
     Returns the number of frames served."""
     start = time.monotonic_ns()
     end = None if duration_s is None else start + int(duration_s * 1e9)
     k = served = 0
-    while not should_stop() and not self.exhausted():
+    prepared: tuple[int, list] | None = None   # (frame, its filled buffers), made while waiting for its EOF
+    while not should_stop():
       eof = start + k * FRAME_PERIOD_NS
       if end is not None and eof >= end:
         break
+      if prepared is None or prepared[0] != k:
+        if self.exhausted():
+          break
+        prepared = (k, self.prepare(k))
+        continue  # re-check the clock and stop after the work
       now = time.monotonic_ns()
       if now < eof:
         time.sleep((eof - now) / 1e9)
-        continue  # re-check stop/exhaustion after sleeping
-      if now - eof > FRAME_PERIOD_NS:  # more than a frame late: skip ahead instead of bursting
+        continue
+      if now - eof > FRAME_PERIOD_NS:  # more than a frame late: drop it and skip ahead instead of bursting
         k = (now - start) // FRAME_PERIOD_NS
         continue
-      self.step(k, eof - READOUT_NS, eof)
+      self.announce(prepared[1], k, eof - READOUT_NS, eof)
       served += 1
       k += 1
     return served
@@ -131,18 +154,26 @@ def recorded_sources(frames: str | None, per_stream: dict[str, str | None], loop
   paths = {}
   if frames is not None:
     if not os.path.isdir(frames):
-      raise ValueError(f"--frames {frames}: not a directory (use --road-frames/--wide-frames/--cabin-frames for files)")
+      raise UsageError(f"--frames {frames}: not a directory (use --road-frames/--wide-frames/--cabin-frames for files)")
     for stream, name in STREAM_FILE_NAMES.items():
-      if os.path.exists(os.path.join(frames, name)):
+      if os.path.lexists(os.path.join(frames, name)):
         paths[stream] = os.path.join(frames, name)
     if not paths:
-      raise ValueError(f"--frames {frames}: none of {sorted(STREAM_FILE_NAMES.values())} is there")
+      raise UsageError(f"--frames {frames}: none of {sorted(STREAM_FILE_NAMES.values())} is there")
   paths.update({s: p for s, p in per_stream.items() if p is not None})
-  return {stream: RecordedFrames(path, loop) for stream, path in paths.items()}
+  sources = {}
+  try:
+    for stream, path in paths.items():
+      sources[stream] = RecordedFrames(path, loop)
+  except BaseException:
+    for source in sources.values():
+      source.reader.close()
+    raise
+  return sources
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-  p = argparse.ArgumentParser(prog="python -m selfdrive_stub.camerad",
+  p = Parser(prog="python -m selfdrive_stub.camerad",
                               description="Serve road, wide road and cabin camera frames over VisionIPC at 20 Hz, "
                                           "with their FrameData messages. Streams without recorded frames are "
                                           "synthetic scenes.", epilog=SCHEDULING_HELP)
@@ -155,9 +186,14 @@ def parse_args(argv=None) -> argparse.Namespace:
   for stream in STREAM_FILE_NAMES:
     p.add_argument(f"--{stream}-frames", default=None, help=f"frame file for the {stream} camera")
   p.add_argument("--loop", action="store_true", help="restart recorded frames at their end (default: exit)")
-  p.add_argument("--buffers", type=int, default=VIPC_BUFFER_COUNT, help="VisionIPC buffers per stream")
-  p.add_argument("--name", default="camerad", help="VisionIPC server name")
+  p.add_argument("--buffers", type=int, default=VIPC_BUFFER_COUNT,
+                 help=f"VisionIPC buffers per stream (default {VIPC_BUFFER_COUNT})")
+  p.add_argument("--name", default="camerad", help="VisionIPC server name (default camerad)")
   args = p.parse_args(argv)
+  if args.buffers < 2:
+    p.error(f"--buffers must be at least 2 (one being filled, one announced), got {args.buffers}")
+  if args.duration is not None and args.duration <= 0:
+    p.error(f"--duration must be > 0, got {args.duration}")
   try:
     args.scheduling = scheduling_plan("camerad")  # checked now, applied before the frame loop
   except ValueError as e:
@@ -190,4 +226,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  run_cli("camerad", main)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 from cereal import messaging
 from cereal.messaging import new_message
+from daemons.common.cli import Parser, run_cli
 
 DT_CTRL = 0.01
 CAR_HZ, CALIB_EVERY, DEVICE_EVERY, SLOW_EVERY = 100, 25, 50, 100   # 100 Hz; 4 Hz; 2 Hz; 1 Hz in ticks
@@ -213,15 +214,18 @@ SERVICES = ["carState", "carControl", "extrinsicsCalibration", "deviceState", "l
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-  p = argparse.ArgumentParser(prog="python -m selfdrive_stub.car", description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  p = Parser(prog="python -m selfdrive_stub.car", description=__doc__.split("\n\nInvariants:")[0],
+             formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--seed", type=int, default=0, help="drive profile seed (default 0)")
   p.add_argument("--camera", choices=["tici", "mici"], default="tici", help="deviceState.deviceType")
   p.add_argument("--engage-after", type=float, default=3.0, help="seconds before engageRequest.engage turns True")
   p.add_argument("--cal-seconds", type=float, default=4.0, help="seconds until calibration completes")
   p.add_argument("--chestnut", action="store_true", help="report the USB GPU as present in deviceState")
   p.add_argument("--duration", type=float, default=None, help="exit after this many seconds")
-  return p.parse_args(argv)
+  args = p.parse_args(argv)
+  if not args.cal_seconds > 0:
+    p.error(f"--cal-seconds must be > 0, got {args.cal_seconds}")
+  return args
 
 
 def main(argv=None) -> None:
@@ -250,4 +254,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-  main()
+  run_cli("car", main)

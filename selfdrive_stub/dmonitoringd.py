@@ -12,14 +12,13 @@ Invariants:
   reference does, so the output is a function of the inputs and not of wall-clock timing.
 - One driverMonitoringState per step; SIGINT/SIGTERM exit 0.
 """
-import argparse
 import signal
-import sys
 import time
 
 from setproctitle import setproctitle
 
 from cereal.messaging import PubMaster, SubMaster, new_message
+from daemons.common.cli import Parser, run_cli
 from selfdrive_stub.dm_policy import DT_DMON, DMInputs, DriverData, DriverMonitoring
 from selfdrive_stub.env import SELFDRIVE_ENV
 
@@ -87,7 +86,7 @@ def step(dm: DriverMonitoring, sm, fresh: bool) -> tuple[bool, str]:
 
 
 def main(argv=None) -> int:
-  ap = argparse.ArgumentParser(prog=PROCESS_NAME, description=__doc__.splitlines()[0])
+  ap = Parser(prog="python -m selfdrive_stub.dmonitoringd", description=__doc__.splitlines()[0])
   ap.add_argument("--always-on", action="store_true", help="monitor while not engaged (openpilot's AlwaysOnDM)")
   ap.add_argument("--rhd", action="store_true", help="start as right-hand drive (openpilot's IsRhdDetected)")
   args = ap.parse_args(argv)
@@ -120,4 +119,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  run_cli(PROCESS_NAME, main)

@@ -3,8 +3,14 @@
 Invariants:
 - ServiceMonitor reads every service through its own non-conflating subscriber, so it counts every message
   (rates are real message counts, not SubMaster estimates) and never slows a publisher down.
-- Rates come from arrival times in the last RATE_WINDOW_S seconds; the "window" counters (start_window) measure
-  a whole run for the summary. Share of valid counts the Event's own `valid` flag.
+- Rates are messages per second. The live rate is (n - 1) intervals over the span of the last RATE_WINDOW_S
+  seconds of arrivals, stretched by any silence since the last one, so a steady service reads its true rate
+  (1 Hz reads 1.0, not 1.2) and a stopped one decays to 0; the "window" counters (start_window) give the summary
+  the same quantity over the whole measured run, so the two agree. Share of valid counts the Event's own
+  `valid` flag; a periodic service below VALID_OK of valid is flagged.
+- Each selfdriveState change is kept with the events it carried and, per event, why its inputs failed as
+  the monitor saw them at that moment (late, invalid with its reason, or never received); each road model
+  change with the modelV2 frames that were lost across it (a fallback's gap).
 - Rendering is pure: render_screen / render_line take a snapshot and return text; the manager decides where
   it goes (a redrawn terminal screen on a TTY, one compact line otherwise).
 """
@@ -16,14 +22,25 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from cereal import messaging
+from selfdrive_stub.selfdrived import MODEL_SERVICES
 
 RATE_WINDOW_S = 5.0
+VALID_OK = 0.95      # a service with a lower share of valid messages is flagged
+LATE_PERIODS = 10    # SubMaster's alive rule: a service is late after 10 of its periods without a message
+LATE_MIN_S = 0.3     # ... but never judged finer than the monitor's own polling (about 0.1 s) allows
 MAX_CHANGES = 1000   # state / model changes kept per run (a flapping state must not grow memory forever)
 LATENCY_SAMPLES = 200
 # daemon -> service that carries its per-frame stageTimings and timestamps
 MODEL_OUTPUTS = {"modeld": "modelV2", "dmonitoringmodeld": "driverStateV2"}
 VIEW_SERVICES = ("modelV2", "driverStateV2", "driverMonitoringState", "selfdriveState", "extrinsicsCalibration",
                  "carState", "managerState")
+# selfdrived event -> the inputs whose state explains it (selfdrive_stub/selfdrived.py collect_events)
+EVENT_INPUTS = {
+  "modeldLagging": MODEL_SERVICES, "modelInvalid": MODEL_SERVICES, "bigModelLoading": ("modelV2",),
+  "bigModelFailed": ("modelV2",), "driverMonitoringUnavailable": ("driverMonitoringState", "driverStateV2"),
+  "calibrationInvalid": ("extrinsicsCalibration",), "calibrationIncomplete": ("extrinsicsCalibration",),
+  "commIssue": ("carState",),
+}
 
 
 @dataclass
@@ -37,12 +54,16 @@ class ServiceStats:
   window_valid: int = 0
   last_recv: float = 0.0
   latest: object = None
+  last_valid: bool = True
+  last_reason: str = ""
 
 
-def _note_change(changes: list, t: float, *value) -> None:
-  """Append (t, *value) if value differs from the last entry (and the list is not full)."""
-  if (not changes or tuple(changes[-1][1:]) != value) and len(changes) < MAX_CHANGES:
-    changes.append((t, *value))
+def _note_change(changes: list, t: float, key, *extra) -> bool:
+  """Append (t, key, *extra) if key differs from the last entry's (and the list is not full)."""
+  if (not changes or changes[-1][1] != key) and len(changes) < MAX_CHANGES:
+    changes.append((t, key, *extra))
+    return True
+  return False
 
 
 class ServiceMonitor:
@@ -56,8 +77,13 @@ class ServiceMonitor:
     self.latency_ms = {d: deque(maxlen=LATENCY_SAMPLES) for d in MODEL_OUTPUTS}      # frame end -> published
     self.stage_ms = {d: deque(maxlen=LATENCY_SAMPLES) for d in MODEL_OUTPUTS}        # sum of stageTimings
     self.window_start: float | None = None
-    self.road_models: list[tuple[float, str, str]] = []   # (time, modelName, fallbackReason) at each change
-    self.selfdrive_states: list[tuple[float, str]] = []     # (time, selfdriveState.state) at each change
+    # (time, (modelName, fallbackReason), modelV2 frames lost across the change) at each change
+    self.road_models: list[tuple[float, tuple[str, str], int]] = []
+    # (time, selfdriveState.state, its events, {event: why}) at each change of state
+    self.selfdrive_states: list[tuple[float, str, tuple[str, ...], dict[str, str]]] = []
+    self.model_frames_dropped = 0     # modelV2 frame ids skipped over the run (a camerad restart is not a skip)
+    self._last_model_frame: int | None = None
+    self._unexplained: list[int] = []
 
   def update(self) -> None:
     now = self.clock()
@@ -72,6 +98,10 @@ class ServiceMonitor:
         self._record(name, st, evt, now)
       while st.arrivals and st.arrivals[0] < now - RATE_WINDOW_S:
         st.arrivals.popleft()
+    for i in self._unexplained:
+      t, state, events, _ = self.selfdrive_states[i]
+      self.selfdrive_states[i] = (t, state, events, {e: self.explain(e, now) for e in events})
+    self._unexplained.clear()
 
   def _record(self, name: str, st: ServiceStats, evt, now: float) -> None:
     st.total += 1
@@ -79,14 +109,37 @@ class ServiceMonitor:
     st.last_recv = now
     ok = bool(evt.valid)
     st.valid += ok
+    st.last_valid, st.last_reason = ok, "" if ok else str(evt.invalidReason)[:200]
     if self.window_start is not None:
       st.window_count += 1
       st.window_valid += ok
     if name in VIEW_SERVICES:
       st.latest = evt
     if name == "selfdriveState":
-      _note_change(self.selfdrive_states, now, str(evt.selfdriveState.state))
+      s = evt.selfdriveState
+      events = tuple(str(e) for e in s.events)
+      if _note_change(self.selfdrive_states, now, str(s.state), events, {}):
+        self._unexplained.append(len(self.selfdrive_states) - 1)   # explained once every input is drained
     self._record_latency(name, evt)
+
+  def explain(self, event: str, now: float | None = None) -> str:
+    """Why a selfdrived event is active, from what its inputs looked like here: '' if they look fine."""
+    now = self.clock() if now is None else now
+    model = self.stats["modelV2"].latest if "modelV2" in self.stats else None
+    if event == "bigModelFailed" and model is not None and model.modelV2.fallbackReason:
+      return f"modelV2 fallback: {model.modelV2.fallbackReason}"
+    why = []
+    for service in EVENT_INPUTS.get(event, ()):
+      st = self.stats.get(service)
+      if st is None:
+        continue
+      if not st.total:
+        why.append(f"{service} never received")
+      elif st.expected_hz > 0 and now - st.last_recv > max(LATE_PERIODS / st.expected_hz, LATE_MIN_S):
+        why.append(f"{service} late ({now - st.last_recv:.1f} s since the last)")
+      elif not st.last_valid:
+        why.append(f"{service} invalid ({st.last_reason or 'no reason given'})")
+    return ", ".join(why)
 
   def _record_latency(self, name: str, evt) -> None:
     for daemon, service in MODEL_OUTPUTS.items():
@@ -99,7 +152,11 @@ class ServiceMonitor:
       t = body.stageTimings
       self.stage_ms[daemon].append(t.uploadMs + t.warpMs + t.modelMs + t.readbackMs + t.parseMs)
       if name == "modelV2":
-        _note_change(self.road_models, self.clock(), body.modelName, body.fallbackReason)
+        frame, last = body.frameId, self._last_model_frame
+        gap = frame - last - 1 if last is not None and frame > last + 1 else 0
+        self.model_frames_dropped += gap
+        self._last_model_frame = frame
+        _note_change(self.road_models, self.clock(), (str(body.modelName), str(body.fallbackReason)), gap)
 
   def start_window(self) -> None:
     self.window_start = self.clock()
@@ -113,11 +170,21 @@ class ServiceMonitor:
     return self.stats[name].window_count / elapsed if elapsed > 0 else 0.0
 
   def rate(self, name: str) -> float:
+    """Messages per second over the last RATE_WINDOW_S (see the module invariants)."""
     st = self.stats[name]
-    if len(st.arrivals) < 2:
+    n = len(st.arrivals)
+    if n < 2:
       return 0.0
-    span = min(RATE_WINDOW_S, self.clock() - st.arrivals[0])
-    return len(st.arrivals) / span if span > 0 else 0.0
+    span = st.arrivals[-1] - st.arrivals[0]
+    if span <= 0:
+      return 0.0
+    silence = self.clock() - st.arrivals[-1]
+    return (n - 1) / (span + max(0.0, silence - span / (n - 1)))
+
+  def valid_low(self, name: str, window: bool = False) -> bool:
+    """A periodic service with messages whose share of valid ones is below VALID_OK."""
+    share = self.valid_share(name, window)
+    return self.stats[name].expected_hz > 0 and share is not None and share < VALID_OK
 
   def valid_share(self, name: str, window: bool = False) -> float | None:
     st = self.stats[name]
@@ -171,13 +238,18 @@ def _fmt_share(share: float | None) -> str:
   return "  -" if share is None else f"{100 * share:3.0f}%"
 
 
+def _cut(text: str, n: int = 70) -> str:
+  return text if len(text) <= n else text[:n - 3] + "..."
+
+
 def process_rows(procs, cpu: CpuMeter) -> list[str]:
-  rows = [f"{'process':<18} {'state':<9} {'pid':>7} {'cpu%':>6} {'restarts':>8}  exit"]
+  rows = [f"{'process':<18} {'state':<9} {'pid':>7} {'cpu%':>6} {'restarts':>8}  exit  last error"]
   for p in procs:
     load = cpu.percent(p.pid) if p.running else None
     state = "ready" if p.running and p.ready else p.state
+    error = _cut(p.last_error) if getattr(p, "crashes", 0) and getattr(p, "last_error", "") else ""
     rows.append(f"{p.name:<18} {state:<9} {p.pid or '-':>7} {'-' if load is None else f'{load:.0f}':>6} "
-                f"{p.restarts:>8}  {'' if p.exit_code is None else p.exit_code}")
+                f"{p.restarts:>8}  {'' if p.exit_code is None else p.exit_code:<4}  {error}".rstrip())
   return rows
 
 
@@ -188,6 +260,8 @@ def service_rows(mon: ServiceMonitor) -> list[str]:
     flag = ""
     if st.expected_hz > 0 and st.total and hz < 0.8 * st.expected_hz:
       flag = "  LOW"
+    if mon.valid_low(name):
+      flag += f"  <{100 * VALID_OK:.0f}% valid"
     rows.append(f"{name:<24} {hz:7.1f} {st.expected_hz:7.1f} {_fmt_share(mon.valid_share(name)):>6} "
                 f"{st.total:>7}{flag}")
   return rows
@@ -255,7 +329,10 @@ def render_screen(procs, mon: ServiceMonitor, cpu: CpuMeter, header: str) -> str
 def render_line(procs, mon: ServiceMonitor, elapsed: float) -> str:
   """One compact status line for logs (stdout not a TTY)."""
   up = sum(1 for p in procs if p.running)
+  wanted = sum(1 for p in procs if p.state != "disabled")   # a process not meant to run is not "down"
   low = [n for n, st in mon.stats.items() if st.expected_hz > 0 and st.total and mon.rate(n) < 0.8 * st.expected_hz]
+  errors = "".join(f"; {p.name} crashed: {_cut(p.last_error, 100)}" for p in procs
+                   if getattr(p, "crashes", 0) and getattr(p, "last_error", "") and not p.running)
   model = ""
   if mon.latest("modelV2") is not None:
     m = mon.latest("modelV2").modelV2
@@ -263,8 +340,8 @@ def render_line(procs, mon: ServiceMonitor, elapsed: float) -> str:
   lat = " ".join(f"{d}={_p50(mon.latency_ms[d]).strip()}ms" for d in MODEL_OUTPUTS if mon.latency_ms[d])
   sd = mon.latest("selfdriveState")
   state = f" selfdrive={sd.selfdriveState.state}" if sd is not None else ""
-  return (f"[{elapsed:6.1f}s] procs {up}/{len(procs)} up; low rate: {','.join(low) or 'none'}; "
-          f"p50 {lat or '-'}{model}{state}")
+  return (f"[{elapsed:6.1f}s] procs {up}/{wanted} up; low rate: {','.join(low) or 'none'}; "
+          f"p50 {lat or '-'}{model}{state}{errors}")
 
 
 CLEAR = "\x1b[H\x1b[2J"

@@ -12,6 +12,8 @@ Invariants:
 - Every camera state of a recorded camera in the route has its frame: a state is written once its frame is,
   and left out (counted) if the frame was skipped, so process_replay can feed both together.
 - SIGINT/SIGTERM end the recording cleanly: threads joined, frame files and log closed, header completed.
+- --out is created 0700, or must be a directory of this user that other users cannot write; nothing is written
+  through a link (cereal.route). Anything else is one line naming the directory and exit 2.
 """
 from __future__ import annotations
 
@@ -21,9 +23,10 @@ import sys
 import threading
 import time
 
-from cereal.route import CAMERAS, RouteError, RouteWriter
+from cereal.route import CAMERAS, RouteWriter
 from cereal import messaging
 from cereal.services import SERVICE_LIST
+from daemons.common.cli import Parser, run_cli
 import visionipc
 
 DRAIN_DT = 0.01
@@ -141,14 +144,14 @@ class Logger:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-  p = argparse.ArgumentParser(prog="python -m selfdrive_stub.logger", description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  p = Parser(prog="python -m selfdrive_stub.logger", description=__doc__.split("\n\nInvariants:")[0],
+             formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--out", required=True, metavar="DIR", help="route directory to create (must not hold a route)")
   p.add_argument("--camera", choices=["tici", "mici"], default="tici", help="camera config recorded in the header")
   p.add_argument("--seed", type=int, default=None, help="seed of the generating run, recorded in the header")
   p.add_argument("--cameras", default=",".join(CAMERAS),
                  help=f"comma-separated cameras whose frames to record (default {','.join(CAMERAS)}; '' for none)")
-  p.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
+  p.add_argument("--duration", type=float, default=None, help="stop after this many seconds (default: at SIGINT/SIGTERM)")
   args = p.parse_args(argv)
   args.cameras = [c for c in args.cameras.split(",") if c]
   bad = [c for c in args.cameras if c not in CAMERAS]
@@ -157,19 +160,17 @@ def parse_args(argv=None) -> argparse.Namespace:
   return args
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> int:
   args = parse_args(argv)
   from setproctitle import setproctitle
   setproctitle("logger")
   stop = threading.Event()
   for sig in (signal.SIGINT, signal.SIGTERM):
     signal.signal(sig, lambda *_: stop.set())
-  try:
-    logger = Logger(args.out, args.camera, args.cameras, args.seed)
-  except RouteError as e:
-    raise SystemExit(f"logger: {e}") from None
+  logger = Logger(args.out, args.camera, args.cameras, args.seed)   # a RouteError is the user's: one line
   logger.run(stop.is_set, args.duration)
+  return 0
 
 
 if __name__ == "__main__":
-  main()
+  run_cli("logger", main)

@@ -6,19 +6,26 @@ Invariants:
   dependencies. A module that does not exist is reported as "missing" and skipped; the manager carries on.
 - Start order: a process starts once every process it is `after` is ready (all the services it owns have
   published since it started), has given up (missing/crashed) or READY_TIMEOUT_S has passed.
-- Every run gets its own namespace (msgq.namespace.Namespace): OPENPILOT_PREFIX if set (so outside tools can
-  join), a fresh manager<pid>_<hex> otherwise; at start, such namespaces left by a SIGKILLed manager are removed.
-  On exit — normal, Ctrl-C, SIGTERM or an exception — every child group gets
-  SIGINT, then SIGKILL after 5 s (dependents first, so the logger stops last), and the namespace's shared
-  memory and sockets are removed. Children also die
-  with the manager if it is SIGKILLed (PR_SET_PDEATHSIG, see process.py).
-- A crashed process is restarted with backoff; crashes we did not cause make a --duration run exit non-zero,
-  as does any service of a running process that missed its rate over the measured part of the run.
+- Every run gets its own namespace: OPENPILOT_PREFIX if set (so outside tools can join), a fresh
+  manager<pid>_<hex> otherwise; at start, such namespaces left by a SIGKILLed manager are removed.
+- A namespace has one owner (selfdrive_stub/owner.py: an flock in its runtime dir). A second manager on the
+  same prefix refuses in one line naming the owner's pid and touches nothing; a namespace dir another user
+  planted is refused in one line saying how to fix it. Exit 2 for both, as for every user mistake.
+- On exit — normal, Ctrl-C, SIGTERM, SIGHUP or an exception — every child group gets SIGINT, then SIGKILL
+  after 5 s (dependents first, so the logger stops last), and the namespace's shared memory and sockets are
+  removed. Children also die with the manager if it is SIGKILLed (PR_SET_PDEATHSIG, see process.py).
+- A crashed process is restarted with backoff. The summary is printed however the run ends (also written as
+  JSON with --summary-json): a crash we did not cause, a running process that never got ready, or a service
+  of a running process that missed its rate over the measured part of the run is a FAIL and a non-zero exit;
+  it lists each crash's last error line, each selfdrive state change with its events and their reasons, the
+  modelV2 frames lost across a road model fallback, and flags a service under 95 % valid.
+- The model files the daemons will load are checked against their contracts before anything starts.
 - managerState is published at 1 Hz.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import resource
@@ -33,12 +40,19 @@ from cereal import messaging
 from cereal.messaging import new_message
 from cereal.route import Route, RouteError
 from cereal.services import SERVICE_LIST
+from daemons.common.cli import Parser, UsageError, run_cli
+from daemons.common.metadata import load_metadata
 from daemons.common.realtime import CORES_ENV, PRIORITIES, scheduling_plan, stack_pins
-from msgq.namespace import SHM_ROOT, Namespace, runtime_dir_path, shm_dir_path
+from daemons.dmonitoringmodeld.model_state import DM_CONTRACT
+from daemons.dmonitoringmodeld.model_state import MODEL_PATH as DM_MODEL_PATH
+from daemons.modeld.model_state import ROAD_CONTRACT, model_path
+from msgq.env import MSGQ_ENV
+from msgq.namespace import PREFIX_ENV, SHM_ROOT, runtime_dir, runtime_dir_path, shm_dir, shm_dir_path
 from msgq.namespace import prefix as namespace_prefix
 from runtime import faults, usb_amd
 from runtime.faults import FAULT_KINDS
-from selfdrive_stub.liveview import CLEAR, CpuMeter, ServiceMonitor, render_line, render_screen
+from selfdrive_stub.liveview import CLEAR, VALID_OK, CpuMeter, ServiceMonitor, render_line, render_screen
+from selfdrive_stub.owner import NamespaceBusy, NamespaceOwner, clean, holder
 from selfdrive_stub.process import ManagedProcess, ProcessConfig
 from selfdrive_stub.viewer import Viewer
 
@@ -47,6 +61,12 @@ LOOP_DT = 0.1
 WARMUP_AFTER_READY_S = 2.0
 SUMMARY_CHANGES = 8           # selfdrive state changes listed in the text summary
 GENERATED_PREFIX = "manager"   # namespaces the manager names itself: manager<pid>_<hex>
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+NAMESPACE_FIX = "remove it (as its owner or root), or use another OPENPILOT_PREFIX (XDG_RUNTIME_DIR for the runtime dir)"
+
+
+class NamespaceUnusable(Exception):
+  """A namespace directory that is not ours to use; the message is one line with the fix."""
 
 
 def _camerad_args(o) -> list[str]:
@@ -117,7 +137,7 @@ def sweep_stale_namespaces() -> list[str]:
   removed = []
   for entry in os.listdir(SHM_ROOT):
     m = re.fullmatch(rf"msgq_({GENERATED_PREFIX}(\d+)_[0-9a-f]+)", entry)
-    if m is None:
+    if m is None or holder(m.group(1)) is not None:
       continue
     try:
       os.kill(int(m.group(2)), 0)
@@ -222,9 +242,8 @@ class Manager:
       return
     if inj.kind == "kill":
       p.kill(expected=True)
-    else:   # a restart we ask for: stop (SIGINT, then SIGKILL after 5 s) and start again at once
-      p.stop(block=True)
-      p.state, p.next_start = "backoff", 0.0
+    else:   # a restart we ask for: stop (SIGINT, then SIGKILL after 5 s), counted as injected, start again at once
+      p.restart()
 
   def _publish_state(self, pm) -> None:
     msg = new_message("managerState", valid=True)
@@ -259,59 +278,89 @@ class Manager:
     never_ready = [p.name for p in self.procs if p.running and not p.ready]
     usage = resource.getrusage(resource.RUSAGE_SELF)
     own_cpu = usage.ru_utime + usage.ru_stime
+    mon = self.monitor
     lines = [f"summary: ran {elapsed:.1f} s, rates measured over the last {measured:.1f} s; "
              f"the manager itself used {own_cpu:.1f} s CPU ({100 * own_cpu / max(elapsed, 1e-9):.0f}% of a core)"]
     for p in self.procs:
       lines.append(f"  {p.name:<18} {p.state:<9} restarts {p.restarts}  crashes {p.crashes}  "
-                   f"injected exits {p.expected_exits}")
-    windowed = self.monitor.window_start is not None
-    for name, st in self.monitor.stats.items():
+                   f"injected exits {p.expected_exits}" + (f"  last error: {p.last_error}" if p.crashes else ""))
+    windowed = mon.window_start is not None
+    for name, st in mon.stats.items():
       if st.expected_hz > 0 and st.total:
-        share = self.monitor.valid_share(name, window=windowed)
-        hz = self.monitor.window_rate(name) if windowed else self.monitor.rate(name)
+        share = mon.valid_share(name, window=windowed)
+        hz = mon.window_rate(name) if windowed else mon.rate(name)
         lines.append(f"  {name:<24} {hz:6.1f} Hz (expect {st.expected_hz:g})  "
-                     f"valid {'-' if share is None else f'{100 * share:.0f}%'}")
-    for t, name, why in self.monitor.road_models:
-      lines.append(f"  road model at {t - self.started:5.1f} s: {name or '?'}" + (f" (fallback: {why})" if why else ""))
-    changes = self.monitor.selfdrive_states
-    for t, state in changes[:SUMMARY_CHANGES]:
-      lines.append(f"  selfdrive at {t - self.started:5.1f} s: {state}")
+                     f"valid {'-' if share is None else f'{100 * share:.0f}%'}"
+                     + (f"  BELOW {100 * VALID_OK:.0f}% VALID" if mon.valid_low(name, window=windowed) else ""))
+    for t, (name, why), dropped in mon.road_models:
+      lines.append(f"  road model at {t - self.started:5.1f} s: {name or '?'}" + (f" (fallback: {why})" if why else "")
+                   + (f"; {dropped} frames dropped in the switch" if dropped else ""))
+    if mon.model_frames_dropped:
+      lines.append(f"  modelV2 frames dropped over the run: {mon.model_frames_dropped}")
+    changes = mon.selfdrive_states
+    for t, state, events, reasons in changes[:SUMMARY_CHANGES]:
+      told = "; ".join(f"{e}: {_cut(reasons[e], 100)}" if reasons.get(e) else e for e in events)
+      lines.append(f"  selfdrive at {t - self.started:5.1f} s: {state}" + (f"  events: {told}" if told else ""))
     if len(changes) > SUMMARY_CHANGES:
       lines.append(f"  ... {len(changes) - SUMMARY_CHANGES} more selfdrive state changes (see --summary-json)")
     if missing:
       lines.append(f"  not started (module missing): {', '.join(missing)}")
-    if never_ready:
-      lines.append(f"  never ready (some owned service never published): {', '.join(never_ready)}")
-    failures = [f"{p.name} crashed {p.crashes}x" for p in crashed] + self.rate_failures
-    lines += [f"  FAIL {f}" for f in failures] if failures else ["  OK: no crashes, every service at rate"]
+    failures = [f"{p.name} crashed {p.crashes}x (last error: {p.last_error})" for p in crashed]
+    failures += [f"{name} never ready (an owned service never published)" for name in never_ready]
+    failures += self.rate_failures
+    lines += [f"  FAIL {f}" for f in failures] if failures else ["  OK: no crashes, every process ready, every service at rate"]
     self.report = {
       "elapsed_s": elapsed, "measured_s": measured, "manager_cpu_s": own_cpu, "failures": failures, "missing": missing,
       "processes": {p.name: {"state": p.state, "ready": p.ready, "restarts": p.restarts, "crashes": p.crashes,
-                             "injected_exits": p.expected_exits} for p in self.procs},
-      "services": {name: {"hz": self.monitor.window_rate(name), "expected_hz": st.expected_hz, "count": st.total,
-                          "valid_share": self.monitor.valid_share(name, window=True)}
-                   for name, st in self.monitor.stats.items()},
-      "selfdrive_states": [{"t": t - self.started, "state": state} for t, state in self.monitor.selfdrive_states],
-      "road_models": [{"t": t - self.started, "model": name, "fallback_reason": why} for t, name, why in self.monitor.road_models],
+                             "injected_exits": p.expected_exits, "last_error": p.last_error} for p in self.procs},
+      "services": {name: {"hz": mon.window_rate(name) if windowed else mon.rate(name), "expected_hz": st.expected_hz,
+                          "count": st.total, "valid_share": mon.valid_share(name, window=windowed),
+                          "valid_low": mon.valid_low(name, window=windowed)}
+                   for name, st in mon.stats.items()},
+      "selfdrive_states": [{"t": t - self.started, "state": state, "events": list(events), "reasons": reasons}
+                           for t, state, events, reasons in mon.selfdrive_states],
+      "road_models": [{"t": t - self.started, "model": name, "fallback_reason": why, "frames_dropped": dropped}
+                      for t, (name, why), dropped in mon.road_models],
+      "model_frames_dropped": mon.model_frames_dropped,
       "events": self.events,
     }
     return "\n".join(lines), (1 if failures else 0)
 
   # -- main loop ---------------------------------------------------------------------------------------
   def run(self) -> int:
+    """Own the namespace, run the stack in it, remove it. NamespaceBusy / NamespaceUnusable if it is not ours."""
     self.tty = self.out.isatty() and not self.opts.no_view
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-      sweep_stale_namespaces()
       prefix = namespace_prefix() or f"{GENERATED_PREFIX}{os.getpid()}_{secrets.token_hex(4)}"
-      with Namespace(prefix) as ns:
-        try:
-          return self._run(ns)
-        finally:
-          for sig in saved:
-            signal.signal(sig, signal.SIG_IGN)   # a second Ctrl-C must not cut the cleanup short
-          self.shutdown()
+    except ValueError as e:   # OPENPILOT_PREFIX that is not one path component
+      raise UsageError(str(e)) from None
+    try:
+      owner = NamespaceOwner.acquire(prefix)
+    except PermissionError as e:
+      raise NamespaceUnusable(_with_fix(e)) from None
+    saved_env = MSGQ_ENV.get(PREFIX_ENV, None)
+    saved = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    ours = False   # the namespace dirs were checked as ours: only then are they removed at the end
+    try:
+      os.environ[PREFIX_ENV] = prefix
+      try:
+        shm_dir(), runtime_dir()
+      except PermissionError as e:
+        raise NamespaceUnusable(_with_fix(e)) from None
+      ours = True
+      sweep_stale_namespaces()
+      try:
+        return self._run(prefix)
+      finally:
+        for sig in saved:
+          signal.signal(sig, signal.SIG_IGN)   # a second Ctrl-C must not cut the cleanup short
+        self.shutdown()
     finally:
+      owner.release(remove=ours)
+      if saved_env is None:
+        os.environ.pop(PREFIX_ENV, None)
+      else:
+        os.environ[PREFIX_ENV] = saved_env
       for sig, handler in saved.items():
         signal.signal(sig, handler)
 
@@ -326,18 +375,27 @@ class Manager:
       for p in wave:
         p.stop(block=True)
       remaining = [p for p in remaining if p not in wave]
+    self._forward_output()
     if self.monitor is not None:
       self.monitor.close()
     if self.opts.usb_gpu:
       usb_amd.unplug()
 
-  def _run(self, ns) -> int:
+  def _forward_output(self) -> None:
+    """Children's lines go to our output as they come (off a TTY: on one, the screen shows the last errors)."""
+    for p in self.procs:
+      lines = p.take_output()
+      if lines and not self.tty:
+        print("\n".join(lines), file=self.out, flush=True)
+
+  def _run(self, prefix: str) -> int:
 
     def on_term(signum, frame):
       raise KeyboardInterrupt
-    # SIGINT too: a manager started with SIGINT ignored (a background job of a script) must still stop on it
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, on_term)
+    # SIGINT too: a manager started with SIGINT ignored (a background job of a script) must still stop on it;
+    # SIGHUP (the terminal went away) is a stop like SIGTERM, with the same cleanup
+    for sig in STOP_SIGNALS:
+      signal.signal(sig, on_term)
 
     if self.opts.usb_gpu:
       usb_amd.plug()
@@ -353,7 +411,8 @@ class Manager:
     next_state = next_view = next_png = start
     pending = list(self.injections)
     all_ready_at = None
-    self.note(f"namespace {ns.prefix}; camera {self.opts.camera}; processes: "
+    interrupted = False
+    self.note(f"namespace {prefix}; camera {self.opts.camera}; processes: "
               f"{', '.join(p.name for p in self.procs)}; pinned: {self.opts.cores or 'none'}", 0.0)
     try:
       while True:
@@ -363,6 +422,7 @@ class Manager:
           break
         self._poll_exits(now, elapsed)
         self._ensure_running(now, elapsed, env)
+        self._forward_output()
         self.monitor.update()
         self._update_ready(now, elapsed)
         if all_ready_at is None and all(self._settled(p, now) or p.state == "disabled" for p in self.procs):
@@ -377,7 +437,7 @@ class Manager:
           next_state += 1.0
         if now >= next_view:
           if self.tty:
-            header = f"pymodeld manager  namespace {ns.prefix}  camera {self.opts.camera}  t={elapsed:.1f}s"
+            header = f"pymodeld manager  namespace {prefix}  camera {self.opts.camera}  t={elapsed:.1f}s"
             self.out.write(CLEAR + render_screen(self.procs, self.monitor, cpu, header) + "\n\n" +
                            "\n".join(self.events[-6:]) + "\n")
             self.out.flush()
@@ -390,8 +450,8 @@ class Manager:
           next_png += 2.0
         time.sleep(max(0.0, LOOP_DT - (time.monotonic() - now)))
     except KeyboardInterrupt:
+      interrupted = True
       self.note("interrupted; stopping", time.monotonic() - start)
-      return 130 if self.opts.duration is None else 1
     finally:
       if viewer is not None:
         try:
@@ -400,6 +460,7 @@ class Manager:
           print(f"viewer: {e}", file=sys.stderr)
         viewer.close()
 
+    self._poll_exits(time.monotonic(), time.monotonic() - start)
     self.monitor.update()
     elapsed = time.monotonic() - start
     measured = time.monotonic() - self.monitor.window_start if self.monitor.window_start else 0.0
@@ -409,39 +470,55 @@ class Manager:
       self.rate_failures = self._check_rates(measured)
     text, code = self.summary(elapsed, measured)
     print(text, file=self.out, flush=True)
+    if interrupted:   # stopped by a signal: the summary stands, the exit says it was cut short
+      code = 130 if self.opts.duration is None else 1
     if self.opts.summary_json:
-      import json
       with open(self.opts.summary_json, "w") as f:
-        json.dump({**self.report, "exit_code": code}, f, indent=1)
+        json.dump({**self.report, "exit_code": code, "interrupted": interrupted}, f, indent=1)
     return code
+
+
+def _cut(text: str, n: int) -> str:
+  return text if len(text) <= n else text[:n - 3] + "..."
+
+
+def _with_fix(error: OSError) -> str:
+  """A namespace dir error as one line that says how to fix it (msgq's own message may already say so)."""
+  text = " ".join(str(error).split())
+  return text if "remove it" in text else f"{text}: {NAMESPACE_FIX}"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
   names = [c.name for c in PROCESSES]
-  p = argparse.ArgumentParser(
+  p = Parser(
     prog="pymodeld-manager", formatter_class=argparse.RawDescriptionHelpFormatter,
     description="Run the whole pymodeld stack on synthetic (or recorded) cameras in a private bus namespace, "
                 "with a live view.",
     epilog=f"""processes (start order follows readiness): {', '.join(names)}
   logger runs only with --record. A process whose module does not exist is reported and skipped.
 
-live view: on a terminal the screen is redrawn about twice a second (processes with state, pid, CPU and
-  restarts; services with measured vs expected rate and share of valid; model latency p50 per daemon and
-  which road model runs; driver state; selfdrive state and events). Otherwise one status line is printed
-  every --status-every seconds.
+live view: on a terminal the screen is redrawn about twice a second (processes with state, pid, CPU,
+  restarts and a crashed one's last error; services with measured vs expected rate and share of valid; model
+  latency p50 per daemon and which road model runs; driver state; selfdrive state and events). Otherwise
+  the processes' own lines and one status line every --status-every seconds are printed.
+
+summary: printed at the end of every run (--duration, Ctrl-C, SIGTERM, SIGHUP); exit 0 only if no process
+  crashed, every one got ready and every service kept its rate (130 when stopped by a signal without
+  --duration, 2 for a mistake on the command line or in the setup).
 
 namespace: OPENPILOT_PREFIX if set (outside tools can join the run), a fresh one otherwise (printed at
-  start); its shared memory and sockets are removed at exit, and every child is stopped (SIGINT, SIGKILL
-  after 5 s). E.g. OPENPILOT_PREFIX=demo pymodeld-manager, then in another terminal
-  OPENPILOT_PREFIX=demo python -m selfdrive_stub.viewer --out view.png
+  start). One manager owns a namespace; its shared memory and sockets are removed at exit, and every child is
+  stopped (SIGINT, SIGKILL after 5 s). E.g. OPENPILOT_PREFIX=demo pymodeld-manager, then in another terminal
+  OPENPILOT_PREFIX=demo python -m selfdrive_stub.viewer --out view.png. Pieces started by hand leave their
+  namespace behind: pymodeld-manager --clean [PREFIX] removes it once nothing uses it.
 
 scheduling: camerad is pinned to the first CPU and modeld to the last (with 2 or more), so that modeld's
   camera client is never queued behind camerad's copy of a frame; PYMODELD_CORES replaces that, e.g.
   PYMODELD_CORES='camerad=0 modeld=1 dmonitoringmodeld=1', and PYMODELD_CORES='' pins nothing.
   PYMODELD_REALTIME=1 runs camerad, modeld and dmonitoringmodeld SCHED_FIFO at the reference priorities.
-  Each logs what took effect (daemons/common/realtime.py).
+  Each logs what took effect.
 
-fault injection (--inject, repeatable):
+fault injection (--inject, repeatable; the time must fall inside --duration):
   amd-hang@10             arm a USB+AMD fault at 10 s (also amd-disconnect, amd-nan, amd-transfer_error,
                           amd-slow); needs --usb-gpu; modeld falls back to the small model
   camerad-restart@5       stop and restart camerad at 5 s (any process name works)
@@ -451,7 +528,8 @@ examples:
   pymodeld-manager --duration 30                  headless run, summary, exit 0 if all is well
   pymodeld-manager --camera mici --usb-gpu --inject amd-hang@10
   pymodeld-manager --duration 20 --record /tmp/route1
-  pymodeld-manager --route /tmp/route1 --png view.png""")
+  pymodeld-manager --route /tmp/route1 --png view.png
+  pymodeld-manager --clean demo                   remove what pieces run by hand left in namespace demo""")
   p.add_argument("--duration", type=float, default=None, metavar="S",
                  help="run S seconds, print a summary, exit non-zero if a process crashed or a service missed "
                       "its rate")
@@ -471,8 +549,13 @@ examples:
                  help="a service passes if its measured rate is within this fraction of expected (default 0.3)")
   p.add_argument("--status-every", type=float, default=2.0, metavar="S", help="seconds between status lines when not on a TTY")
   p.add_argument("--no-view", action="store_true", help="status lines instead of the full-screen view on a TTY")
-  p.add_argument("--summary-json", metavar="PATH", help="with --duration: also write the summary as JSON to PATH")
+  p.add_argument("--summary-json", metavar="PATH", help="also write the summary as JSON to PATH (however the run ends)")
+  p.add_argument("--clean", nargs="?", const="", default=None, metavar="PREFIX",
+                 help="remove namespace PREFIX (default: OPENPILOT_PREFIX, else the default namespace) that pieces "
+                      "run by hand left behind, then exit; refused while a manager owns it or a process uses it")
   opts = p.parse_args(argv)
+  if opts.clean is not None:
+    return opts
   opts.block = [b for b in opts.block.split(",") if b]
   unknown = [b for b in opts.block if b not in names]
   if unknown:
@@ -488,10 +571,18 @@ examples:
   opts.camera = opts.camera or "tici"
   if opts.duration is not None and opts.duration <= 0:
     p.error(f"--duration must be > 0, got {opts.duration}")
+  if opts.status_every <= 0 or not 0 <= opts.rate_tolerance < 1:
+    p.error(f"--status-every must be > 0 and --rate-tolerance in [0, 1), got {opts.status_every} and {opts.rate_tolerance}")
+  if opts.png and not os.path.isdir(os.path.dirname(os.path.abspath(opts.png))):
+    p.error(f"--png {opts.png}: its directory does not exist")
   try:
     injections = [parse_injection(spec, names) for spec in opts.inject]
   except ValueError as e:
     p.error(str(e))
+  late = [i for i in injections if opts.duration is not None and i.at >= opts.duration]
+  if late:
+    p.error(f"--inject {late[0].describe()} is past the end of the run (--duration {opts.duration:g}); "
+            "inject earlier or run longer")
   if any(i.kind == "amd" for i in injections) and not opts.usb_gpu:
     p.error("a USB+AMD fault (--inject amd-...) needs --usb-gpu: without the device modeld never uses it")
   opts.cores = stack_pins()
@@ -503,8 +594,28 @@ examples:
   return opts
 
 
+def check_model_files(opts) -> None:
+  """The model files the daemons of this run will load meet their contracts (ModelMetadataError otherwise),
+  so a bad model is one line before anything starts, not a crash loop."""
+  if "modeld" not in opts.block:
+    load_metadata(model_path("small"), contract=ROAD_CONTRACT)
+    if opts.usb_gpu and os.path.exists(model_path("big")):
+      load_metadata(model_path("big"), contract=ROAD_CONTRACT)
+  if "dmonitoringmodeld" not in opts.block:
+    load_metadata(DM_MODEL_PATH, contract=DM_CONTRACT)
+
+
+def clean_namespace(prefix: str | None, out=sys.stdout) -> int:
+  removed = clean(prefix or None)
+  print(f"removed {', '.join(removed)}" if removed else "nothing to remove", file=out)
+  return 0
+
+
 def main(argv=None) -> int:
   opts = parse_args(argv)
+  if opts.clean is not None:
+    return clean_namespace(opts.clean)
+  check_model_files(opts)
   try:
     from setproctitle import setproctitle
     setproctitle("manager")
@@ -513,5 +624,10 @@ def main(argv=None) -> int:
   return Manager(opts).run()
 
 
+def cli() -> None:
+  """The pymodeld-manager entry point: a user mistake is one line and exit 2 (daemons.common.cli)."""
+  run_cli("pymodeld-manager", main, errors=(NamespaceBusy, NamespaceUnusable))
+
+
 if __name__ == "__main__":
-  sys.exit(main())
+  cli()

@@ -10,15 +10,21 @@ Invariants:
 - A module that cannot be found is state "missing": reported, never started, never a manager crash.
 - A child that exits on its own is a crash. With restart_if_crash it is restarted after an exponential backoff
   (0.5 s doubling to 10 s; the count resets once a run lasted `stable_after` seconds).
+- A child's stdout and stderr go to one pipe, read line by line by a thread (unbuffered child, so lines come
+  as they are written): the last OUTPUT_LINES are kept, and `last_error` is the last line a crashed run
+  printed (its error, or a traceback's last line), so the manager can show why it crashed. `take_output()`
+  hands the new lines to whoever shows them.
 """
 from __future__ import annotations
 
+import collections
 import ctypes
 import importlib.util
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -30,6 +36,8 @@ BACKOFF_FIRST_S = 0.5
 BACKOFF_MAX_S = 10.0
 STABLE_AFTER_S = 30.0
 MANAGER_PID_ENV = "PYMODELD_MANAGER_PID"
+OUTPUT_LINES = 50
+MAX_LINE = 400    # a child's line is cut here: a runaway print must not grow the manager
 
 
 def always_run(ctx) -> bool:
@@ -79,6 +87,10 @@ class ManagedProcess:
   _consecutive: int = 0
   _expect_exit: bool = False
   log: list[str] = field(default_factory=list)
+  last_error: str = ""                 # the last line a crashed run printed
+  tail: collections.deque = field(default_factory=lambda: collections.deque(maxlen=OUTPUT_LINES))
+  _new_lines: collections.deque = field(default_factory=lambda: collections.deque(maxlen=10 * OUTPUT_LINES))
+  _reader: threading.Thread | None = None
 
   @property
   def name(self) -> str:
@@ -104,11 +116,38 @@ class ManagedProcess:
     child_env = dict(env)
     child_env["PYMODELD_PROCESS"] = self.name
     child_env[MANAGER_PID_ENV] = str(os.getpid())
+    child_env["PYTHONUNBUFFERED"] = "1"
     argv = [sys.executable, "-m", "selfdrive_stub.process", self.name, self.cfg.module, *self.cfg.args(ctx)]
-    self.proc = subprocess.Popen(argv, env=child_env, start_new_session=True, stdin=subprocess.DEVNULL)
+    self.proc = subprocess.Popen(argv, env=child_env, start_new_session=True, stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    self.tail.clear()
+    self._reader = threading.Thread(target=self._read_output, args=(self.proc.stdout,), name=f"out-{self.name}",
+                                    daemon=True)
+    self._reader.start()
     self.state, self.ready, self.exit_code = "running", False, None
     self.started_at = time.monotonic()
     return True
+
+  def _read_output(self, pipe) -> None:
+    with pipe:
+      for raw in iter(pipe.readline, b""):
+        line = raw[:MAX_LINE].decode(errors="replace").rstrip()
+        if line:
+          self.tail.append(line)
+          self._new_lines.append(line)
+
+  def take_output(self) -> list[str]:
+    """The lines the child printed since the last call."""
+    out = []
+    while self._new_lines:
+      out.append(self._new_lines.popleft())
+    return out
+
+  def _finish_output(self) -> None:
+    """Wait (briefly) for the reader to see the end of the dead child's output."""
+    if self._reader is not None:
+      self._reader.join(timeout=2.0)
+      self._reader = None
 
   def poll(self, now: float) -> str | None:
     """Notice an exit; returns "crash" or "expected" once per exit, else None."""
@@ -116,6 +155,7 @@ class ManagedProcess:
       return None
     self.exit_code = self.proc.returncode
     self._signal_group(signal.SIGKILL)   # leftover helpers of the dead child
+    self._finish_output()
     self.proc = None
     self.ready = False
     if self._expect_exit:
@@ -125,6 +165,7 @@ class ManagedProcess:
     else:
       self.crashes += 1
       kind = "crash"
+      self.last_error = self._exit_reason()
     self.log.append(f"{self.name}: exited with code {self.exit_code} ({kind})")
     if now - self.started_at >= self.stable_after:
       self._consecutive = 0
@@ -136,8 +177,25 @@ class ManagedProcess:
       self.state = "crashed"
     return kind
 
+  def _exit_reason(self) -> str:
+    code = self.exit_code or 0
+    if code < 0:
+      try:
+        return f"killed by {signal.Signals(-code).name}" + (f" after: {self.tail[-1]}" if self.tail else "")
+      except ValueError:
+        return f"killed by signal {-code}"
+    return self.tail[-1] if self.tail else f"exit code {code}, no output"
+
   def due_for_restart(self, now: float) -> bool:
     return self.state == "backoff" and now >= self.next_start
+
+  def restart(self) -> None:
+    """Stop (as stop()) on purpose, counted as an injected exit, and be due to start again at once."""
+    if self.proc is None:
+      return
+    self.stop(block=True)
+    self.expected_exits += 1
+    self.state, self.next_start = "backoff", 0.0
 
   def kill(self, expected: bool = True) -> None:
     """SIGKILL the group now (fault injection); the exit is noticed by poll()."""
@@ -159,6 +217,7 @@ class ManagedProcess:
       self.log.append(f"{self.name}: no exit {self.stop_timeout:.0f} s after SIGINT; SIGKILL")
     self._signal_group(signal.SIGKILL)
     self.exit_code = self.proc.wait()
+    self._finish_output()
     self.proc = None
     self.ready = False
     self.state = "stopped"

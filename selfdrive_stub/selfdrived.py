@@ -13,11 +13,11 @@ needs). Invariants:
 - `SelfdriveStateMachine` is pure (events and an injected clock in, state out); `collect_events` reads a
   SubMaster-like object (alive/freq_ok/valid dicts, invalid_reason(), item access).
 """
-import argparse
 import signal
 import time
 from dataclasses import dataclass, field
 from cereal import messaging
+from daemons.common.cli import Parser, run_cli
 
 NO_ENTRY, SOFT_DISABLE, WARNING = "noEntry", "softDisable", "warning"
 SOFT_DISABLE_TIME = 3.0   # s
@@ -147,7 +147,8 @@ def fill_selfdrive_state(msg, out: SelfdriveOutput) -> None:
 
 def main(argv=None) -> None:
   import setproctitle
-  parser = argparse.ArgumentParser(description="selfdrived stub: engagement gate on modelV2/DM/calibration/car inputs")
+  parser = Parser(prog="python -m selfdrive_stub.selfdrived",
+                  description="selfdrived stub: engagement gate on modelV2/DM/calibration/car inputs")
   parser.parse_args(argv)
   setproctitle.setproctitle("selfdrived")
   stop = []
@@ -168,4 +169,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-  main()
+  run_cli("selfdrived", main)

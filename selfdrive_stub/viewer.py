@@ -15,19 +15,24 @@ Invariants:
   behind or just in front of the camera are dropped, never projected through the image plane.
 - facePosition is (x, y) in the tici cabin frame normalised to [-0.5, 0.5] (the reference's convention);
   the 1440x960 DM input is that frame's bottom-centred window.
+- The CLI is a read-only tool: run where no stack is, it leaves no namespace behind (what its subscribers
+  created is removed at exit, unless a manager or another process took the namespace meanwhile).
 """
 from __future__ import annotations
 
 import argparse
-import sys
+import os
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 from cereal import messaging
 from daemons.common.cameras import config_for_frame
+from daemons.common.cli import Parser, run_cli
 from daemons.common.dm_warp import plan_for_camera
 from daemons.common.transforms import rot_from_euler, view_frame_from_device_frame
+from msgq.namespace import runtime_dir_path, shm_dir_path
+from selfdrive_stub.owner import NamespaceBusy, clean
 import visionipc
 
 CAMERA_HEIGHT_M = 1.22
@@ -192,13 +197,24 @@ class Viewer:
     self.cabin.close()
 
 
+HELP = """A picture of what the models see and predict, as a PNG: the road camera with the predicted path and
+lane lines, and the warped cabin input of the driver monitoring model with the predicted face.
+
+Run it inside a running stack (the OPENPILOT_PREFIX of the manager, e.g. OPENPILOT_PREFIX=demo), or let the
+manager refresh one with pymodeld-manager --png view.png."""
+
+
 def main(argv=None) -> int:
-  p = argparse.ArgumentParser(prog="python -m selfdrive_stub.viewer", description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
-  p.add_argument("--out", required=True, metavar="PNG", help="where to write the picture")
+  p = Parser(prog="python -m selfdrive_stub.viewer", description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--out", required=True, metavar="PNG", help="where to write the picture (its directory must exist)")
   p.add_argument("--wait", type=float, default=3.0, help="seconds to collect frames and messages (default 3)")
   args = p.parse_args(argv)
+  if not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
+    p.error(f"--out {args.out}: its directory does not exist")
+  if not args.wait >= 0:
+    p.error(f"--wait must be >= 0 seconds, got {args.wait}")
   services = ["modelV2", "driverStateV2", "driverMonitoringState", "extrinsicsCalibration"]
+  had_namespace = any(os.path.lexists(d) for d in (shm_dir_path(), runtime_dir_path()))
   sm = messaging.SubMaster(services)
   viewer = Viewer()
   try:
@@ -210,6 +226,12 @@ def main(argv=None) -> int:
     render_view(scene).save(args.out)
   finally:
     viewer.close()
+    sm.close()
+    if not had_namespace:   # no stack was here: what our subscribers created goes with us
+      try:
+        clean(None)
+      except NamespaceBusy:
+        pass   # a stack or a tool started meanwhile: the namespace is theirs now
   missing = [s for s in services if not sm.seen[s]]
   print(f"wrote {args.out}" + (f" (no messages from: {', '.join(missing)})" if missing else "")
         + ("" if viewer._road_y is not None or viewer._cabin is not None else " (no camera frames: is camerad running "
@@ -230,4 +252,4 @@ def _event_of(sm, service: str):
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  run_cli("viewer", main)

@@ -12,8 +12,14 @@ Invariants:
   FrameFileError, never wrong pixels.
 - A file whose writer died before close() (no footer) is still readable: the reader rebuilds the index by
   walking the records and stops at the first incomplete one (`reader.recovered` is then True).
+- A frame file is outside input. The reader opens only a regular file, never through a symlink, never
+  waiting on a FIFO; its declared geometry must lie within MAX_DIMENSION / MAX_FRAME_BYTES and agree with the
+  size the first record's zstd frame declares, so a tiny file cannot make a consumer map gigabytes; errors name
+  the problem and never echo the file's bytes. A writer creates its file exclusively and never through a link.
 """
+import errno
 import os
+import stat
 import struct
 from typing import Iterator, NamedTuple
 
@@ -31,6 +37,9 @@ HEADER_MAGIC, RECORD_MAGIC, FOOTER_MAGIC = b"NV12FRMS", b"FREC", b"NV12IDX\0"
 
 # file name per camera stream in a recorded route directory (named after openpilot's f/e/d camera files)
 STREAM_FILE_NAMES = {"road": "fcamera.nv12z", "wide": "ecamera.nv12z", "cabin": "dcamera.nv12z"}
+# the largest frame a file may declare: 4096x4096 padded NV12 fits, with room (tici's 1928x1208 is 4.8 MB)
+MAX_DIMENSION = 4096
+MAX_FRAME_BYTES = 32 << 20
 
 
 class FrameFileError(ValueError):
@@ -52,14 +61,54 @@ class Geometry(NamedTuple):
   size: int
 
 
+def check_frame_geometry(width: int, height: int, size: int, stride: int, uv_offset: int) -> None:
+  """check_geometry, plus the sane maximum a frame file may declare (ValueError naming the value)."""
+  check_geometry(width, height, size, stride, uv_offset)
+  if max(width, height) > MAX_DIMENSION or size > MAX_FRAME_BYTES:
+    raise ValueError(f"frame {width}x{height} of {size} bytes is larger than a frame file may hold "
+                     f"({MAX_DIMENSION} px a side, {MAX_FRAME_BYTES >> 20} MiB a frame)")
+
+
+def open_regular(path: str, dir_fd: int | None = None) -> int:
+  """fd of `path` opened read-only: never through a symlink, never blocking on a FIFO or device, and only if it
+  is a regular file (FrameFileError otherwise)."""
+  try:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+  except OSError as e:
+    why = "it is a symlink (refused)" if e.errno == errno.ELOOP else e.strerror   # O_NOFOLLOW met a link
+    raise FrameFileError(f"{path}: cannot open: {why}") from None
+  if not stat.S_ISREG(os.fstat(fd).st_mode):
+    os.close(fd)
+    raise FrameFileError(f"{path}: not a regular file")
+  return fd
+
+
+def create_file(path: str, dir_fd: int | None = None, exclusive: bool = True, mode: int = 0o600) -> int:
+  """fd of a file opened for writing, never through a symlink someone planted; `exclusive`: it must be new."""
+  flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_EXCL if exclusive else os.O_TRUNC)
+  try:
+    return os.open(path, flags, mode, dir_fd=dir_fd)
+  except FileExistsError:
+    raise FrameFileError(f"{path}: already exists (a file or link left there); refusing to write through it") from None
+  except OSError as e:
+    why = "it is a symlink (refused)" if e.errno == errno.ELOOP else e.strerror
+    raise FrameFileError(f"{path}: cannot create: {why}") from None
+
+
 class FrameWriter:
-  def __init__(self, path: str, width: int, height: int, stride: int, uv_offset: int, size: int, level: int = 1):
-    check_geometry(width, height, size, stride, uv_offset)
+  def __init__(self, path: str, width: int, height: int, stride: int, uv_offset: int, size: int, level: int = 1,
+               dir_fd: int | None = None, exclusive: bool = False):
+    """A frame file at `path` (relative to `dir_fd` if given), never written through a symlink; `exclusive`:
+    an existing file there is an error rather than replaced (routes)."""
+    try:
+      check_frame_geometry(width, height, size, stride, uv_offset)
+    except ValueError as e:
+      raise FrameFileError(f"{path}: {e}") from None
     self.path = path
     self.geometry = Geometry(width, height, stride, uv_offset, size)
     self._compressor = zstandard.ZstdCompressor(level=level, write_checksum=True, write_content_size=True)
     self._index: list[bytes] = []
-    self._file = open(path, "wb")
+    self._file = os.fdopen(create_file(path, dir_fd, exclusive, 0o600 if exclusive else 0o666), "wb")
     self._file.write(HEADER.pack(HEADER_MAGIC, VERSION, CODEC_ZSTD, width, height, stride, uv_offset, size))
     self._offset = HEADER.size
 
@@ -95,9 +144,10 @@ class FrameWriter:
 
 
 class FrameReader:
-  def __init__(self, path: str):
+  def __init__(self, path: str, fd: int | None = None):
+    """Read the frame file at `path`; or, given `fd` (from open_regular, taken over), that file, `path` naming it."""
     self.path = path
-    self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    self._fd = open_regular(path) if fd is None else fd
     try:
       self._file_size = os.fstat(self._fd).st_size
       self.geometry = self._read_header()
@@ -106,6 +156,7 @@ class FrameReader:
       if self._index is None:
         self.recovered = True
         self._index = self._scan_records()
+      self._check_declared_size()
     except BaseException:
       os.close(self._fd)
       raise
@@ -113,16 +164,30 @@ class FrameReader:
 
   def _read_header(self) -> Geometry:
     raw = os.pread(self._fd, HEADER.size, 0)
-    if len(raw) < HEADER.size or raw[:8] != HEADER_MAGIC:
-      raise FrameFileError(f"{self.path}: not a frame file (bad magic {raw[:8]!r})")
+    if len(raw) < HEADER.size or raw[:8] != HEADER_MAGIC:   # its bytes are not echoed: they may be anyone's
+      raise FrameFileError(f"{self.path}: not a frame file (no {HEADER_MAGIC.decode()} header)")
     _, version, codec, width, height, stride, uv_offset, size = HEADER.unpack(raw)
     if version != VERSION or codec != CODEC_ZSTD:
       raise FrameFileError(f"{self.path}: unsupported version {version} / codec {codec} (this reader: {VERSION}/{CODEC_ZSTD})")
     try:
-      check_geometry(width, height, size, stride, uv_offset)
+      check_frame_geometry(width, height, size, stride, uv_offset)
     except ValueError as e:
       raise FrameFileError(f"{self.path}: bad geometry in header: {e}") from None
     return Geometry(width, height, stride, uv_offset, size)
+
+  def _check_declared_size(self) -> None:
+    """The header's frame size must be what the records hold: the first record's zstd frame declares it."""
+    if not self._index:
+      return
+    _, _, _, offset, clen = self._index[0]
+    head = os.pread(self._fd, min(clen, 32), offset + RECORD.size)
+    try:
+      declared = zstandard.frame_content_size(head)
+    except zstandard.ZstdError:
+      raise FrameFileError(f"{self.path}: record 0 is not a zstd frame") from None
+    if declared != self.geometry.size:
+      raise FrameFileError(f"{self.path}: the header declares {self.geometry.size}-byte frames but record 0 holds "
+                           f"{declared if declared >= 0 else 'an unknown number of'} bytes")
 
   def _read_index(self) -> list[tuple[int, int, int, int, int]] | None:
     """The footer's index, or None when the footer is missing or inconsistent (writer died)."""

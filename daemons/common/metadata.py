@@ -5,8 +5,13 @@ Slices live in the model's `metadata_props`:
 - `output_slices`: the reference format, a base64-encoded pickle of `{name: slice}`. It is read through an
   unpickler that admits only `builtins.slice` (and plain containers/numbers), so a model file can never run code.
 
-Every slice must be non-empty and lie inside the model's flat output; required heads must be present. Anything
-else is a `ModelMetadataError` naming the head and the numbers, raised at startup rather than per frame.
+Every slice must be non-empty, of integer bounds with step 1, and lie inside the model's flat output; required
+heads must be present. Anything else is a `ModelMetadataError` naming the head and the numbers, raised at
+startup rather than per frame.
+
+A daemon states its model's I/O contract once (`ModelContract`: input names, dtypes and shapes; output heads
+and their widths); `load_metadata(path, contract=...)` checks the model against all of it in one pass and one
+`ModelMetadataError` lists every mismatch, inputs first, so fixing a model file is one round, not one per error.
 """
 import base64
 import io
@@ -39,19 +44,47 @@ def load_pickled_slices(blob: str) -> dict[str, slice]:
     raise ModelMetadataError(f"output_slices is not a valid base64 pickle of slices: {e}") from e
   if not isinstance(obj, dict) or not all(isinstance(k, str) and isinstance(v, slice) for k, v in obj.items()):
     raise ModelMetadataError(f"output_slices must be a dict of name -> slice, got {type(obj).__name__}")
+  problems = [p for name, s in obj.items() for p in [_slice_bounds_problem(name, s)] if p]
+  if problems:
+    raise ModelMetadataError("output_slices: " + "; ".join(problems))
   return obj
+
+
+def _slice_bounds_problem(name: str, s: slice) -> str:
+  """'' if the slice has integer (or absent) bounds and step 1, else what is wrong with it, naming the head."""
+  for part in ("start", "stop", "step"):
+    value = getattr(s, part)
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+      return f"head {name!r}: slice {part} {value!r} is a {type(value).__name__}, not an integer"
+  if s.step not in (None, 1):
+    return f"head {name!r}: slice step {s.step} is not supported (only 1)"
+  return ""
 
 
 def _json_slices(text: str) -> dict[str, slice]:
   try:
     raw = json.loads(text)
-    return {str(k): slice(int(v[0]), int(v[1])) for k, v in raw.items()}
-  except Exception as e:
-    raise ModelMetadataError(f"output_slices_json is not a JSON object of name -> [start, stop]: {e}") from e
+  except ValueError as e:
+    raise ModelMetadataError(f"output_slices_json is not JSON: {e}") from None
+  if not isinstance(raw, dict):
+    raise ModelMetadataError(f"output_slices_json must be an object of name -> [start, stop], got {type(raw).__name__}")
+  out = {}
+  for name, v in raw.items():
+    if not (isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in v)):
+      raise ModelMetadataError(f"head {name!r}: output_slices_json entry {v!r} is not [start, stop] of two integers")
+    out[name] = slice(v[0], v[1])
+  return out
 
 
 def _dims(value_info) -> tuple[int, ...]:
   return tuple(d.dim_value for d in value_info.type.tensor_type.shape.dim)
+
+
+def _dtype(value_info) -> str:
+  try:
+    return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(value_info.type.tensor_type.elem_type)).name
+  except (KeyError, TypeError, ValueError):
+    return f"onnx type {value_info.type.tensor_type.elem_type}"
 
 
 @dataclass
@@ -60,6 +93,7 @@ class ModelMetadata:
   input_shapes: dict[str, tuple[int, ...]]
   output_shapes: dict[str, tuple[int, ...]]
   props: dict[str, str] = field(default_factory=dict)
+  input_dtypes: dict[str, str] = field(default_factory=dict)
 
   @property
   def output_size(self) -> int:
@@ -72,22 +106,71 @@ class ModelMetadata:
     return {name: flat[:, s] for name, s in self.output_slices.items()}
 
 
-def validate_slices(slices: dict[str, slice], output_size: int, required: tuple[str, ...] = ()) -> None:
+def slice_problems(slices: dict[str, slice], output_size: int, required=()) -> list[str]:
+  """Every problem of the slices against a flat output of `output_size` values: missing required heads, then
+  each malformed, empty or out-of-range slice (by head name)."""
+  problems = []
   missing = [name for name in required if name not in slices]
   if missing:
-    raise ModelMetadataError(f"model metadata lacks required output heads {missing}")
+    problems.append(f"model metadata lacks required output heads {missing}")
   for name, s in slices.items():
-    start, stop, step = s.indices(output_size)
-    if step != 1:
-      raise ModelMetadataError(f"head {name!r}: slice step {s.step} is not supported")
+    bad = _slice_bounds_problem(name, s)
+    if bad:
+      problems.append(bad)
+      continue
+    start, stop, _ = s.indices(output_size)
     # a slice reaching past either end would silently return a short array; refuse it
     outside = (s.stop is not None and s.stop > output_size) or (s.start is not None and s.start < -output_size)
     if outside or stop <= start:
-      raise ModelMetadataError(f"head {name!r}: slice {s.start}:{s.stop} is empty or outside the model output of size {output_size}")
+      problems.append(f"head {name!r}: slice {s.start}:{s.stop} is empty or outside the model output of size {output_size}")
+  return problems
 
 
-def load_metadata(model_path: str, required: tuple[str, ...] = ()) -> ModelMetadata:
-  """Read and validate the metadata of an ONNX model file (weights are not loaded)."""
+def validate_slices(slices: dict[str, slice], output_size: int, required: tuple[str, ...] = ()) -> None:
+  problems = slice_problems(slices, output_size, required)
+  if problems:
+    raise ModelMetadataError("; ".join(problems))
+
+
+@dataclass(frozen=True)
+class ModelContract:
+  """What a daemon feeds its model and reads back: input name -> (dtype, shape), output head -> width (None:
+  any non-empty width), and the metadata keys it reads. The daemon READMEs state these same tables."""
+  name: str
+  inputs: dict[str, tuple[str, tuple[int, ...]]]
+  heads: dict[str, int | None]
+
+  def problems(self, meta: "ModelMetadata") -> list[str]:
+    """Every mismatch between a model and this contract: inputs (names, dtypes, shapes), then output heads."""
+    out = []
+    missing = [n for n in self.inputs if n not in meta.input_shapes]
+    extra = [n for n in meta.input_shapes if n not in self.inputs]
+    if missing:
+      out.append(f"missing inputs {missing}")
+    if extra:
+      out.append(f"unexpected inputs {extra}")
+    for name, (dtype, shape) in self.inputs.items():
+      if name not in meta.input_shapes:
+        continue
+      got_dtype, got_shape = meta.input_dtypes.get(name, "?"), tuple(meta.input_shapes[name])
+      if got_dtype != dtype:
+        out.append(f"input {name!r} is {got_dtype}, expected {dtype}")
+      if got_shape != tuple(shape):
+        out.append(f"input {name!r} has shape {got_shape}, expected {tuple(shape)}")
+    out += slice_problems(meta.output_slices, meta.output_size, tuple(self.heads))
+    for name, width in self.heads.items():
+      s = meta.output_slices.get(name)
+      if s is None or width is None or _slice_bounds_problem(name, s):
+        continue
+      start, stop, _ = s.indices(meta.output_size)
+      if stop > start and stop - start != width:
+        out.append(f"head {name!r} has {stop - start} values, expected {width}")
+    return out
+
+
+def load_metadata(model_path: str, required: tuple[str, ...] = (), contract: ModelContract | None = None) -> ModelMetadata:
+  """Read and validate the metadata of an ONNX model file (weights are not loaded); with a contract, the whole
+  contract is checked and every mismatch named in one ModelMetadataError."""
   try:
     model = onnx.load(model_path, load_external_data=False)
   except Exception as e:
@@ -100,10 +183,16 @@ def load_metadata(model_path: str, required: tuple[str, ...] = ()) -> ModelMetad
   else:
     raise ModelMetadataError(f"{model_path!r} has no output_slices in its metadata_props")
   inits = {i.name for i in model.graph.initializer}
-  inputs = {i.name: _dims(i) for i in model.graph.input if i.name not in inits}
+  inputs = [i for i in model.graph.input if i.name not in inits]
   outputs = {o.name: _dims(o) for o in model.graph.output}
   if len(outputs) != 1:
     raise ModelMetadataError(f"{model_path!r}: expected one flat output, found {sorted(outputs)}")
-  meta = ModelMetadata(slices, inputs, outputs, props)
-  validate_slices(slices, meta.output_size, required)
+  meta = ModelMetadata(slices, {i.name: _dims(i) for i in inputs}, outputs, props, {i.name: _dtype(i) for i in inputs})
+  if contract is not None:
+    problems = contract.problems(meta)
+    if problems:
+      raise ModelMetadataError(f"{model_path}: does not match the {contract.name} model contract "
+                               f"({len(problems)} problem{'s' * (len(problems) > 1)}): " + "; ".join(problems))
+  else:
+    validate_slices(slices, meta.output_size, required)
   return meta

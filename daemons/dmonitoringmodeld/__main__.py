@@ -5,8 +5,6 @@ import os
 for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
   os.environ.setdefault(var, "1")
 
-import sys  # noqa: E402
+from daemons.dmonitoringmodeld.daemon import cli  # noqa: E402
 
-from daemons.dmonitoringmodeld.daemon import main  # noqa: E402
-
-sys.exit(main())
+cli()

@@ -1,28 +1,33 @@
-"""dmonitoringmodeld: cabin frames → DM model → driverStateV2 (spec dm_pipeline.md §1.5, with the fixes of §9).
+"""dmonitoringmodeld: cabin camera frames -> driver monitoring model -> driverStateV2 (README.md beside this file).
 
 Invariants:
 - Sized from the first received frame, not from connect(); a geometry change rebuilds the warp; an unknown
   geometry on the first frame is a startup error (UnknownCameraError names the supported ones), later it is
   logged and its frames skipped. A camerad restart is followed by the VisionIPC client's own reconnect.
 - One driverStateV2 per processed frame, frameId = the camera's frame id; `valid` per model_state.py.
-- SIGINT/SIGTERM end the loop and the process exits 0.
+- SIGINT/SIGTERM end the loop and the process exits 0. A model that does not meet the contract, or a
+  first frame of an unknown geometry, is one line naming it and exit 2 (daemons.common.cli).
+- It says what it is doing: loading, compiled (with the time), waiting for the cabin stream, first frame.
 """
-import argparse
 import signal
 import sys
+import time
 
 from setproctitle import setproctitle
 
 from cereal.messaging import PubMaster, SubMaster
 from daemons.common.cameras import UnknownCameraError
+from daemons.common.cli import Parser, run_cli
 from daemons.common.env import send_raw_pred
+from daemons.common.metadata import ModelMetadataError
 from daemons.common.realtime import SCHEDULING_HELP, scheduling_plan
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH, Calibration, ModelState
-from daemons.dmonitoringmodeld.runner import make_runner
+from daemons.dmonitoringmodeld.runner import RunnerUnavailable, make_runner
 from visionipc import VisionIpcClient, VisionStreamType
 
 PROCESS_NAME = "dmonitoringmodeld"
 CAMERA_DT = 0.05
+WAITING_LOG_S = 10.0   # while no frame comes, say so this often
 
 
 class Stop:
@@ -40,9 +45,10 @@ def log(msg: str) -> None:
 
 
 def main(argv=None) -> int:
-  ap = argparse.ArgumentParser(prog=PROCESS_NAME, description=__doc__.splitlines()[0], epilog=SCHEDULING_HELP)
-  ap.add_argument("--model", default=MODEL_PATH, help="ONNX model with the DM contract")
-  ap.add_argument("--server", default="camerad", help="VisionIPC server name")
+  ap = Parser(prog="python -m daemons.dmonitoringmodeld", description=__doc__.splitlines()[0], epilog=SCHEDULING_HELP)
+  ap.add_argument("--model", default=MODEL_PATH,
+                  help="ONNX model with the DM contract (inputs, heads: daemons/dmonitoringmodeld/README.md)")
+  ap.add_argument("--server", default="camerad", help="VisionIPC server name (default camerad)")
   args = ap.parse_args(argv)
   try:
     scheduling = scheduling_plan(PROCESS_NAME)  # checked now, applied before the frame loop
@@ -51,19 +57,27 @@ def main(argv=None) -> int:
   setproctitle(PROCESS_NAME)
   stop = Stop()
 
+  log(f"loading model {args.model}")
+  t0 = time.monotonic()
   model = ModelState.load(make_runner, args.model, send_raw_pred())
+  log(f"model compiled and loaded in {time.monotonic() - t0:.1f} s")
   pm = PubMaster(["driverStateV2"], process=PROCESS_NAME)
   sm = SubMaster(["extrinsicsCalibration"])
   calib = Calibration()
   client = VisionIpcClient(args.server, VisionStreamType.VISION_STREAM_CABIN, conflate=True, skip_overwritten=True)
   scheduling.apply(log)
-  log("connecting to cabin stream")
+  log(f"waiting for the cabin stream of VisionIPC server {args.server!r}")
   first = True
   skipped_geometry = None
+  waiting_since = next_waiting_log = time.monotonic()
   try:
     while not stop.requested:
       buf = client.recv(100)
       if buf is None:
+        if first and time.monotonic() >= next_waiting_log + WAITING_LOG_S:
+          next_waiting_log = time.monotonic()
+          log(f"still waiting for cabin frames ({next_waiting_log - waiting_since:.0f} s; is camerad running in this "
+              "OPENPILOT_PREFIX?)")
         continue
       sm.update(0)
       # calibration age is measured in camera time (frame ids at 20 Hz), not wall time, so a replay is exact
@@ -80,7 +94,8 @@ def main(argv=None) -> int:
           skipped_geometry = (buf.width, buf.height)
         continue
       if first:
-        log(f"cabin stream {buf.width}x{buf.height} stride {buf.stride}: warp plan {model.plan.kind}")
+        log(f"first frame {buf.frame_id}: cabin stream {buf.width}x{buf.height} stride {buf.stride}, "
+            f"warp plan {model.plan.kind}")
         first = False
       skipped_geometry = None
       msg = model.step(buf.data, buf.width, buf.height, buf.stride, buf.frame_id, calib, now,
@@ -94,5 +109,10 @@ def main(argv=None) -> int:
   return 0
 
 
+def cli() -> None:
+  run_cli(PROCESS_NAME, main, errors=(RunnerUnavailable,),
+          hints={ModelMetadataError: "the DM model contract is in daemons/dmonitoringmodeld/README.md"})
+
+
 if __name__ == "__main__":
-  sys.exit(main())
+  cli()

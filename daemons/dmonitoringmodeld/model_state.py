@@ -18,22 +18,19 @@ import numpy as np
 
 from cereal.messaging import new_message
 from daemons.common.dm_warp import DM_INPUT_SIZE, WarpPlan, plan_for_camera
-from daemons.common.metadata import ModelMetadata, ModelMetadataError, load_metadata
-from daemons.dmonitoringmodeld.parse import REQUIRED_HEADS, check_head_sizes, fill_driver_data, non_finite_heads, \
-  parse_outputs
+from daemons.common.metadata import ModelContract, ModelMetadata, ModelMetadataError, load_metadata
+from daemons.dmonitoringmodeld.parse import HEAD_SIZES, fill_driver_data, non_finite_heads, parse_outputs
 
 MODEL_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models", "dmonitoring_model.onnx")
 CALIB_STALE_S = 2.5        # 10 periods of the 4 Hz extrinsicsCalibration (the daemon's clock: camera time)
 INPUT_SHAPES = {"input_img": (1, DM_INPUT_SIZE[0] * DM_INPUT_SIZE[1]), "calib": (1, 3)}
+# the DM model contract (README.md states it): checked whole at load, every mismatch in one error
+DM_CONTRACT = ModelContract("driver monitoring", {"input_img": ("uint8", INPUT_SHAPES["input_img"]),
+                                                  "calib": ("float32", INPUT_SHAPES["calib"])}, HEAD_SIZES)
 
 
 def load_dm_metadata(path: str) -> ModelMetadata:
-  meta = load_metadata(path, required=REQUIRED_HEADS)
-  check_head_sizes(meta)
-  for name, shape in INPUT_SHAPES.items():
-    if tuple(meta.input_shapes.get(name, ())) != shape:
-      raise ModelMetadataError(f"model input {name!r} has shape {meta.input_shapes.get(name)}, expected {shape}")
-  return meta
+  return load_metadata(path, contract=DM_CONTRACT)
 
 
 @dataclass

@@ -1,5 +1,4 @@
 import os
-import sys
 
 # Before numpy loads: one BLAS thread. Several processes share 2 cores; OpenBLAS worker threads spinning
 # against each other make a 7 ms model take hundreds of ms under load (measured). The reference likewise pins
@@ -7,6 +6,6 @@ import sys
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
   os.environ.setdefault(_var, "1")
 
-from daemons.modeld.daemon import main  # noqa: E402
+from daemons.modeld.daemon import cli  # noqa: E402
 
-sys.exit(main())
+cli()

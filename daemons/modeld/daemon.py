@@ -2,17 +2,19 @@
 
     python -m daemons.modeld [--wait-timeout-ms 3000] [--big-load-limit-s 60] [--no-big]
 
-Startup (spec §1.2, reshaped so that no frame waits on the big model):
-1. discover camerad's streams; main = narrow if served, else wide; extra = wide when both are served;
-2. load the small model on the CPU (always: it is the standby);
+Startup (openpilot's order, reshaped so that no frame waits on the big model; each step is logged):
+1. load (compile) the small model on the CPU (always: it is the standby), before any camera is needed;
+2. discover camerad's streams; main = narrow if served, else wide; extra = wide when both are served (while
+   none is served, say so every WAITING_LOG_S);
 3. if the USB+AMD device opens and the big model file exists, set the device's wait timeout (3000 ms) and load
    the big model on it in a worker thread with a time limit (60 s); meanwhile frames run on the small model and
    are published valid=False with "big model loading"; a load error or timeout leaves the small model active
-   with the reason in `fallbackReason`;
+   with the reason in `fallbackReason`; without the device the log says how to get it
+   (`pymodeld-manager --usb-gpu`);
 4. loop: pair main/extra frames by timestamp_sof (main waits until extra is within 25 ms), read the bus
-   without blocking, step, publish. SIGINT/SIGTERM finish the current frame and exit 0.
+   without blocking, step, publish (the first frame is logged). SIGINT/SIGTERM finish the current frame and
+   exit 0. A model that does not meet the road contract is one line naming every mismatch and exit 2.
 """
-import argparse
 import os
 import signal
 import threading
@@ -22,16 +24,20 @@ import setproctitle
 
 from cereal import messaging
 from daemons.common.cameras import config_for_frame
+from daemons.common.cli import Parser, run_cli
 from daemons.common.env import DAEMONS_ENV
+from daemons.common.metadata import ModelMetadataError
 from daemons.common.realtime import SCHEDULING_HELP, scheduling_plan
 from daemons.modeld.core import CarInputs, Frame, Modeld
 from daemons.modeld.model_state import ModelState, model_path
 from daemons.modeld.runner import runtime_runner, warmup
-from runtime.device import Device, DeviceError
+from runtime.device import Device, DeviceError, DeviceUnavailable
 from visionipc import VisionIpcClient, VisionStreamType, available_streams
 
 NARROW, WIDE = VisionStreamType.VISION_STREAM_NARROW_ROAD, VisionStreamType.VISION_STREAM_WIDE_ROAD
 PAIR_WINDOW_NS = 25_000_000
+WAITING_LOG_S = 10.0
+USB_GPU_HINT = "start the stack with `pymodeld-manager --usb-gpu` to run it"
 BIG_DEVICE = "USB+AMD"
 SUBSCRIPTIONS = ["deviceState", "carState", "narrowRoadCameraState", "extrinsicsCalibration",
                  "driverMonitoringState", "carControl", "lateralDelay"]
@@ -69,6 +75,8 @@ def big_model_available(wait_timeout_ms: int) -> tuple[bool, str]:
     return False, f"big model file missing: {model_path('big')}"
   try:
     dev = Device[BIG_DEVICE]
+  except DeviceUnavailable:   # the device's own hint is for a tool; the running stack is started with the flag
+    return False, f"the {BIG_DEVICE} device is not plugged in ({USB_GPU_HINT})"
   except DeviceError as e:
     return False, f"{BIG_DEVICE} unavailable: {e}"
   dev.wait_timeout_ms = wait_timeout_ms
@@ -117,12 +125,31 @@ def _geometry(client: VisionIpcClient) -> tuple[int, int, int, int]:
   return client.width, client.height, client.stride, client.uv_offset
 
 
+def log(msg: str) -> None:
+  print(f"modeld: {msg}", flush=True)
+
+
+def wait_for_streams(stop: threading.Event) -> set[int]:
+  """camerad's streams, once it serves any (empty if stopped first); says so while waiting."""
+  since = last_log = time.monotonic()
+  log("waiting for cameras (camerad's VisionIPC streams in this OPENPILOT_PREFIX)")
+  while not stop.is_set():
+    streams = available_streams("camerad", block=False)
+    if streams:
+      return streams
+    if time.monotonic() - last_log >= WAITING_LOG_S:
+      last_log = time.monotonic()
+      log(f"still waiting for cameras ({last_log - since:.0f} s; is camerad running in this OPENPILOT_PREFIX?)")
+    stop.wait(0.1)
+  return set()
+
+
 def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(prog="python -m daemons.modeld", description="road driving model daemon",
-                                   epilog=SCHEDULING_HELP)
+  parser = Parser(prog="python -m daemons.modeld", description="road driving model daemon (README.md beside it)",
+                  epilog=SCHEDULING_HELP)
   parser.add_argument("--wait-timeout-ms", type=int, default=int(DAEMONS_ENV.number("MODELD_WAIT_TIMEOUT_MS", 3000)),
                       help="USB+AMD wait timeout before the big model is declared failed (default 3000)")
-  parser.add_argument("--big-load-limit-s", type=float, default=60.0, help="time limit for loading the big model")
+  parser.add_argument("--big-load-limit-s", type=float, default=60.0, help="time limit for loading the big model (default 60)")
   parser.add_argument("--no-big", action="store_true", help="never try the big model")
   args = parser.parse_args(argv)
   try:
@@ -134,12 +161,13 @@ def main(argv=None) -> int:
   for sig in (signal.SIGINT, signal.SIGTERM):
     signal.signal(sig, lambda *_: stop.set())
 
-  streams: set[int] = set()
-  while not streams and not stop.is_set():
-    streams = available_streams("camerad", block=False)
-    if not streams:
-      stop.wait(0.1)
-  if stop.is_set():
+  log(f"loading the small model {model_path('small')} on CPU")
+  t0 = time.monotonic()
+  small = ModelState.load("small", lambda path: runtime_runner(path, "CPU"))
+  log(f"small model compiled and loaded in {time.monotonic() - t0:.1f} s")
+
+  streams = wait_for_streams(stop)
+  if not streams:
     return 0
   main_is_wide = NARROW not in streams
   use_extra = NARROW in streams and WIDE in streams
@@ -149,8 +177,9 @@ def main(argv=None) -> int:
     while not client.connect(False):
       if stop.wait(0.1):
         return 0
+  log(f"cameras: main {'wide' if main_is_wide else 'narrow'} {vipc_main.width}x{vipc_main.height}"
+      + (f", extra wide {vipc_extra.width}x{vipc_extra.height}" if vipc_extra else ", no extra camera"))
 
-  small = ModelState.load("small", lambda path: runtime_runner(path, "CPU"))
   cameras = config_for_frame(vipc_main.width, vipc_main.height)
   modeld = Modeld(small, cameras, _geometry(vipc_main), _geometry(vipc_extra) if vipc_extra else None, main_is_wide)
   loader = None
@@ -159,13 +188,14 @@ def main(argv=None) -> int:
     if ok:
       modeld.start_big_loading()
       loader = BigModelLoader(args.big_load_limit_s)
-    print(f"modeld: big model {'loading on ' + BIG_DEVICE if ok else 'not used: ' + why}", flush=True)
+    log(f"big model {'loading on ' + BIG_DEVICE if ok else 'not used: ' + why}")
 
   pm = messaging.PubMaster(["modelV2", "drivingModelData", "cameraOdometry"], process="modeld")
   sm = messaging.SubMaster(SUBSCRIPTIONS)
   scheduling.apply(lambda m: print(f"modeld: {m}", flush=True))
   buf_extra = None
   last_status = ("", "")
+  first = True
   current_geometry = (_geometry(vipc_main), _geometry(vipc_extra) if vipc_extra is not None else None)
   while not stop.is_set():
     buf_main = vipc_main.recv(100)
@@ -192,6 +222,9 @@ def main(argv=None) -> int:
       if loader is None:
         print(f"modeld: big model {state}{': ' + value if state == 'failed' else ''}", flush=True)
     result = modeld.step(_frame(buf_main), _frame(buf_extra) if vipc_extra is not None else None, car_inputs(sm))
+    if first:
+      log(f"first frame {buf_main.frame_id} on the {modeld.active.name} model")
+      first = False
     for service, msg in result.events:
       pm.send(service, msg)
     # log changes of model state, not every frame
@@ -202,3 +235,7 @@ def main(argv=None) -> int:
           print(f"modeld: frame {buf_main.frame_id}: {new}", flush=True)
       last_status = status
   return 0
+
+
+def cli() -> None:
+  run_cli("modeld", main, hints={ModelMetadataError: "the road model contract is in daemons/modeld/README.md"})

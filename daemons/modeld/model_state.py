@@ -16,9 +16,10 @@ from typing import Callable
 import numpy as np
 
 from daemons.common.env import DAEMONS_ENV
-from daemons.common.metadata import ModelMetadata, load_metadata
+from daemons.common.metadata import ModelContract, ModelMetadata, load_metadata
 from daemons.common.outputs import all_finite
-from daemons.modeld.constants import REQUIRED_HEADS
+from daemons.modeld.constants import DESIRE_HISTORY, DESIRE_LEN, FEATURE_LEN, HISTORY_LEN, OUTPUT_HEADS, \
+  TRAFFIC_CONVENTION_LEN
 from daemons.modeld.fill import PublishState
 from daemons.modeld.history import ModelHistory
 from daemons.modeld.parse import parse_outputs
@@ -28,6 +29,14 @@ MODEL_PATHS = {"small": os.path.join(MODELS_DIR, "driving_small.onnx"),
                "big": os.path.join(MODELS_DIR, "driving_big.onnx")}
 # env overrides of the model files (process_replay points a daemon at a modified copy with these)
 MODEL_PATH_ENV = {"small": "PYMODELD_ROAD_MODEL_SMALL", "big": "PYMODELD_ROAD_MODEL_BIG"}
+
+
+# the road model contract (README.md states it), the same for the big and the small model: checked whole at load
+ROAD_CONTRACT = ModelContract("road", {
+  "img": ("uint8", (1, 12, 128, 256)), "big_img": ("uint8", (1, 12, 128, 256)),
+  "features_buffer": ("float32", (1, HISTORY_LEN, FEATURE_LEN)), "desire_pulse": ("float32", (1, DESIRE_HISTORY, DESIRE_LEN)),
+  "traffic_convention": ("float32", (1, TRAFFIC_CONVENTION_LEN)), "action_t": ("float32", (1, 2)),
+}, {name: width for name, width in OUTPUT_HEADS if name != "pad"})
 
 
 def model_path(name: str) -> str:
@@ -59,7 +68,7 @@ class ModelState:
   @classmethod
   def load(cls, name: str, runner_factory: Callable[[str], Runner], path: str | None = None) -> "ModelState":
     path = path or model_path(name)
-    metadata = load_metadata(path, required=REQUIRED_HEADS)
+    metadata = load_metadata(path, contract=ROAD_CONTRACT)
     return cls(name, runner_factory(path), metadata)
 
   def run(self, img: np.ndarray, big_img: np.ndarray, desire: np.ndarray, traffic_convention: np.ndarray,

@@ -142,3 +142,65 @@ def test_one_step_serves_frame_n_of_the_seed_on_every_tici_stream():
     assert (state.frameId, state.timestampSof, str(state.sensor)) == (57, 1_000, "ar0231")
   finally:
     stub.close()
+
+
+def _render_ms(camera: str = "tici", n: int = 12) -> float:
+  """Median time to render one frame of one stream here and now: the peer for camerad's announce delays."""
+  device = device_config(camera)
+  renderer = SceneRenderer(device, 0)
+  times = []
+  for k in range(n):
+    stream = ("road", "wide", "cabin")[k % 3]
+    cam = getattr(device, stream)
+    size, stride, uv_offset = padded_nv12_layout(cam.width, cam.height)
+    buf = np.zeros(size, np.uint8)
+    y = buf[:stride * cam.height].reshape(cam.height, stride)[:, :cam.width]
+    uv = buf[uv_offset:uv_offset + stride * (cam.height // 2)].reshape(cam.height // 2, stride)[:, :cam.width]
+    t0 = time.perf_counter()
+    renderer.render_into(stream, k, y, uv)
+    times.append(time.perf_counter() - t0)
+  return 1e3 * float(np.median(times))
+
+
+@pytest.mark.parametrize("recorded", [False, True])
+def test_each_frame_is_announced_at_its_eof_stamp_not_after_the_other_streams_render(camerad, tmp_path, recorded):
+  """announce - timestamp_eof is the hand-off alone: the cabin stream (announced last) is not later than the
+  road stream (first) by a render, as it was when all three were rendered after the stamp. Bounded against
+  the render time measured in this same run, not against a clock."""
+  args = ["--camera", "tici", "--duration", "6"]
+  if recorded:   # a recorded route: frames come from frame files, read ahead the same way
+    device = device_config("tici")
+    renderer = SceneRenderer(device, 0)
+    for stream in ("road", "wide", "cabin"):
+      cam = getattr(device, stream)
+      size, stride, uv_offset = padded_nv12_layout(cam.width, cam.height)
+      with FrameWriter(str(tmp_path / f"{stream}.nv12z"), cam.width, cam.height, stride, uv_offset, size) as w:
+        for k in range(8):
+          w.write(renderer.frame(stream, k), frame_id=k)
+      args += [f"--{stream}-frames", str(tmp_path / f"{stream}.nv12z"), "--loop"]
+  sm = messaging.SubMaster([service for _, _, service in CAMERAS])
+  socks = {service: messaging.sub_sock(service, conflate=False) for _, _, service in CAMERAS}
+  delays: dict[str, dict[int, float]] = {service: {} for service in socks}
+  proc = camerad(*args)
+  deadline = time.monotonic() + 60
+  while proc.poll() is None and time.monotonic() < deadline:
+    for service, sock in socks.items():
+      for raw in messaging.drain_sock_raw(sock):
+        evt = messaging.log_from_bytes(raw, service=service)
+        body = getattr(evt, service)
+        delays[service][body.frameId] = (evt.logMonoTime - body.timestampEof) / 1e6
+    time.sleep(0.005)
+  render_ms = _render_ms()
+  sm.close()
+  road, cabin = delays["narrowRoadCameraState"], delays["cabinCameraState"]
+  common = sorted(set(road) & set(cabin))[5:]    # past the start-up frames
+  assert len(common) >= 40, {s: len(d) for s, d in delays.items()}
+  assert min(min(d.values()) for d in delays.values()) >= 0, "a frame was announced before its EOF stamp"
+  behind = float(np.median([cabin[k] - road[k] for k in common]))
+  assert behind < 0.5 * render_ms, (f"the cabin frame is announced {behind:.2f} ms after the road frame (one "
+                                    f"render takes {render_ms:.2f} ms here): it waited behind rendering")
+  # and it does not grow with the position in the stream (first vs last third of the run)
+  third = len(common) // 3
+  early = float(np.median([cabin[k] for k in common[:third]]))
+  late = float(np.median([cabin[k] for k in common[-third:]]))
+  assert late < early + render_ms, (early, late, render_ms)

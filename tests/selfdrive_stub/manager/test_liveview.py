@@ -43,8 +43,8 @@ def test_monitor_counts_rates_validity_and_latency():
   assert mon.window_rate("modelV2") == 20.0                     # 40 messages in 2 s of (fake) time
   assert sorted(set(mon.latency_ms["modeld"])) == [12.0] and sorted(set(mon.stage_ms["modeld"])) == [9.0]
   assert mon.latest("modelV2").modelV2.frameId == 39
-  assert [(name, why) for _, name, why in mon.road_models] == [("small", "")]   # one entry per change only
-  assert [state for _, state in mon.selfdrive_states] == ["enabled"]
+  assert [(model, dropped) for _, model, dropped in mon.road_models] == [(("small", ""), 0)]   # one entry per change
+  assert [(state, events) for _, state, events, _ in mon.selfdrive_states] == [("enabled", ("modeldLagging",))]
 
   procs = [ManagedProcess(ProcessConfig("modeld", "daemons.modeld"))]
   screen = render_screen(procs, mon, CpuMeter(), "header")
@@ -64,3 +64,87 @@ def test_cpu_meter_reads_proc():
   sum(i * i for i in range(200_000))
   assert cpu.percent(os.getpid()) >= 0.0
   assert cpu.percent(2**22 + 12345) is None        # no such pid
+
+
+def _fake_monitor(services):
+  clock = FakeClock()
+  mon = ServiceMonitor(services, clock=clock)
+  pm = messaging.PubMaster(list(services), allow_foreign=True)
+  return clock, mon, pm
+
+
+def test_live_rates_agree_with_the_summary_rates_for_slow_and_fast_services():
+  """The live view's 5 s rate and the summary's whole-window rate are the same quantity: a steady 1 Hz service
+  reads 1.0 in both, not 1.2 live (n arrivals over n-1 intervals)."""
+  clock, mon, pm = _fake_monitor({"lateralDelay": 1.0, "carState": 100.0})
+  mon.start_window()
+  for tick in range(1, 301):             # 30 s of 0.1 s manager ticks
+    clock.t += 0.1
+    for _ in range(10):
+      pm.send("carState", new_message("carState", valid=True))
+    if tick % 10 == 0:
+      pm.send("lateralDelay", new_message("lateralDelay", valid=True))
+    mon.update()
+  for name, hz in (("lateralDelay", 1.0), ("carState", 100.0)):
+    assert abs(mon.rate(name) - hz) / hz < 0.03, (name, mon.rate(name))
+    assert abs(mon.window_rate(name) - mon.rate(name)) / hz < 0.03, (name, mon.window_rate(name), mon.rate(name))
+  clock.t += 3.0                         # silence: the live rate falls, it does not hold the old value
+  mon.update()
+  assert mon.rate("lateralDelay") < 0.7 and mon.rate("carState") < 50
+  pm.close()
+  mon.close()
+
+
+def test_a_state_change_keeps_its_events_and_why_their_inputs_failed():
+  clock, mon, pm = _fake_monitor({"selfdriveState": 100.0, "carState": 100.0, "driverStateV2": 20.0,
+                                  "driverMonitoringState": 20.0})
+  pm.send("driverStateV2", new_message("driverStateV2", valid=True))
+  mon.update()
+  clock.t += 2.0                          # driverStateV2 then stops: 40 of its periods pass
+  bad = new_message("driverMonitoringState", valid=False)
+  bad.invalidReason = "driverStateV2: not alive"
+  pm.send("driverMonitoringState", bad)
+  s = new_message("selfdriveState", valid=True)
+  s.selfdriveState.state = "softDisabling"
+  s.selfdriveState.events = ["driverMonitoringUnavailable", "commIssue"]
+  pm.send("selfdriveState", s)
+  pm.send("carState", new_message("carState", valid=True))   # drained after selfdriveState: not late
+  mon.update()
+  ((_, state, events, reasons),) = mon.selfdrive_states
+  assert state == "softDisabling" and events == ("driverMonitoringUnavailable", "commIssue")
+  assert "driverStateV2 late (2.0 s since the last)" in reasons["driverMonitoringUnavailable"]
+  assert "driverMonitoringState invalid (driverStateV2: not alive)" in reasons["driverMonitoringUnavailable"]
+  assert reasons["commIssue"] == ""
+  pm.close()
+  mon.close()
+
+
+def test_frames_lost_across_a_fallback_are_counted_and_low_validity_is_flagged():
+  clock, mon, pm = _fake_monitor({"modelV2": 20.0})
+  frames = [(f, "big", "", True) for f in range(10)] + [(f, "small", "DeviceTimeout", False) for f in range(70, 80)]
+  for f, name, why, valid in frames:
+    m = new_message("modelV2", valid=valid)
+    m.modelV2.frameId, m.modelV2.modelName, m.modelV2.fallbackReason = f, name, why
+    pm.send("modelV2", m)
+  clock.t += 1.0
+  mon.update()
+  assert [(model, dropped) for _, model, dropped in mon.road_models] == [(("big", ""), 0), (("small", "DeviceTimeout"), 60)]
+  assert mon.model_frames_dropped == 60
+  assert mon.valid_low("modelV2")
+  procs = [ManagedProcess(ProcessConfig("modeld", "daemons.modeld"))]
+  assert "<95% valid" in render_screen(procs, mon, CpuMeter(), "header")
+  pm.close()
+  mon.close()
+
+
+def test_the_status_line_does_not_count_a_disabled_process_as_down_and_shows_a_crash_reason():
+  clock, mon, pm = _fake_monitor({"carState": 100.0})
+  logger = ManagedProcess(ProcessConfig("logger", "selfdrive_stub.logger"))
+  logger.state = "disabled"
+  car = ManagedProcess(ProcessConfig("car", "selfdrive_stub.car"))
+  car.state, car.crashes, car.last_error = "backoff", 1, "car: something went wrong"
+  line = render_line([logger, car], mon, 1.0)
+  assert "procs 0/1 up" in line and "car crashed: car: something went wrong" in line
+  assert "car: something went wrong" in render_screen([logger, car], mon, CpuMeter(), "header")
+  pm.close()
+  mon.close()

@@ -23,7 +23,7 @@ def _opts(*argv):
 
 
 def test_killed_process_is_restarted(run_manager, assert_nothing_left):
-  code, out, report = run_manager("--duration", "8", "--inject", "kill:car@3",
+  code, out, report = run_manager("--duration", "11", "--inject", "kill:car@3",   # room for a loaded machine
                                   "--block", "modeld,dmonitoringmodeld")
   car = report["processes"]["car"]
   assert car["injected_exits"] == 1 and car["restarts"] == 1 and car["crashes"] == 0, out
@@ -36,7 +36,7 @@ def test_unexpected_exit_is_a_crash_restarted_with_backoff_and_fails_the_run(nam
   # a car stub that ends on its own after 0.2 s: to the manager that is a crash
   procs = [ProcessConfig("car", "selfdrive_stub.car", args=lambda o: ["--duration", "0.2"])]
   out = io.StringIO()
-  m = mgr.Manager(_opts("8"), processes=procs, out=out)
+  m = mgr.Manager(_opts("11"), processes=procs, out=out)
   code = m.run()
   car = m.by_name["car"]
   assert code == 1
@@ -49,7 +49,7 @@ def test_missing_module_is_reported_not_fatal(namespace):
   procs = [ProcessConfig("car", "selfdrive_stub.car"),
            ProcessConfig("ghost", "selfdrive_stub.no_such_daemon", after=("car",))]
   out = io.StringIO()
-  m = mgr.Manager(_opts("6", "--rate-tolerance", "0.6"), processes=procs, out=out)
+  m = mgr.Manager(_opts("10", "--rate-tolerance", "0.6"), processes=procs, out=out)
   code = m.run()
   text = out.getvalue()
   assert "ghost: module 'selfdrive_stub.no_such_daemon' not found" in text

@@ -16,7 +16,7 @@ from repo_paths import REPO_ROOT
 
 def test_manager_records_a_route(namespace, tmp_path):
   out = tmp_path / "route"
-  proc = subprocess.run([sys.executable, "-m", "selfdrive_stub.manager", "--duration", "6", "--camera", "mici",
+  proc = subprocess.run([sys.executable, "-m", "selfdrive_stub.manager", "--duration", "12", "--camera", "mici",
                          "--seed", "3", "--record", str(out), "--rate-tolerance", "0.6",
                          "--block", "modeld,dmonitoringmodeld,dmonitoringd,selfdrived"],
                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=180)
@@ -52,7 +52,7 @@ def test_manager_records_a_route(namespace, tmp_path):
 
     # the recorded route replays through process_replay, and a second replay gives the same outputs
     dm = get_config("dmonitoringmodeld")
-    first, second = (replay(dm, route, seconds=4.0) for _ in range(2))
+    first, second = (replay(dm, route) for _ in range(2))   # all of it: on a loaded machine camerad starts late
     assert len(first.outputs) == len(second.outputs) >= 20
     assert compare_logs(first.outputs, second.outputs, dm.ignore) == []
   assert not os.path.exists(namespace.shm_dir)

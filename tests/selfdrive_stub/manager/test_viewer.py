@@ -59,3 +59,28 @@ def test_viewer_cli_without_a_stack_says_so(tmp_path):
   assert proc.returncode == 0, proc.stderr
   assert "no camera frames" in proc.stdout and "no messages from: modelV2" in proc.stdout
   assert Image.open(out).format == "PNG"
+
+
+def test_the_viewer_run_where_no_stack_is_leaves_no_namespace_behind(tmp_path, namespace):
+  """A read-only tool (issue 21 item 9): what its subscribers created in /dev/shm and the runtime dir goes."""
+  import os
+  import subprocess
+  import sys
+  for d in (namespace.shm_dir, namespace.runtime_dir):   # no stack here: nothing of the namespace exists
+    os.rmdir(d)
+  proc = subprocess.run([sys.executable, "-m", "selfdrive_stub.viewer", "--out", str(tmp_path / "v.png"), "--wait",
+                         "0.3"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr
+  assert not os.path.exists(namespace.shm_dir) and not os.path.exists(namespace.runtime_dir)
+
+
+def test_the_viewer_next_to_a_running_stack_leaves_its_namespace_alone(tmp_path, namespace):
+  import os
+  import subprocess
+  import sys
+  marker = os.path.join(namespace.shm_dir, "someones_segment")
+  open(marker, "wb").close()
+  proc = subprocess.run([sys.executable, "-m", "selfdrive_stub.viewer", "--out", str(tmp_path / "v.png"), "--wait",
+                         "0.3"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr
+  assert os.path.exists(marker) and os.path.isdir(namespace.runtime_dir)
