@@ -75,8 +75,6 @@ def main(argv=None) -> int:
     routes = resolve_routes(args.routes)
     plot_dir = _make_dir("--plot-dir", args.plot_dir)
     out_dir = _make_dir("--out", args.out) if args.out else None
-    if not args.update_refs and not os.path.isdir(args.refs_dir):
-      raise UsageError(f"--refs-dir {args.refs_dir}: no such directory")
   except UsageError as e:
     return usage_exit("python -m process_replay", e)
   procs = args.procs or ([] if args.chain else list(CONFIGS))

@@ -50,5 +50,5 @@ def test_dump_round_trips_the_model_output_exactly(tici_route, tmp_path, proc, s
 
 def test_log_without_raw_predictions_is_a_clear_error(tici_route_path, tmp_path):
   r = rawpred(tici_route_path, "--proc", "dmonitoringmodeld", "--out", str(tmp_path / "x.npz"))
-  assert r.returncode == 1 and "no driverStateV2 message with rawPredictions" in r.stderr
+  assert r.returncode == 2 and "no driverStateV2 message with rawPredictions" in r.stderr and len(r.stderr.splitlines()) == 1
   assert not (tmp_path / "x.npz").exists()
