@@ -43,6 +43,7 @@ from cereal import log
 from cereal.messaging import PubMaster, log_from_bytes, sub_sock
 from cereal.route import Route
 from msgq import EventTimeoutError, fake_event_handle, wait_for_one_event
+from msgq.env import MSGQ_ENV
 from msgq.namespace import PREFIX_ENV, Namespace
 from process_replay.configs import VIPC_SERVER, VISION_STREAMS, ProcessConfig
 from visionipc import VisionIpcServer
@@ -113,7 +114,7 @@ class ReplayResult:
 @contextlib.contextmanager
 def in_namespace(prefix: str):
   """Make `prefix` the current bus namespace for the sockets created inside the block."""
-  saved = os.environ.get(PREFIX_ENV)
+  saved = MSGQ_ENV.get(PREFIX_ENV, None)
   os.environ[PREFIX_ENV] = prefix
   try:
     yield

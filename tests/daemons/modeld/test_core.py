@@ -1,4 +1,6 @@
 """Modeld.step, the pure per-frame work: each `valid` rule, messages, SEND_RAW_PRED, small-model failure."""
+import itertools
+
 import numpy as np
 import pytest
 
@@ -255,3 +257,26 @@ def test_steps_leave_no_cyclic_garbage(small_runner):
     assert gc.collect() == 0
   finally:
     gc.enable()
+
+
+def test_a_whole_lane_change_reaches_the_model_as_one_rising_edge_pulse(small_runner):
+  md, frame = make(small_runner)
+  drive = dict(v_ego=25.0, calibration=CALIB, lat_active=True)
+  pulses = []
+  seen = md.small.history.desire_edge
+
+  def record(desire):
+    pulse = seen(desire)
+    pulses.append(int(np.argmax(pulse)) if pulse.any() else 0)
+    return pulse
+  md.small.history.desire_edge = record
+  i = warm(md, frame)
+  script = [CarInputs(**drive)] * 2 + [CarInputs(left_blinker=True, **drive)] * 2 + \
+           [CarInputs(left_blinker=True, steering_pressed=True, steering_torque=1.0, **drive)] + \
+           [CarInputs(left_blinker=True, **drive)] * 30 + [CarInputs(v_ego=25.0, calibration=CALIB)] * 3
+  desires = []
+  for k, car in enumerate(script):
+    step(md, frame, i + k, car)
+    desires.append(md.desire_helper.desire)
+  assert [d for d, _ in itertools.groupby(desires)] == [0, 3, 0]     # none -> laneChangeLeft -> none (latActive off)
+  assert pulses.count(3) == 1 and sum(1 for p in pulses if p) == 1   # the model sees laneChangeLeft once, on its edge
