@@ -247,6 +247,13 @@ class ProcessRunner:
     `messages`: the inputs step() will be given, in order; their frames are decoded from now on."""
     cfg = self.cfg
     self.launch()
+    if self._running:          # the previous route's main() still runs (reset lazily: see finish_route)
+      try:
+        self._end_main()
+      except BaseException:
+        self.stop()
+        raise
+    self._close_route()
     self.route, self.steps = route, 0
     with self._ns_ctx():
       if self._handle is None:
@@ -305,17 +312,14 @@ class ProcessRunner:
     self.route = None
 
   def finish_route(self) -> None:
-    """End this route. A resident's main() returns (it stays up for the next route); anything else stops."""
+    """End this route. A resident stays up, its main() parked at the gate: the next start() ends it (so the
+    last route of a worker never pays for a reset it does not need) and stop() kills it; anything else stops."""
     if not self.resident or self.proc is None or self.proc.poll() is not None:
       self.stop()
       return
-    try:
-      if self._running:
-        self._end_main()
-    except BaseException:
-      self.stop()
-      raise
-    self._close_route()
+    if self._prefetch is not None:   # nothing more is decoded for this route
+      self._prefetch.close()
+      self._prefetch = None
 
   def _end_main(self) -> None:
     """SIGTERM the daemon's main(), letting it round its loop at the gate until it returns."""

@@ -129,9 +129,8 @@ def run_task(route_path: str, proc: str, seconds: float | None = None, env: dict
         res = replay(cfg, route, messages=msgs, env=env, on_step=report, runner=runners[proc])
         outputs, steps, route_s, step_s = res.outputs, res.steps, res.route_s, res.step_s
   except (ReplayError, RouteError, OSError) as e:
-    for r in runners.values():
-      if r.proc is None or r.proc.poll() is not None or r.route is not None:
-        worker.drop(r)
+    for r in runners.values():   # whatever state a failed task left them in, the next task starts afresh
+      worker.drop(r)
     return TaskResult(name, proc, error=f"{name}/{proc}: {type(e).__name__}: {e}", wall_s=time.monotonic() - t0)
   end_ns = msgs[0].log_mono_time + int(seconds * 1e9) if seconds is not None and msgs else 0
   return TaskResult(name, proc, outputs, steps, route_s, time.monotonic() - t0, step_s, end_ns)
