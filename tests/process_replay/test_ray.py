@@ -1,12 +1,10 @@
 """Replay tasks on a local Ray cluster (2 CPUs, no dashboard): byte-identical to -j 1, with routes read from a
 shared path or shipped through the object store, and a failure on a worker names its route and process."""
-import pytest
+import ray  # noqa: F401  (a dev dependency: without it this must fail, not skip)
 
 from process_replay.compare import normalized_bytes
 from process_replay.configs import get_config
 from process_replay.tasks import run_tasks
-
-ray = pytest.importorskip("ray", reason="ray is a dev dependency: pip install -e '.[dev]'")
 
 
 def test_ray_tasks_match_one_local_job_and_failures_name_route_and_process(tici_route_path, mici_route_path, tmp_path):
