@@ -44,6 +44,12 @@ enum Desire {
   reserved7 @7;
 }
 
+enum ModelSource {
+  # which road model produced a modelV2 (openpilot 2026 publishes its model source)
+  small @0;   # the CPU model
+  big @1;     # the model on the USB GPU
+}
+
 enum DeviceType {
   unknown @0;
   neo @1;
@@ -116,6 +122,8 @@ struct ModelDataV2 {
   stageTimings @23 :StageTimings;
   modelName @24 :Text;        # which road model ran: "big" or "small"
   fallbackReason @25 :Text;   # why the daemon switched to the small model; empty if it did not
+  modelSource @26 :ModelSource;   # the model that produced this message (== modelName as an enum)
+  malformedInputs @27 :UInt32;    # carState / calibration messages rejected as malformed since start
 
   struct XYZTData {
     x @0 :List(Float32);
@@ -199,6 +207,7 @@ struct DrivingModelData {
   stageTimings @10 :StageTimings;
   modelName @11 :Text;
   fallbackReason @12 :Text;
+  modelSource @13 :ModelSource;
 
   struct LaneLineMeta {
     leftY @0 :Float32;
@@ -289,6 +298,11 @@ struct DriverMonitoringState {
 
   # pymodeld addition: names of the monitoring events active this step (e.g. "driverDistracted1")
   events @14 :List(Text);
+  # openpilot's current policy: how close the terminal-alert lockout is (3 terminal alerts / 30 s of them)
+  alertCountLockoutPercent @15 :Int8;
+  alertTimeLockoutPercent @16 :Int8;
+  # pymodeld addition: model outputs and car messages rejected as malformed (short lists, NaN) since start
+  malformedInputs @17 :UInt32;
 
   enum AlertLevel {
     none @0;
@@ -400,6 +414,8 @@ struct CarState {
   doorOpen @15 :Bool;
   seatbeltUnlatched @16 :Bool;
   canValid @17 :Bool;
+  leftBlindspot @18 :Bool;
+  rightBlindspot @19 :Bool;
 
   struct CruiseState {
     enabled @0 :Bool;
@@ -474,6 +490,21 @@ struct EngageRequest {
   engage @0 :Bool;   # true: the driver asks to engage; false: to disengage
 }
 
+struct UsbGpuState {
+  # modeld's view of the USB GPU and the big model on it (openpilot 2026: ChestnutLoading/Active, chestnutState)
+  plugged @0 :Bool;       # the USB+AMD device opened
+  state @1 :State;
+  reason @2 :Text;        # why the big model is not used or failed; empty while loading or ready
+  modelSource @3 :ModelSource;   # the model that drives now
+
+  enum State {
+    absent @0;    # no device or no big model file: small model only
+    loading @1;   # the big model is loading; the small one runs meanwhile
+    ready @2;     # the big model drives
+    failed @3;    # the big model failed to load or failed while running; the small one drives
+  }
+}
+
 # ---------------------------------------------------------------------------------------------------
 # Safety gate and launcher (selfdriveState, managerState)
 
@@ -489,6 +520,7 @@ struct SelfdriveState {
   alertType @8 :Text;
   events @9 :List(Text);   # names of the active events, e.g. "modeldLagging"
   experimentalMode @10 :Bool;
+  malformedInputs @11 :UInt32;   # pymodeld addition: input messages rejected as malformed since start
 
   enum OpenpilotState {
     disabled @0;
@@ -550,5 +582,6 @@ struct Event {
     engageRequest @16 :EngageRequest;
     selfdriveState @17 :SelfdriveState;
     managerState @18 :ManagerState;
+    usbGpuState @19 :UsbGpuState;
   }
 }

@@ -40,6 +40,7 @@ _services: dict[str, tuple] = {
   "modelV2": (True, 20., None, QueueSize.BIG, "modeld"),
   "drivingModelData": (True, 20., 10, QueueSize.SMALL, "modeld"),
   "cameraOdometry": (True, 20., 10, QueueSize.SMALL, "modeld"),
+  "usbGpuState": (True, 20., 20, QueueSize.SMALL, "modeld"),   # one per modelV2
   "driverStateV2": (True, 20., 10, QueueSize.SMALL, "dmonitoringmodeld"),
   "driverMonitoringState": (True, 20., 10, QueueSize.SMALL, "dmonitoringd"),
   "carState": (True, 100., 10, QueueSize.SMALL, "car"),

@@ -1,65 +1,112 @@
 """python -m process_replay: replay routes through the daemons and compare with the references.
 
-    python -m process_replay [--routes tici mici] [--procs modeld ...] [-j N] [--update-refs] [--ray ADDRESS]
-                             [--seconds S] [--send-raw-pred] [--refs-dir DIR] [--report FILE] [--plot-dir DIR]
+    python -m process_replay [--routes tici mici] [--procs modeld ...] [--chain] [-j N] [--update-refs]
+                             [--ray ADDRESS [--ray-ship-routes]] [--seconds S] [--send-raw-pred] [--out DIR]
+                             [--refs-dir DIR] [--report FILE] [--report-all] [--plot-dir DIR]
 
-One task per (route, process); -j runs tasks in N worker processes, --ray on a Ray cluster (optional
-dependency, imported only then). Prints a progress bar, a summary table with each task's real-time factor,
-writes the full diff to --report and a PNG per failing task; exits 1 on any difference, missing reference or
-replay error, 0 otherwise.
+One task per (route, process), plus one chain task per route with --chain (every daemon at once, each on the
+others' replayed outputs). -j runs tasks in N worker processes, --ray on a Ray cluster. Prints progress with
+an ETA, a summary table with each task's and each process's real-time factor (launch included), writes the
+differences to --report (the first 20 per field and the counts; --report-all for every one) and a PNG per
+failing task into --plot-dir; --out DIR writes each task's replayed log as DIR/<route>_<process>.zst (what
+rawpred and process_replay.logs read). Exits 1 on any difference, missing reference or replay error, 2 on a
+usage mistake, 0 otherwise.
 """
 from __future__ import annotations
 
-import argparse
 import os
+import sys
+import time
 
-from process_replay.configs import CONFIGS
-from process_replay.references import REFS_DIR, current_commit, write_commit
-from process_replay.tasks import Progress, judge, resolve_routes, run_tasks, summary_table, write_report
+from process_replay.cli import ArgParser, usage_exit
 from process_replay.compare import format_diff
+from process_replay.configs import CHAIN_NAME, CONFIGS
 from process_replay.plot import plot_diffs
+from process_replay.references import REFS_DIR, current_commit, save_log, write_commit
+from process_replay.tasks import Progress, UsageError, judge, resolve_routes, route_seconds, run_tasks, summary_table, write_report
+
+MAX_SUMMARY_LINES = 20   # per failing task on stdout; the report file has the rest
+RAW_PRED_FIELDS = ("driverStateV2.rawPredictions", "modelV2.rawPredictions")
 
 
-MAX_SUMMARY_LINES = 20   # per failing task on stdout; the report file has everything
-
-
-def main(argv=None) -> int:
-  ap = argparse.ArgumentParser(prog="python -m process_replay", description=__doc__.splitlines()[0])
+def parse_args(argv=None):
+  ap = ArgParser(prog="python -m process_replay", description=__doc__.splitlines()[0])
   ap.add_argument("--routes", nargs="+", help="sample route names or route directories (default: all in routes/)")
-  ap.add_argument("--procs", nargs="+", choices=sorted(CONFIGS), help="processes (default: all)")
-  ap.add_argument("-j", "--jobs", type=int, default=1, help="parallel worker processes")
+  ap.add_argument("--procs", nargs="+", choices=sorted(CONFIGS), help="processes (default: all, unless --chain alone)")
+  ap.add_argument("--chain", action="store_true", help="also replay the whole chain per route (alone: only the chain)")
+  ap.add_argument("-j", "--jobs", type=int, default=1, help="parallel worker processes (Ray: CPUs of a local cluster)")
   ap.add_argument("--update-refs", action="store_true", help="write the outputs as the new references")
-  ap.add_argument("--ray", metavar="ADDRESS", help="run the tasks on a Ray cluster ('auto', 'local' or host:port)")
+  ap.add_argument("--ray", metavar="ADDRESS", help="run the tasks on a Ray cluster: 'auto' (ray start --head), host:port, "
+                  "or 'local' (a private one with -j CPUs)")
+  ap.add_argument("--ray-ship-routes", action="store_true",
+                  help="send the routes through Ray's object store instead of reading them from a shared path")
   ap.add_argument("--seconds", type=float, help="replay only the first S seconds of each route")
   ap.add_argument("--send-raw-pred", action="store_true", help="run the daemons with SEND_RAW_PRED=1")
-  ap.add_argument("--refs-dir", default=REFS_DIR)
-  ap.add_argument("--report", default="process_replay_diff.txt", help="diff report file")
-  ap.add_argument("--plot-dir", default=".", help="where the PNG of each failing task goes")
+  ap.add_argument("--out", metavar="DIR", help="write each task's replayed log to DIR/<route>_<process>.zst")
+  ap.add_argument("--refs-dir", default=REFS_DIR, help="reference directory (default: process_replay/refs)")
+  ap.add_argument("--report", default="process_replay_diff.txt", help="difference report file")
+  ap.add_argument("--report-all", action="store_true", help="every difference in the report, not 20 per field")
+  ap.add_argument("--plot-dir", default=".", help="where the PNG of each failing task goes (created if missing)")
   args = ap.parse_args(argv)
   if args.jobs < 1:
     ap.error(f"-j must be >= 1, got {args.jobs}")
+  if args.seconds is not None and not args.seconds > 0:
+    ap.error(f"--seconds must be > 0, got {args.seconds}")
   if args.update_refs and (args.seconds is not None or args.send_raw_pred):
     ap.error("--update-refs needs whole routes and the default environment (no --seconds, no --send-raw-pred)")
-  routes = resolve_routes(args.routes)
-  procs = args.procs or list(CONFIGS)
-  tasks = [(route, proc) for route in routes for proc in procs]
+  if args.ray_ship_routes and args.ray is None:
+    ap.error("--ray-ship-routes needs --ray")
+  return args
+
+
+def _make_dir(flag: str, path: str) -> str:
+  try:
+    os.makedirs(path, exist_ok=True)
+  except OSError as e:
+    raise UsageError(f"{flag} {path}: cannot create it ({e.strerror})") from None
+  if not os.access(path, os.W_OK):
+    raise UsageError(f"{flag} {path}: not writable")
+  return path
+
+
+def main(argv=None) -> int:
+  args = parse_args(argv)
+  try:
+    routes = resolve_routes(args.routes)
+    plot_dir = _make_dir("--plot-dir", args.plot_dir)
+    out_dir = _make_dir("--out", args.out) if args.out else None
+  except UsageError as e:
+    return usage_exit("python -m process_replay", e)
+  procs = args.procs or ([] if args.chain else list(CONFIGS))
+  tasks = [(route, proc) for route in routes for proc in procs + ([CHAIN_NAME] if args.chain else [])]
   env = {"SEND_RAW_PRED": "1"} if args.send_raw_pred else None
-  results = run_tasks(tasks, args.jobs, args.ray, args.seconds, env, Progress(len(tasks)))
+  weights = [route_seconds(route) * (4 if proc == CHAIN_NAME else 1) for route, proc in tasks]
+  t0 = time.monotonic()
+  try:
+    results = run_tasks(tasks, args.jobs, args.ray, args.seconds, env, Progress(len(tasks), weights=weights),
+                        args.ray_ship_routes)
+  except UsageError as e:
+    return usage_exit("python -m process_replay", e)
+  wall = time.monotonic() - t0
   # the references are made without raw predictions: with --send-raw-pred they are not compared
-  extra_ignore = ("driverStateV2.rawPredictions", "modelV2.rawPredictions") if args.send_raw_pred else ()
-  outcomes = judge(results, args.refs_dir, args.update_refs, extra_ignore)
+  outcomes = judge(results, args.refs_dir, args.update_refs, RAW_PRED_FIELDS if args.send_raw_pred else ())
   if args.update_refs and all(o.status == "UPDATED" for o in outcomes):
     write_commit(args.refs_dir, current_commit())
-  table = summary_table(outcomes)
+  if out_dir:
+    for r in results:
+      if not r.error:
+        save_log(os.path.join(out_dir, f"{r.route}_{r.proc}.zst"), r.outputs)
+    print(f"replayed logs: {out_dir}/<route>_<process>.zst")
+  table = summary_table(outcomes, wall)
   print(table)
-  write_report(args.report, outcomes, table)
+  write_report(args.report, outcomes, table, None if args.report_all else 20)
   print(f"diff report: {args.report}")
   for o in outcomes:
     name = f"{o.result.route}/{o.result.proc}"
     if o.status == "FAIL":
       lines = format_diff(o.diffs, name, examples=1).splitlines()
-      print("\n".join(lines[:MAX_SUMMARY_LINES] + (["  ... (all of it in the report)"] if len(lines) > MAX_SUMMARY_LINES else [])))
-      png = os.path.join(args.plot_dir, f"process_replay_{o.result.route}_{o.result.proc}.png")
+      print("\n".join(lines[:MAX_SUMMARY_LINES] + (["  ... (the rest is in the report)"] if len(lines) > MAX_SUMMARY_LINES else [])))
+      png = os.path.join(plot_dir, f"process_replay_{o.result.route}_{o.result.proc}.png")
       if plot_diffs(png, o.ref, o.result.outputs, o.diffs, f"{o.result.route} / {o.result.proc}"):
         print(f"plot of the largest differences: {png}")
     elif o.status not in ("PASS", "UPDATED"):
@@ -73,4 +120,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-  raise SystemExit(main())
+  sys.exit(main())

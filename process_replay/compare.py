@@ -205,3 +205,20 @@ def format_diff(diffs: list[Diff], title: str = "", examples: int = 3) -> str:
 def format_diff_long(diffs: list[Diff]) -> str:
   """Every difference, one per line, in log order."""
   return "\n".join(f"{d.kind}\t{d.path}\t[{d.index}]\t{d.ref!r}\t{d.new!r}" for d in diffs)
+
+
+def format_diff_summary(diffs: list[Diff], per_field: int = 20) -> str:
+  """Bounded long form: per (kind, field), its count, then its first `per_field` differences in log order and
+  how many were left out. Comparing two different models differs in nearly every float (hundreds of
+  thousands of lines in full); this keeps a report readable and its size bounded by the number of fields."""
+  groups: dict = defaultdict(list)
+  for d in diffs:
+    groups[(d.kind, d.field)].append(d)
+  lines = []
+  for (kind, field), items in sorted(groups.items()):
+    lines.append(f"{kind} {field}: {len(items)}")
+    for d in items[:per_field]:
+      lines.append(f"  {d.path}\t[{d.index}]\t{d.ref!r}\t{d.new!r}")
+    if len(items) > per_field:
+      lines.append(f"  ... {len(items) - per_field} more (--report-all for every one)")
+  return "\n".join(lines)

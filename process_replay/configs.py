@@ -8,6 +8,11 @@ Invariants:
   before the process parks at the gate again.
 - `ignore` paths are dotted; the first component is the service (or a top-level Event field such as
   logMonoTime). An ignored path hides its whole subtree from the comparison.
+- `entry` (MODULE:FUNCTION) is the daemon's main(argv): the harness runs it in a resident process that stays
+  up across routes (process_replay/resident.py) with `args`; `command` is the same daemon as `python -m`,
+  used when `entry` is empty.
+- CHAIN lists the daemons of a chain replay in an order where every one's inputs come from the log or from
+  daemons listed before it at an earlier time (modeld reads dmonitoringd's isRHD from the previous steps).
 """
 from __future__ import annotations
 
@@ -32,7 +37,7 @@ def announce_topic(service: str) -> str:
 @dataclass(frozen=True)
 class ProcessConfig:
   name: str                         # process name (also the fake-event identifier)
-  command: tuple[str, ...]          # arguments after the Python interpreter, e.g. ("-m", "daemons.modeld")
+  module: str                       # `python -m` module of the daemon
   pubs: tuple[str, ...]             # services the harness feeds from the log
   subs: tuple[str, ...]             # services it captures, drained in this order after each step
   trigger: tuple[str, ...]          # step once all of these arrived since the last step
@@ -44,6 +49,13 @@ class ProcessConfig:
   env: dict = field(default_factory=dict)
   timeout: float = 30.0             # s a step may take before the process counts as hung
   startup_timeout: float = 120.0    # s from launch to the first gated receive (model loading included)
+  entry: str = ""                   # MODULE:FUNCTION of its main(argv), for a resident process
+  args: tuple[str, ...] = ()        # the daemon's arguments
+  launch: tuple[str, ...] = ()      # arguments after the interpreter when not resident (default: -m module args)
+
+  @property
+  def command(self) -> tuple[str, ...]:
+    return self.launch or ("-m", self.module, *self.args)
 
   @property
   def vision_pubs(self) -> tuple[str, ...]:
@@ -64,7 +76,8 @@ def _timing(service: str, fields=_TIMING) -> tuple[str, ...]:
 CONFIGS: dict[str, ProcessConfig] = {c.name: c for c in (
   ProcessConfig(
     name="dmonitoringmodeld",
-    command=("-m", "daemons.dmonitoringmodeld"),
+    module="daemons.dmonitoringmodeld",
+    entry="daemons.dmonitoringmodeld.daemon:main",
     pubs=("extrinsicsCalibration", "cabinCameraState"),
     subs=("driverStateV2",),
     trigger=("cabinCameraState",),
@@ -75,11 +88,13 @@ CONFIGS: dict[str, ProcessConfig] = {c.name: c for c in (
   ),
   ProcessConfig(
     name="modeld",
+    module="daemons.modeld",
+    entry="daemons.modeld.daemon:main",
     # the big model loads on a background thread and takes over whenever it is ready: not reproducible
-    command=("-m", "daemons.modeld", "--no-big"),
+    args=("--no-big",),
     pubs=("deviceState", "carState", "carControl", "extrinsicsCalibration", "lateralDelay",
           "driverMonitoringState", "narrowRoadCameraState", "wideRoadCameraState"),
-    subs=("modelV2", "drivingModelData", "cameraOdometry"),
+    subs=("modelV2", "drivingModelData", "cameraOdometry", "usbGpuState"),
     trigger=("narrowRoadCameraState", "wideRoadCameraState"),
     main_pub=announce_topic("narrowRoadCameraState"),
     simulation=True,   # its SubMaster judges calibration alive by wall clock, which replay does not keep
@@ -91,7 +106,8 @@ CONFIGS: dict[str, ProcessConfig] = {c.name: c for c in (
   ),
   ProcessConfig(
     name="dmonitoringd",
-    command=("-m", "selfdrive_stub.dmonitoringd"),
+    module="selfdrive_stub.dmonitoringd",
+    entry="selfdrive_stub.dmonitoringd:main",
     pubs=("driverStateV2", "extrinsicsCalibration", "carState", "selfdriveState", "modelV2"),
     subs=("driverMonitoringState",),
     trigger=("driverStateV2",),
@@ -100,9 +116,10 @@ CONFIGS: dict[str, ProcessConfig] = {c.name: c for c in (
   ),
   ProcessConfig(
     name="selfdrived",
-    command=("-m", "selfdrive_stub.selfdrived"),
-    pubs=("modelV2", "drivingModelData", "driverMonitoringState", "extrinsicsCalibration", "engageRequest",
-          "carState"),
+    module="selfdrive_stub.selfdrived",
+    entry="selfdrive_stub.selfdrived:main",
+    pubs=("modelV2", "drivingModelData", "usbGpuState", "driverMonitoringState", "extrinsicsCalibration",
+          "engageRequest", "carState"),
     subs=("selfdriveState",),
     trigger=("carState",),
     main_pub="carState",
@@ -110,6 +127,15 @@ CONFIGS: dict[str, ProcessConfig] = {c.name: c for c in (
     simulation=True,
   ),
 )}
+
+
+CHAIN = ("modeld", "dmonitoringmodeld", "dmonitoringd", "selfdrived")
+CHAIN_NAME = "chain"
+
+
+def owner_of(service: str) -> str | None:
+  """The chain daemon that publishes `service` (None: it comes from the log)."""
+  return next((c for c in CHAIN if service in CONFIGS[c].subs), None)
 
 
 def get_config(name: str) -> ProcessConfig:

@@ -1,12 +1,19 @@
-"""The replay harness: run one real daemon process on a recorded route, one deterministic step at a time.
+"""The replay harness: run one real daemon process on recorded routes, one deterministic step at a time.
 
 Invariants:
-- The daemon is a real subprocess in a private bus namespace (msgq.namespace.Namespace) with the fake/gated
-  backend (CEREAL_FAKE=1, fake prefix = the process name); only `cfg.main_pub` is gated.
+- The daemon is a real subprocess in a private bus namespace with the fake/gated backend (CEREAL_FAKE=1, fake
+  prefix = the process name); only `cfg.main_pub` is gated. The harness may hold several runners at once
+  (chain replay, resident daemons): every socket it creates for one runner is created with that runner's
+  namespace current, so runners never see each other's messages.
 - A step starts only while the process is parked in its gated receive: the harness publishes the queued log
   messages (and the frames of camera states, over VisionIPC, with the logged frameId and timestamps), opens
   the gate once and waits until the process parks again. Everything it published in between is the step's
-  output, stamped logMonoTime = trigger's logMonoTime + processing_time.
+  output, stamped logMonoTime = trigger's logMonoTime + processing_time. begin_step/finish_step split a step
+  so that the chain can run daemons of different namespaces at the same time.
+- Resident daemons (`cfg.entry`): the process imports its module once (process_replay.resident) and runs its
+  main() once per route. `launch()` starts the import early, so it overlaps with whatever the caller does
+  next; `finish_route()` ends main() (SIGTERM, then the gate until it returns) and drops what it published
+  while stopping. The next route starts main() from scratch in the same process.
 - Frames are decoded ahead, in send order, on one background thread (zstd releases the GIL), and the next
   step's frames are copied into free VisionIPC buffers right after a gate opens (announced only at their own
   step), so decoding and copying overlap with the daemon's work instead of adding to every step.
@@ -16,8 +23,11 @@ Invariants:
 from __future__ import annotations
 
 import collections
+import contextlib
+import json
 import os
 import queue
+import select
 import signal
 import subprocess
 import sys
@@ -31,10 +41,11 @@ import numpy as np
 
 from cereal import log
 from cereal.messaging import PubMaster, log_from_bytes, sub_sock
-from msgq import EventTimeoutError, fake_event_handle, wait_for_one_event
-from msgq.namespace import Namespace
-from process_replay.configs import VIPC_SERVER, VISION_STREAMS, ProcessConfig
 from cereal.route import Route
+from msgq import EventTimeoutError, fake_event_handle, wait_for_one_event
+from msgq.env import MSGQ_ENV
+from msgq.namespace import PREFIX_ENV, Namespace
+from process_replay.configs import VIPC_SERVER, VISION_STREAMS, ProcessConfig
 from visionipc import VisionIpcServer
 
 VIPC_BUFFERS = 4
@@ -84,7 +95,7 @@ class ReplayResult:
   outputs: list[bytes]
   steps: int
   route_s: float          # span of the replayed log
-  startup_s: float        # launch to first gated receive
+  startup_s: float        # launch (or reset) to first gated receive
   step_s: float           # time spent stepping
   stderr_tail: str = ""
   counts: dict = field(default_factory=dict)
@@ -100,6 +111,20 @@ class ReplayResult:
     return self.route_s / self.step_s if self.step_s > 0 else float("inf")
 
 
+@contextlib.contextmanager
+def in_namespace(prefix: str):
+  """Make `prefix` the current bus namespace for the sockets created inside the block."""
+  saved = MSGQ_ENV.get(PREFIX_ENV, None)
+  os.environ[PREFIX_ENV] = prefix
+  try:
+    yield
+  finally:
+    if saved is None:
+      os.environ.pop(PREFIX_ENV, None)
+    else:
+      os.environ[PREFIX_ENV] = saved
+
+
 class FramePrefetcher:
   """Decodes the frames of camera-state messages in order on a background thread; next() hands them out
   as (key, frame) and returns None once every job was handed out."""
@@ -111,26 +136,24 @@ class FramePrefetcher:
     self._thread = threading.Thread(target=self._run, args=(jobs,), name="frame-prefetch", daemon=True)
     self._thread.start()
 
+  def _put(self, item) -> bool:
+    while not self._stop.is_set():
+      try:
+        self._queue.put(item, timeout=0.1)
+        return True
+      except queue.Full:
+        continue
+    return False
+
   def _run(self, jobs) -> None:
     for key, reader, i in jobs:
       try:
         item = reader.get(i) if i is not None else None
       except Exception as e:   # handed to the consumer, which raises it at the step that needs the frame
         item = e
-      while not self._stop.is_set():
-        try:
-          self._queue.put((key, item), timeout=0.1)
-          break
-        except queue.Full:
-          continue
-      if self._stop.is_set():
+      if not self._put((key, item)):
         return
-    while not self._stop.is_set():
-      try:
-        self._queue.put(None, timeout=0.1)
-        return
-      except queue.Full:
-        continue
+    self._put(None)
 
   def next(self, timeout: float):
     if self._done:
@@ -148,34 +171,49 @@ class FramePrefetcher:
 
 
 class ProcessRunner:
-  """One daemon under replay: start(), step(messages) -> outputs, stop(). Use as a context manager."""
+  """One daemon under replay: launch(), then per route start(route) -> step()... -> finish_route(); stop().
+  As a context manager it stops on exit. A resident (cfg.entry) keeps its process across routes."""
 
-  def __init__(self, cfg: ProcessConfig, route: Route, extra_args=(), env: dict | None = None,
-               messages: list[LogMessage] | None = None):
-    """`messages`: the inputs step() will be given, in order; their frames are decoded from launch on."""
-    self.cfg, self.route, self._messages = cfg, route, messages
+  def __init__(self, cfg: ProcessConfig, extra_args=(), env: dict | None = None):
+    self.cfg = cfg
     self.extra_args, self.extra_env = tuple(extra_args), dict(env or {})
     self.proc: subprocess.Popen | None = None
     self.steps = 0
-    self._ns = self._handle = self._pm = self._vipc = self._log = None
+    self.routes = 0                      # routes started in this process
+    self.route: Route | None = None
+    self._ns: Namespace | None = None
+    self._handle = self._pm = self._vipc = self._log = None
+    self._reply_r: int | None = None
+    self._reply_buf = b""
     self._subs: dict = {}
     self._frames: dict = {}
     self._prefetch: FramePrefetcher | None = None
     self._staged: collections.deque = collections.deque()   # (key, frame, filled VisionBuf) not yet announced
+    self._running = False                # main() runs (parked or stepping)
+    self._stepping: LogMessage | None = None
+
+  @property
+  def resident(self) -> bool:
+    return bool(self.cfg.entry)
+
+  @property
+  def key(self) -> tuple:
+    """What a reused resident must match: the same daemon with the same arguments and environment."""
+    return (self.cfg.name, self.cfg.entry, self.cfg.args, self.extra_args, tuple(sorted(self.extra_env.items())))
 
   # ---- lifecycle
 
-  def start(self) -> None:
+  def launch(self) -> None:
+    """Start the process without waiting (a resident imports its daemon now); idempotent."""
+    if self.proc is not None:
+      return
     cfg = self.cfg
-    self._ns = Namespace().__enter__()
-    self._handle = fake_event_handle(cfg.main_pub, identifier=cfg.name, override=True, enable=True)
-    self._subs = {s: sub_sock(s) for s in cfg.subs}   # before launch: a late joiner would miss outputs
-    self._pm = PubMaster(list(cfg.pubs), allow_foreign=True)
-    self._start_vipc()
-    if self._messages is not None and self._frames:
-      self.prefetch(self._messages)   # decode while the daemon starts up
+    self._ns = Namespace()
+    with in_namespace(self._ns.prefix):   # creates its dirs; the caller's namespace stays current
+      self._ns.__enter__()
     self._log = tempfile.TemporaryFile()
-    env = {**os.environ, "CEREAL_FAKE": "1", "CEREAL_FAKE_PREFIX": cfg.name, "REPLAY": "1",
+    env = {**os.environ, PREFIX_ENV: self._ns.prefix, "CEREAL_FAKE": "1", "CEREAL_FAKE_PREFIX": cfg.name,
+           "REPLAY": "1",
            # an orphaned child (harness killed) gives up at its gate instead of waiting forever
            "CEREAL_FAKE_TIMEOUT": str(max(cfg.timeout, cfg.startup_timeout) * 2),
            # one BLAS thread: the summation order (hence the last bits of float32 outputs) must not depend
@@ -184,22 +222,69 @@ class ProcessRunner:
            **cfg.env, **self.extra_env}
     if cfg.simulation:
       env["SIMULATION"] = "1"
-    self.proc = subprocess.Popen([sys.executable, *cfg.command, *self.extra_args], env=env, stdin=subprocess.DEVNULL,
-                                 stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
-    self._wait_parked("before its first receive", cfg.startup_timeout)
+    pass_fds = ()
+    if self.resident:
+      self._reply_r, reply_w = os.pipe2(os.O_CLOEXEC)
+      os.set_inheritable(reply_w, True)
+      argv = [sys.executable, "-m", "process_replay.resident", cfg.entry, str(reply_w)]
+      pass_fds = (reply_w,)
+      stdin = subprocess.PIPE
+    else:
+      argv = [sys.executable, *cfg.command, *self.extra_args]
+      stdin = subprocess.DEVNULL
+    try:
+      self.proc = subprocess.Popen(argv, env=env, stdin=stdin, stdout=self._log, stderr=subprocess.STDOUT,
+                                   start_new_session=True, pass_fds=pass_fds)
+    finally:
+      if pass_fds:
+        os.close(pass_fds[0])
 
-  def _start_vipc(self) -> None:
+  def _ns_ctx(self):
+    return in_namespace(self._ns.prefix)
+
+  def start(self, route: Route, messages: list[LogMessage] | None = None) -> None:
+    """Begin a route: its VisionIPC streams, the daemon's main(), and the wait for its first gated receive.
+    `messages`: the inputs step() will be given, in order; their frames are decoded from now on."""
+    cfg = self.cfg
+    self.launch()
+    if self._running:          # the previous route's main() still runs (reset lazily: see finish_route)
+      try:
+        self._end_main()
+      except BaseException:
+        self.stop()
+        raise
+    self._close_route()
+    self.route, self.steps = route, 0
+    with self._ns_ctx():
+      if self._handle is None:
+        self._handle = fake_event_handle(cfg.main_pub, identifier=cfg.name, override=True, enable=True)
+        self._subs = {s: sub_sock(s) for s in cfg.subs}   # before main(): a late joiner would miss outputs
+        self._pm = PubMaster(list(cfg.pubs), allow_foreign=True)
+      self._start_vipc(route)
+    if messages is not None and self._frames:
+      self.prefetch(messages)   # decode while the daemon starts up
+    when = "before its first receive"
+    if self.resident:
+      if self.routes == 0:
+        self._await_reply("ready", when, cfg.startup_timeout)
+      self._command({"run": [*cfg.args, *self.extra_args]})
+    self._running = True
+    self.routes += 1
+    self._wait_parked(when, cfg.startup_timeout)
+
+  def _start_vipc(self, route: Route) -> None:
+    self._frames = {}
     if not self.cfg.vision_pubs:
       return
     self._vipc = VisionIpcServer(VIPC_SERVER)
     for service in self.cfg.vision_pubs:
       camera, stream = VISION_STREAMS[service]
-      if camera not in self.route.cameras:
-        raise ReplayError(f"route {self.route.path} has no {camera!r} frames, which {self.cfg.name} needs")
+      if camera not in route.cameras:
+        raise ReplayError(f"route {route.path} has no {camera!r} frames, which {self.cfg.name} needs")
       try:
-        reader = self.route.frames(camera)
+        reader = route.frames(camera)
       except (ValueError, OSError) as e:   # FrameFileError is a ValueError
-        raise ReplayError(f"route {self.route.path}: cannot open its {camera!r} frames ({e})") from e
+        raise ReplayError(f"route {route.path}: cannot open its {camera!r} frames ({e})") from e
       g = reader.geometry
       self._vipc.create_buffers_with_sizes(stream, VIPC_BUFFERS, g.width, g.height, g.size, g.stride, g.uv_offset)
       self._frames[service] = (stream, reader, {fid: i for i, fid in enumerate(reader.frame_ids())})
@@ -215,37 +300,119 @@ class ProcessRunner:
         jobs.append(((msg.which, frame_id), reader, index.get(frame_id)))
     self._prefetch = FramePrefetcher(jobs)
 
-  def stop(self) -> None:
+  def _close_route(self) -> None:
     if self._prefetch is not None:
       self._prefetch.close()
       self._prefetch = None
     self._staged.clear()
+    if self._vipc is not None:
+      self._vipc.close()
+      self._vipc = None
+    self._frames = {}
+    self.route = None
+
+  def finish_route(self) -> None:
+    """End this route. A resident stays up, its main() parked at the gate: the next start() ends it (so the
+    last route of a worker never pays for a reset it does not need) and stop() kills it; anything else stops."""
+    if not self.resident or self.proc is None or self.proc.poll() is not None:
+      self.stop()
+      return
+    if self._prefetch is not None:   # nothing more is decoded for this route
+      self._prefetch.close()
+      self._prefetch = None
+
+  def _end_main(self) -> None:
+    """SIGTERM the daemon's main(), letting it round its loop at the gate until it returns."""
+    deadline = time.monotonic() + self.cfg.timeout
+    self.proc.send_signal(signal.SIGTERM)
+    called, ready = self._handle.recv_called_event, self._handle.recv_ready_event
+    while True:
+      reply = self._read_reply(_POLL_S)
+      if reply is not None and "returned" in reply:
+        break
+      rc = self.proc.poll()
+      if rc is not None:
+        raise ReplayError(f"{self.cfg.name} exited with code {rc} while ending its route; its last output:\n"
+                          f"{self.output_tail()}")
+      if called.peek():   # parked before it saw the signal: one more round of its loop
+        called.clear()
+        ready.set()
+      if time.monotonic() >= deadline:
+        raise ReplayError(f"{self.cfg.name} hung: main() did not return within {self.cfg.timeout:g} s of SIGTERM; "
+                          f"its last output:\n{self.output_tail()}")
+    self._running = False
+    for sock in self._subs.values():   # what it published on the way out is no step's output
+      while sock.receive(non_blocking=True) is not None:
+        pass
+
+  def stop(self) -> None:
+    """Kill the process and drop everything (idempotent)."""
+    self._close_route()
     if self.proc is not None and self.proc.poll() is None:
-      os.killpg(self.proc.pid, signal.SIGKILL)
+      try:
+        os.killpg(self.proc.pid, signal.SIGKILL)
+      except ProcessLookupError:
+        pass
     if self.proc is not None:
       self.proc.wait()
-    for closeable in (self._pm, self._vipc, *self._subs.values()):
+      if self.proc.stdin is not None:
+        self.proc.stdin.close()
+    for closeable in (self._pm, *self._subs.values()):
       if closeable is not None:
         closeable.close()
     if self._handle is not None:
       self._handle.close()
     if self._log is not None:
       self._log.close()
+    if self._reply_r is not None:
+      os.close(self._reply_r)
     if self._ns is not None:
-      self._ns.__exit__(None, None, None)
-    self._ns = self._handle = self._pm = self._vipc = self._log = None
-    self._subs = {}
+      with in_namespace(self._ns.prefix):   # removes its dirs; the caller's namespace stays current
+        self._ns.__exit__(None, None, None)
+    self._ns = self._handle = self._pm = self._log = self._reply_r = None
+    self._subs, self._running = {}, False
 
   def __enter__(self) -> "ProcessRunner":
-    try:
-      self.start()
-    except BaseException:
-      self.stop()
-      raise
+    self.launch()
     return self
 
   def __exit__(self, *exc) -> None:
     self.stop()
+
+  # ---- the resident's reply channel
+
+  def _command(self, cmd: dict) -> None:
+    try:
+      self.proc.stdin.write((json.dumps(cmd) + "\n").encode())
+      self.proc.stdin.flush()
+    except (BrokenPipeError, OSError):
+      pass   # it died: the next wait reports how
+
+  def _read_reply(self, timeout: float) -> dict | None:
+    """One reply line if one arrives within timeout s, else None."""
+    while b"\n" not in self._reply_buf:
+      r, _, _ = select.select([self._reply_r], [], [], timeout)
+      if not r:
+        return None
+      chunk = os.read(self._reply_r, 4096)
+      if not chunk:
+        return None
+      self._reply_buf += chunk
+    line, self._reply_buf = self._reply_buf.split(b"\n", 1)
+    return json.loads(line)
+
+  def _await_reply(self, key: str, when: str, timeout: float) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+      reply = self._read_reply(_POLL_S)
+      if reply is not None and key in reply:
+        return reply
+      rc = self.proc.poll()
+      if rc is not None:
+        raise ReplayError(f"{self.cfg.name} exited with code {rc} {when}; its last output:\n{self.output_tail()}")
+      if time.monotonic() >= deadline:
+        raise ReplayError(f"{self.cfg.name} hung: not ready within {timeout:g} s {when}; its last output:\n"
+                          f"{self.output_tail()}")
 
   # ---- stepping
 
@@ -268,6 +435,11 @@ class ProcessRunner:
       except EventTimeoutError:
         pass
       rc = self.proc.poll()
+      if rc is None and self.resident and self._reply_r is not None:
+        reply = self._read_reply(0)
+        if reply is not None and "returned" in reply:
+          rc = reply["returned"]
+          self._running = False
       if rc is not None:
         raise ReplayError(f"{self.cfg.name} exited with code {rc} {when}; its last output:\n{self.output_tail()}")
       if time.monotonic() >= deadline:
@@ -312,8 +484,8 @@ class ProcessRunner:
     else:
       self._vipc.send(stream, frame.data, state.frameId, state.timestampSof, state.timestampEof)
 
-  def step(self, messages: list[LogMessage]) -> list[bytes]:
-    """Deliver `messages` (the last one is the trigger), open the gate once, return the stamped outputs."""
+  def begin_step(self, messages: list[LogMessage]) -> None:
+    """Deliver `messages` (the last one is the trigger) and open the gate once; finish_step() collects."""
     for msg in messages:
       self._pm.send(msg.which, msg.data)
       if msg.which in self._frames:
@@ -321,11 +493,15 @@ class ProcessRunner:
     called, ready = self._handle.recv_called_event, self._handle.recv_ready_event
     called.clear()
     ready.set()
+    self._stepping = messages[-1]
     if self._prefetch is not None:   # the daemon works on this step now: fill the next step's buffers meanwhile
       for _ in range(len(self._frames) - len(self._staged)):
         if not self._stage_next():
           break
-    trigger = messages[-1]
+
+  def finish_step(self) -> list[bytes]:
+    """Wait until the daemon parks again; its outputs since begin_step, stamped."""
+    trigger, self._stepping = self._stepping, None
     self.steps += 1
     self._wait_parked(f"at step {self.steps} ({trigger.which} at logMonoTime {trigger.log_mono_time})",
                       self.cfg.timeout)
@@ -336,19 +512,42 @@ class ProcessRunner:
         outputs.append(restamp(data, stamp))
     return outputs
 
+  @property
+  def stepping(self) -> bool:
+    return self._stepping is not None
+
+  def step(self, messages: list[LogMessage]) -> list[bytes]:
+    """Deliver `messages` (the last one is the trigger), open the gate once, return the stamped outputs."""
+    self.begin_step(messages)
+    return self.finish_step()
+
+
+def count_services(outputs: list[bytes]) -> dict:
+  counts: dict = {}
+  for data in outputs:
+    w = log_from_bytes(data).which()
+    counts[w] = counts.get(w, 0) + 1
+  return counts
+
 
 def replay(cfg: ProcessConfig, route: Route, seconds: float | None = None, extra_args=(), env: dict | None = None,
            messages: list[LogMessage] | None = None,
-           on_step: Callable[[int, ProcessRunner], None] | None = None) -> ReplayResult:
+           on_step: Callable[[int, ProcessRunner], None] | None = None,
+           runner: ProcessRunner | None = None) -> ReplayResult:
   """Replay `route` (its first `seconds`, or the given `messages`) through the process of `cfg`.
 
-  `on_step(step, runner)` runs before each step (progress, fault injection in tests)."""
+  `on_step(step, runner)` runs before each step (progress, fault injection in tests). `runner`: a launched
+  ProcessRunner of this cfg to use (a resident stays up afterwards); by default a fresh one, stopped after."""
   msgs = load_messages(route, seconds) if messages is None else messages
   inputs = [m for m in msgs if m.which in cfg.pubs]
   route_s = (msgs[-1].log_mono_time - msgs[0].log_mono_time) / 1e9 if msgs else 0.0
+  own = runner is None
+  if own:
+    runner = ProcessRunner(cfg, extra_args, env)
   outputs: list[bytes] = []
   t0 = time.monotonic()
-  with ProcessRunner(cfg, route, extra_args, env, inputs) as runner:
+  try:
+    runner.start(route, inputs)
     t1 = time.monotonic()
     batch: list[LogMessage] = []   # inputs since the last step
     pending = set(cfg.trigger)
@@ -363,8 +562,12 @@ def replay(cfg: ProcessConfig, route: Route, seconds: float | None = None, extra
       batch, pending = [], set(cfg.trigger)
     t2 = time.monotonic()
     tail = runner.output_tail()
-  counts: dict = {}
-  for data in outputs:
-    w = log_from_bytes(data).which()
-    counts[w] = counts.get(w, 0) + 1
-  return ReplayResult(cfg.name, outputs, runner.steps, route_s, t1 - t0, t2 - t1, tail, counts)
+    steps = runner.steps
+    if own:
+      runner.stop()
+    else:
+      runner.finish_route()
+  except BaseException:
+    runner.stop()
+    raise
+  return ReplayResult(cfg.name, outputs, steps, route_s, t1 - t0, t2 - t1, tail, count_services(outputs))

@@ -1,6 +1,10 @@
-"""Build the sample routes (process_replay/routes/<device>) from the synthetic camerad scenes and the car stub.
+"""Build the sample routes (process_replay/routes/<name>) from the synthetic camerad scenes and the car stub.
 
-    python -m process_replay.make_routes [--out DIR] [--devices tici mici] [--seconds 10.5] [--seed 0]
+    python -m process_replay.make_routes [--out DIR] [--routes tici mici lanechange] [--seconds S] [--seed 0] [--force]
+
+Sample routes: `tici` and `mici` (10.5 s: the default drive, engage request from 3 s, a blinker episode that
+never becomes a lane change because nothing has lateral control) and `lanechange` (tici, 8 s, the car stub's
+`lane-change` scenario: lateral control active, left blinker at 2 s, a nudge on the wheel at 2.5 s).
 
 Invariants:
 - Everything is simulated time: car tick n is logged at START_NS + n * 10 ms, camera frame k ends at
@@ -16,13 +20,13 @@ Invariants:
 """
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import tempfile
 
 from cereal.messaging import log_from_bytes, new_message
 from cereal.route import Route, RouteWriter
+from process_replay.cli import ArgParser, usage_exit
 from process_replay.configs import get_config
 from process_replay.harness import LogMessage, load_messages, replay
 from selfdrive_stub.car import CarStub, DriveModel
@@ -39,16 +43,21 @@ FRAME_LEVEL = 6                 # zstd level of the committed frame files
 REGEN_ORDER = ("dmonitoringmodeld", "modeld", "dmonitoringd", "selfdrived")
 CAMERA_SERVICES = (("road", "narrowRoadCameraState"), ("wide", "wideRoadCameraState"), ("cabin", "cabinCameraState"))
 ROUTES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "routes")
+# name -> (device, car stub scenario, seconds)
+SAMPLE_ROUTES = {"tici": ("tici", "default", 10.5), "mici": ("mici", "default", 10.5),
+                 "lanechange": ("tici", "lane-change", 8.0)}
 
 
-def write_base_route(path: str, device: str, seconds: float, seed: int, frame_level: int = 1) -> None:
+def write_base_route(path: str, device: str, seconds: float, seed: int, frame_level: int = 1,
+                     scenario: str = "default") -> None:
   """Camera frames, camera states and the car stub's messages for `seconds` of simulated drive."""
   if not seconds >= FRAME_NS / 1e9:
     raise ValueError(f"seconds={seconds!r}: a route needs at least one frame ({FRAME_NS / 1e9} s)")
   n_frames = int(round(seconds * 1e9 / FRAME_NS))
   n_ticks = int(round(seconds * 1e9 / TICK_NS))
-  stub = CarStub(DriveModel(seed), device)
-  with RouteWriter(path, device, "process_replay.make_routes", seed, {"seconds": seconds}, frame_level) as writer:
+  stub = CarStub(DriveModel(seed, scenario=scenario), device)
+  extra = {"seconds": seconds, **({"scenario": scenario} if scenario != "default" else {})}
+  with RouteWriter(path, device, "process_replay.make_routes", seed, extra, frame_level) as writer:
     renderer = SceneRenderer(device, seed, noise=False)
     for tick in range(n_ticks):
       t = START_NS + tick * TICK_NS
@@ -83,16 +92,18 @@ def regen(route: Route, procs=REGEN_ORDER, log=print) -> list[LogMessage]:
   return msgs
 
 
-def make_route(out: str, device: str, seconds: float, seed: int, procs=REGEN_ORDER, log=print) -> None:
+def make_route(out: str, device: str, seconds: float, seed: int, procs=REGEN_ORDER, log=print,
+               scenario: str = "default") -> None:
   if os.path.exists(out):
     raise FileExistsError(f"{out} exists; remove it first")
   with tempfile.TemporaryDirectory(prefix="route_base_") as tmp:
     base = os.path.join(tmp, "base")
-    log(f"{device}: rendering {seconds} s of frames and car messages")
-    write_base_route(base, device, seconds, seed)
+    log(f"{device}: rendering {seconds} s of frames and car messages (scenario {scenario})")
+    write_base_route(base, device, seconds, seed, scenario=scenario)
+    extra = {"seconds": seconds, **({"scenario": scenario} if scenario != "default" else {})}
     with Route(base) as route:
       msgs = regen(route, procs, log=log)
-      with RouteWriter(out, device, "process_replay.make_routes", seed, {"seconds": seconds}, FRAME_LEVEL) as writer:
+      with RouteWriter(out, device, "process_replay.make_routes", seed, extra, FRAME_LEVEL) as writer:
         for m in msgs:
           writer.add_event(m.data, m.log_mono_time, m.which)
         for camera in route.cameras:
@@ -106,18 +117,25 @@ def make_route(out: str, device: str, seconds: float, seed: int, procs=REGEN_ORD
 
 
 def main(argv=None) -> int:
-  ap = argparse.ArgumentParser(prog="python -m process_replay.make_routes", description=__doc__.splitlines()[0])
-  ap.add_argument("--out", default=ROUTES_DIR, help="directory that receives one route per device")
-  ap.add_argument("--devices", nargs="+", default=["tici", "mici"], choices=["tici", "mici"])
-  ap.add_argument("--seconds", type=float, default=10.5, help="route length (>= 10 s for the committed routes)")
+  ap = ArgParser(prog="python -m process_replay.make_routes", description=__doc__.splitlines()[0])
+  ap.add_argument("--out", default=ROUTES_DIR, help="directory that receives one route per name")
+  ap.add_argument("--routes", nargs="+", default=list(SAMPLE_ROUTES), choices=list(SAMPLE_ROUTES),
+                  help="which sample routes to build (default: all)")
+  ap.add_argument("--seconds", type=float, help="route length instead of each route's own (committed: 10.5 / 8)")
   ap.add_argument("--seed", type=int, default=0)
   ap.add_argument("--force", action="store_true", help="replace existing routes")
   args = ap.parse_args(argv)
-  for device in args.devices:
-    out = os.path.join(args.out, device)
+  for name in args.routes:
+    device, scenario, seconds = SAMPLE_ROUTES[name]
+    out = os.path.join(args.out, name)
+    if os.path.exists(out) and not args.force:
+      return usage_exit(ap.prog, f"{out} exists; pass --force to replace it")
     if args.force and os.path.isdir(out):
       shutil.rmtree(out)
-    make_route(out, device, args.seconds, args.seed)
+    try:
+      make_route(out, device, args.seconds or seconds, args.seed, scenario=scenario)
+    except ValueError as e:
+      return usage_exit(ap.prog, e)
   return 0
 
 

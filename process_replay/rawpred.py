@@ -3,7 +3,9 @@
     python -m process_replay.rawpred LOG --proc dmonitoringmodeld|modeld --out X.npz [--model ONNX]
 
 LOG is a route directory, a route's log.zst, or a reference/replay log (.zst or plain concatenated Events).
-Produce one with raw predictions by replaying with SEND_RAW_PRED=1 (`python -m process_replay --send-raw-pred`).
+Produce one with raw predictions by replaying with raw predictions on and writing the replayed log:
+`python -m process_replay --send-raw-pred --out DIR --procs dmonitoringmodeld`, then LOG = DIR/<route>_<proc>.zst.
+A mistake (no such log, no raw predictions in it, a model that does not fit) is one line and exit status 2.
 
 The .npz holds, per message that carries raw predictions: `raw` (n, output_size) float32, exactly the bytes
 the daemon published; `frame_id` and `log_mono_time` (n,); and one (n, width) float32 array per head named in
@@ -11,14 +13,13 @@ the model's metadata, sliced from `raw` (so the heads round-trip the model outpu
 """
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 
 import numpy as np
 
 from cereal.messaging import log_from_bytes
 from daemons.common.metadata import ModelMetadata, load_metadata
+from process_replay.cli import ArgParser, usage_exit
 from process_replay.references import read_log_file
 from cereal.route import Route
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH
@@ -82,17 +83,18 @@ def decode(events: list[bytes], proc: str, model: str | None = None) -> tuple[di
 
 
 def main(argv=None) -> int:
-  ap = argparse.ArgumentParser(prog="python -m process_replay.rawpred", description=__doc__.splitlines()[0])
+  ap = ArgParser(prog="python -m process_replay.rawpred", description=__doc__.splitlines()[0])
   ap.add_argument("log", help="route directory or log file")
   ap.add_argument("--proc", required=True, choices=sorted(SERVICES))
   ap.add_argument("--out", required=True, help="output .npz")
   ap.add_argument("--model", default=None, help="ONNX model whose metadata slices the output (default: the daemon's)")
   args = ap.parse_args(argv)
   try:
+    if not os.path.exists(args.log):
+      raise RawPredError(f"{args.log}: no such route or log")
     arrays, meta = decode(read_events(args.log), args.proc, args.model)
   except (RawPredError, OSError, ValueError) as e:
-    print(f"rawpred: {e}", file=sys.stderr)
-    return 1
+    return usage_exit("python -m process_replay.rawpred", e)
   np.savez(args.out, **arrays)
   heads = ", ".join(f"{k}{tuple(v.shape)}" for k, v in arrays.items() if k in meta.output_slices)
   print(f"rawpred: {len(arrays['raw'])} frames -> {args.out}: {heads}")

@@ -29,14 +29,18 @@ def ref_path(refs_dir: str, route: str, proc: str) -> str:
   return os.path.join(refs_dir, f"{route}_{proc}.zst")
 
 
-def save_ref(refs_dir: str, route: str, proc: str, outputs: list[bytes]) -> str:
-  os.makedirs(refs_dir, exist_ok=True)
-  path = ref_path(refs_dir, route, proc)
-  tmp = path + ".tmp"
-  with open(tmp, "wb") as f:
-    f.write(zstandard.ZstdCompressor(level=10, write_checksum=True).compress(b"".join(outputs)))
+def save_log(path: str, events: list[bytes]) -> str:
+  """Write Events as one zstd frame (the reference format; read_log_file, rawpred and logs read it)."""
+  tmp = f"{path}.tmp{os.getpid()}"
+  with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644), "wb") as f:
+    f.write(zstandard.ZstdCompressor(level=10, write_checksum=True).compress(b"".join(events)))
   os.replace(tmp, path)
   return path
+
+
+def save_ref(refs_dir: str, route: str, proc: str, outputs: list[bytes]) -> str:
+  os.makedirs(refs_dir, exist_ok=True)
+  return save_log(ref_path(refs_dir, route, proc), outputs)
 
 
 def load_ref(refs_dir: str, route: str, proc: str) -> list[bytes]:

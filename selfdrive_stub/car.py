@@ -11,6 +11,11 @@ Invariants:
   blocks to be calibrated, INPUTS_WANTED 50): uncalibrated with a growing calPerc, then calibrated; the inputs
   arrive at a simulated rate so calibration completes after `cal_seconds`.
 - engageRequest says engage=False until `engage_after` seconds, then engage=True (selfdrived decides).
+- Scenarios script the driver on top of the drive: `lane-change` cruises from the start with lateral control
+  active (carControl.latActive, as when engaged), turns the left blinker on at LANE_CHANGE_AT, nudges the wheel
+  left half a second later (steeringPressed, steeringTorque > 0) and hands lateral control back at
+  LANE_CHANGE_HANDBACK; its blind spots stay clear. The default scenario has no nudges and no lateral control
+  unless selfdrived engages.
 """
 from __future__ import annotations
 
@@ -37,6 +42,11 @@ LATERAL_DELAY_S = 0.2
 
 CRUISE_SPEED = 27.0    # m/s
 BLINK_SECONDS = 3.0
+SCENARIOS = ("default", "lane-change")
+LANE_CHANGE_AT = 2.0        # s: left blinker on (scenario lane-change)
+NUDGE_DELAY, NUDGE_SECONDS, NUDGE_TORQUE = 0.5, 0.5, 1.5   # the driver's push on the wheel toward the blinker
+LAT_ACTIVE_FROM = 0.5       # s: lateral control active from here (scenario lane-change) ...
+LANE_CHANGE_HANDBACK = 6.0  # ... until here
 
 
 @dataclass(frozen=True)
@@ -49,6 +59,9 @@ class CarSnapshot:
   yaw_rate: float
   left_blinker: bool
   right_blinker: bool
+  steering_pressed: bool = False
+  steering_torque: float = 0.0
+  lat_active: bool | None = None     # scripted lateral control; None: follows the engagement
 
 
 def _euler_to_rot(rpy) -> np.ndarray:
@@ -67,11 +80,14 @@ VIEW_FROM_DEVICE = np.array([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
 class DriveModel:
   """The simulated drive: speed profile, steering and blinker schedule, all pure functions of time."""
 
-  def __init__(self, seed: int = 0, cal_seconds: float = 4.0):
+  def __init__(self, seed: int = 0, cal_seconds: float = 4.0, scenario: str = "default"):
     if cal_seconds <= 0:
       raise ValueError(f"cal_seconds must be > 0, got {cal_seconds!r}")
+    if scenario not in SCENARIOS:
+      raise ValueError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
     rng = np.random.default_rng(seed)
     self.seed = seed
+    self.scenario = scenario
     self.cal_seconds = cal_seconds
     self.true_rpy = np.array([0.0, rng.uniform(-0.03, 0.03), rng.uniform(-0.03, 0.03)])
     self._speed_waves = [(rng.uniform(1.0, 2.5), rng.uniform(12, 25), rng.uniform(0, 2 * math.pi)) for _ in range(2)]
@@ -81,12 +97,15 @@ class DriveModel:
     while t < 3600:
       episodes.append((t, "left" if rng.random() < 0.5 else "right"))
       t += rng.uniform(10.0, 20.0)
-    self.blinker_episodes = episodes
+    self.blinker_episodes = [(LANE_CHANGE_AT, "left")] if scenario == "lane-change" else episodes
     self._cal_noise = rng.normal(0, 1, (INPUTS_WANTED + 1, 3))
 
   def speed(self, t: float) -> float:
-    ramp = 0.0 if t < 1.0 else min((t - 1.0) / 15.0, 1.0)
-    ramp = ramp * ramp * (3 - 2 * ramp)    # smoothstep from standstill to cruise
+    if self.scenario == "lane-change":
+      ramp = 1.0                             # already cruising: a lane change needs 20 mph
+    else:
+      ramp = 0.0 if t < 1.0 else min((t - 1.0) / 15.0, 1.0)
+      ramp = ramp * ramp * (3 - 2 * ramp)    # smoothstep from standstill to cruise
     wave = sum(a * math.sin(2 * math.pi * t / p + ph) for a, p, ph in self._speed_waves)
     return max(ramp * (CRUISE_SPEED + wave), 0.0)
 
@@ -115,7 +134,13 @@ class DriveModel:
     side = self.blinker(t)
     # bicycle model: curvature = tan(wheel angle) / wheelbase, steer ratio 15, wheelbase 2.7 m
     yaw_rate = v * math.tan(math.radians(angle) / 15.0) / 2.7
-    return CarSnapshot(t, v, a, angle, rate, yaw_rate, side == "left", side == "right")
+    pressed, torque, lat = False, 0.0, None
+    if self.scenario == "lane-change":
+      start = LANE_CHANGE_AT + NUDGE_DELAY
+      pressed = start <= t < start + NUDGE_SECONDS
+      torque = NUDGE_TORQUE if pressed else 0.0   # positive: toward the left, as openpilot's steeringTorque
+      lat = LAT_ACTIVE_FROM <= t < LANE_CHANGE_HANDBACK
+    return CarSnapshot(t, v, a, angle, rate, yaw_rate, side == "left", side == "right", pressed, torque, lat)
 
   def calibration(self, t: float) -> dict:
     """extrinsicsCalibration fields at time t, per calibrationd's block bookkeeping."""
@@ -175,13 +200,15 @@ class CarStub:
       "vEgo": snap.v_ego, "vEgoRaw": snap.v_ego, "aEgo": snap.a_ego, "yawRate": snap.yaw_rate,
       "standstill": snap.v_ego < 0.01, "steeringAngleDeg": snap.steering_angle_deg,
       "steeringRateDeg": snap.steering_rate_deg, "leftBlinker": snap.left_blinker,
-      "rightBlinker": snap.right_blinker, "gearShifter": "drive", "canValid": True})
+      "rightBlinker": snap.right_blinker, "gearShifter": "drive", "canValid": True,
+      "steeringPressed": snap.steering_pressed, "steeringTorque": snap.steering_torque,
+      "leftBlindspot": False, "rightBlindspot": False})
     _set_fields(cs.carState.cruiseState, {"enabled": True, "available": True, "speed": CRUISE_SPEED,
                                           "speedCluster": CRUISE_SPEED})
     msgs.append(cs)
 
     cc = new_message("carControl", valid=True)
-    lat_active = engaged and snap.v_ego > 1.0
+    lat_active = engaged and snap.v_ego > 1.0 if snap.lat_active is None else snap.lat_active
     _set_fields(cc.carControl, {"enabled": engaged, "latActive": lat_active, "longActive": engaged,
                                 "leftBlinker": snap.left_blinker, "rightBlinker": snap.right_blinker})
     curvature = math.tan(math.radians(snap.steering_angle_deg) / 15.0) / 2.7
@@ -221,6 +248,8 @@ def parse_args(argv=None) -> argparse.Namespace:
   p.add_argument("--engage-after", type=float, default=3.0, help="seconds before engageRequest.engage turns True")
   p.add_argument("--cal-seconds", type=float, default=4.0, help="seconds until calibration completes")
   p.add_argument("--chestnut", action="store_true", help="report the USB GPU as present in deviceState")
+  p.add_argument("--scenario", choices=SCENARIOS, default="default",
+                 help="scripted driver: 'lane-change' cruises with lateral control, blinks left at 2 s and nudges the wheel")
   p.add_argument("--duration", type=float, default=None, help="exit after this many seconds")
   args = p.parse_args(argv)
   if not args.cal_seconds > 0:
@@ -236,7 +265,7 @@ def main(argv=None) -> None:
   for sig in (signal.SIGINT, signal.SIGTERM):
     signal.signal(sig, lambda *_: stop.append(True))
 
-  stub = CarStub(DriveModel(args.seed, args.cal_seconds), args.camera, args.engage_after, args.chestnut)
+  stub = CarStub(DriveModel(args.seed, args.cal_seconds, args.scenario), args.camera, args.engage_after, args.chestnut)
   pm = messaging.PubMaster(SERVICES, process="car")
   sm = messaging.SubMaster(["selfdriveState"])
   start = time.monotonic()

@@ -1,12 +1,31 @@
-"""Driver-monitoring policy: openpilot's DriverMonitoring (spec dm_pipeline.md §5), vision path, as a pure class.
+"""Driver-monitoring policy as pure classes: a VisionPolicy and a WheeltouchPolicy over one shared awareness
+countdown and recovery, held by DriverMonitoring.
+
+Upstream revision followed: openpilot `selfdrive/monitoring/policy.py` in its VisionPolicy/WheeltouchPolicy
+form (2026; the Euro NCAP driver-engagement protocol v11 intervals). Its intervals and terminal-alert lockout
+first appear in commaai/openpilot@4f9044053c66 (`selfdrive/monitoring/policy.py`); the split into the two
+policy classes, the 0.5 eye/blink thresholds and the recovery at standstill come from the newer revision.
+Facts and constants only; the code is ours.
 
 Invariants:
-- Pure: no sockets, no clocks, no params files. One `run_step(inputs)` = one DT_DMON (50 ms) step; the caller
-  owns time. Same inputs in → same state out.
-- `run_step(None)` means "monitoring unavailable" (driverStateV2 late, invalid or missing). It is never taken
-  as attentive: the face counts as not detected, awareness falls at the active policy's rate (the policy does not
-  switch to the laxer wheel-touch timings on missing data), so alerts rise one → two → three.
-- Alert thresholds are fractions of the awareness budget: vision 5 / 8 / 13 s, wheel-touch 5 / 15 / 25 s.
+- Pure: no sockets, clocks or params files. One `run_step(inputs)` = one DT_DMON (50 ms) step; the caller owns
+  time. Same inputs in, same state out.
+- Awareness is a budget in [−0.1, 1]; alert n starts when it falls to 1 − interval_n / interval_3, so alert
+  one/two/three come 3/5/11 s (vision) or 15/24/30 s (wheel-touch) after the driver stopped paying attention.
+- Terminal (alert three, awareness ≤ 0) is sticky: nothing but a reset clears it, and the only reset while
+  engaged is disengaging (or, on the wheel-touch policy, touching the wheel before it is terminal).
+- At standstill the countdown stops just before alert one, and awareness may recover there; moving off
+  distracted therefore starts again from alert one.
+- Engagement locks out (`too_distracted`, sticky for this object's life) after MAX_TERMINAL_ALERTS terminal
+  alerts or MAX_TERMINAL_STEPS steps spent in terminal alert.
+- `run_step(None)` is "monitoring unavailable" (the model output is late, invalid, missing or malformed): it is
+  never attentive. The active policy keeps counting down at its own rate; unlike a no-face frame it does not
+  switch to the laxer wheel-touch policy and the vision step is not frozen (deliberately stricter than
+  upstream, whose model output is always "valid").
+
+Our driverStateV2 carries per-eye heads (eye visible, blink) where upstream's newest model has combined
+eyesVisibleProb / eyesClosedProb: the blink probability is the mean over both eyes of blinkProb gated by
+eyeProb > EYE_THRESHOLD (upstream gates the combined closed probability by the combined visible one).
 """
 from __future__ import annotations
 
@@ -19,64 +38,53 @@ DT_DMON = 0.05
 
 
 class Settings:
-  """Constants of openpilot's DRIVER_MONITOR_SETTINGS (policy.py @28ed3f6d, see the spec)."""
+  """Constants of openpilot's DRIVER_MONITOR_SETTINGS (revision named in the module docstring)."""
   DT = DT_DMON
-  VISION_TIMES = (5.0, 8.0, 13.0)          # alert one / two / three after this long distracted
-  WHEELTOUCH_TIMES = (5.0, 15.0, 25.0)
-  ALERT_MIN_SPEED = 2.8
-  NO_RESPONSE_TIMEOUT = 5.0
-  MAX_ALERT_3 = 2
-  MAX_NO_RESPONSE = 1
-  LOCKOUT_MINUTES = (1, 5, 15, 30)
+  VISION_INTERVALS = (3.0, 5.0, 11.0)        # s to alert one / two / three (Euro NCAP v11)
+  WHEELTOUCH_INTERVALS = (15.0, 24.0, 30.0)  # s to alert one / two / three (UN R79)
   RECOVERY_FACTOR_MAX, RECOVERY_FACTOR_MIN = 5.0, 1.25
+  MAX_TERMINAL_ALERTS = 3
+  MAX_TERMINAL_STEPS = int(30 / DT_DMON)
   FACE_THRESHOLD = 0.7
-  EYE_THRESHOLD = 0.65
-  SG_THRESHOLD = 0.9
-  BLINK_THRESHOLD = 0.865
+  EYE_THRESHOLD = 0.5
+  BLINK_THRESHOLD = 0.5
   PHONE_THRESHOLD = 0.5
-  SLEEP_THRESHOLD = 0.75                   # unverified upstream value (spec §5.4 item 7)
   POSE_PITCH_THRESHOLD, POSE_PITCH_SLACK = 0.3133, 0.3237
   POSE_YAW_THRESHOLD, POSE_YAW_SLACK = 0.4020, 0.5042
   STEER_YAW_MIN_DEG, STEER_YAW_FACTOR, STEER_YAW_MAX = 30.0, 0.15, 0.3927
   PITCH_NATURAL_OFFSET, YAW_NATURAL_OFFSET = 0.011, 0.075
   PITCH_NATURAL_THRESHOLD = 0.449
-  PITCH_PRIOR, YAW_PRIOR = (0.011, 0.03, 2), (0.075, 0.15, 2)
+  PITCH_PRIOR, YAW_PRIOR = (0.011, 3 * 0.01, 2), (0.075, 3 * 0.05, 2)
   PITCH_OFFSET_RANGE, YAW_OFFSET_RANGE = (-0.0881, 0.124), (-0.0246, 0.289)
   HI_STD_THRESHOLD = 0.3
   HI_STD_FALLBACK_STEPS = int(10 / DT_DMON)
   DCAM_UNCERTAIN_STD = 0.1
   DCAM_UNCERTAIN_ALERT_STEPS = int(60 / DT_DMON)
-  DCAM_UNCERTAIN_RESET_STEPS = int(2 / DT_DMON)
+  DCAM_UNCERTAIN_RESET_STEPS = int(20 / DT_DMON)
   DISTRACTED_FILTER_RC = 0.25
+  ATTENTIVE_FILTER, DISTRACTED_FILTER = 0.37, 0.63
   POSE_OFFSET_MIN_SPEED = 13.0
   POSE_OFFSET_MIN_COUNT = int(60 / DT_DMON)
   POSE_OFFSET_MAX_COUNT = int(360 / DT_DMON)
   WHEELPOS_MIN_SPEED = 11.0
   WHEELPOS_THRESHOLD = 0.5
   WHEELPOS_FILTER_MIN_COUNT = int(15 / DT_DMON)
-  WHEELPOS_PRIOR = (0.03, 1.65e-4, 2)
-  # driver camera reference for the geometry helper: undistorted tici cabin camera
+  WHEELPOS_PRIOR = (0.03, 3 * 5.5e-5, 2)
+  # the model's face position is relative to the undistorted tici cabin camera
   REF_W, REF_H, REF_FOCAL = 1928, 1208, 598.0
 
 
 class RunningStat:
-  """Welford mean/variance, optionally with a prior (M, S, n) and a bounded memory."""
+  """Welford mean/variance from an optional prior (M, S, n); with max_count >= 0, n stops growing there so
+  newer samples keep their weight (openpilot's "short term memory")."""
 
-  def __init__(self, prior=None, max_count=None):
-    self.prior = prior
-    self.max_count = max_count
-    self.reset()
+  def __init__(self, prior=None, max_count: int = -1):
+    self.prior, self.max_count = prior, max_count
+    self.M, self.S, self.n = prior if prior else (0.0, 0.0, 0)
 
-  def reset(self):
-    self.M, self.S, self.n = self.prior if self.prior else (0.0, 0.0, 0)
-
-  def push(self, x: float):
-    # bounded memory as openpilot does it: once n reaches max_count it stops growing, so old samples fade
-    if self.max_count is None or self.n < self.max_count:
+  def push(self, x: float) -> None:
+    if self.max_count < 0 or self.n < self.max_count:
       self.n += 1
-    if self.n == 1:
-      self.M, self.S = x, 0.0
-      return
     m_prev = self.M
     self.M = m_prev + (x - m_prev) / self.n
     self.S = self.S + (x - m_prev) * (x - self.M)
@@ -84,21 +92,22 @@ class RunningStat:
   def mean(self) -> float:
     return self.M
 
-  def variance(self) -> float:
-    return self.S / (self.n - 1) if self.n > 1 else 0.0
+  def std(self) -> float:
+    return math.sqrt(self.S / (self.n - 1)) if self.n >= 2 else 0.0
 
 
 class RunningStatFilter:
-  """A raw running stat plus a filtered one that only takes samples that do not widen the raw spread."""
+  """A raw stat (with the prior, unbounded) and a filtered one (no prior, bounded) that takes only the samples
+  that do not widen the raw spread."""
 
-  def __init__(self, prior=None, max_count=None):
-    self.raw = RunningStat(prior, max_count)
-    self.filtered = RunningStat(prior, max_count)
+  def __init__(self, prior=None, max_count: int = -1):
+    self.raw = RunningStat(prior)
+    self.filtered = RunningStat(None, max_count)
 
-  def push(self, x: float):
-    var_before = self.raw.variance()
+  def push(self, x: float) -> None:
+    std_before = self.raw.std()
     self.raw.push(x)
-    if self.raw.variance() <= var_before:
+    if self.raw.std() - std_before <= 0:
       self.filtered.push(x)
 
 
@@ -113,13 +122,29 @@ class FirstOrderFilter:
 
 
 def face_orientation_from_model(orient, pos, rpy_calib) -> tuple[float, float]:
-  """Head pitch/yaw in the car frame (spec §5.3): model orientation + where the face sits in the image."""
+  """Head pitch/yaw in the car frame: model orientation + the angle at which the face sits in the image."""
   W, H, f = Settings.REF_W, Settings.REF_H, Settings.REF_FOCAL
   px = (pos[0] + 0.5) * W
   py = (pos[1] + 0.5) * H
   pitch = orient[0] + math.atan2(py - H // 2, f) - rpy_calib[1]
   yaw = -orient[1] + math.atan2(px - W // 2, f) - rpy_calib[2]
   return pitch, yaw
+
+
+class MalformedInput(ValueError):
+  """A capnp-valid model or car message whose values the policy cannot use (short lists, NaN, out of range)."""
+
+
+_LIST_FIELDS = ("faceOrientation", "faceOrientationStd", "facePosition", "facePositionStd")
+_MIN_LEN = {"faceOrientation": 2, "faceOrientationStd": 2, "facePosition": 2, "facePositionStd": 2}
+_PROB_FIELDS = ("faceProb", "leftEyeProb", "rightEyeProb", "leftBlinkProb", "rightBlinkProb", "sunglassesProb",
+                "phoneProb", "sleepProb")
+
+
+def _finite(name: str, v: float) -> float:
+  if not math.isfinite(v):
+    raise MalformedInput(f"{name} is {v}")
+  return v
 
 
 @dataclass
@@ -139,16 +164,28 @@ class DriverData:
   sleepProb: float
 
   @classmethod
-  def from_reader(cls, r) -> "DriverData":
-    """From a capnp DriverStateV2.DriverData reader (or anything with the same attributes)."""
-    lists = {n: [float(v) for v in getattr(r, n)] for n in _LIST_FIELDS}
-    scalars = {n: float(getattr(r, n)) for n in _SCALAR_FIELDS}
-    return cls(**lists, **scalars)
+  def from_reader(cls, r, side: str = "driverData") -> "DriverData":
+    """From a capnp DriverStateV2.DriverData reader; MalformedInput names the first unusable value.
+    All four lists empty is legal (upstream: no face description this frame, the step changes nothing)."""
+    lists = {n: [_finite(f"{side}.{n}[{i}]", float(v)) for i, v in enumerate(getattr(r, n))] for n in _LIST_FIELDS}
+    if any(lists.values()):
+      for n, v in lists.items():
+        if len(v) < _MIN_LEN[n]:
+          raise MalformedInput(f"{side}.{n} has {len(v)} values, needs at least {_MIN_LEN[n]}")
+      for n in ("faceOrientationStd", "facePositionStd"):
+        if min(lists[n]) < 0:
+          raise MalformedInput(f"{side}.{n} has a negative standard deviation")
+    probs = {}
+    for n in _PROB_FIELDS:
+      p = _finite(f"{side}.{n}", float(getattr(r, n)))
+      if not 0.0 <= p <= 1.0:
+        raise MalformedInput(f"{side}.{n} = {p} is not a probability")
+      probs[n] = p
+    return cls(**lists, **probs)
 
-
-_LIST_FIELDS = ("faceOrientation", "faceOrientationStd", "facePosition", "facePositionStd")
-_SCALAR_FIELDS = ("faceProb", "leftEyeProb", "rightEyeProb", "leftBlinkProb", "rightBlinkProb", "sunglassesProb",
-                  "phoneProb", "sleepProb")
+  @property
+  def described(self) -> bool:
+    return all(len(getattr(self, n)) > 0 for n in _LIST_FIELDS)
 
 
 @dataclass
@@ -164,6 +201,7 @@ class DMInputs:
   wrong_gear: bool = False
   steering_angle_deg: float = 0.0
   brake_disengage_prob: float = 0.0
+  standstill: bool = False
 
 
 @dataclass
@@ -174,124 +212,140 @@ class Pose:
   low_std: bool = True
   cfactor_pitch: float = 1.0
   cfactor_yaw: float = 1.0
+  steer_yaw_offset: float = 0.0
   pitch_offseter: RunningStatFilter = field(
     default_factory=lambda: RunningStatFilter(Settings.PITCH_PRIOR, Settings.POSE_OFFSET_MAX_COUNT))
   yaw_offseter: RunningStatFilter = field(
     default_factory=lambda: RunningStatFilter(Settings.YAW_PRIOR, Settings.POSE_OFFSET_MAX_COUNT))
 
 
-class DriverMonitoring:
-  def __init__(self, rhd_saved: bool = False, always_on: bool = False, lockout_count: int = 0, settings=Settings):
-    self.s = settings
-    self.wheelpos = RunningStatFilter(self.s.WHEELPOS_PRIOR)
-    self.wheel_on_right = rhd_saved
-    self.wheel_on_right_default = rhd_saved
-    self.always_on = always_on
-    self.pose = Pose()
-    self.blink_left = self.blink_right = 0.0
-    self.phone_prob = self.sleep_prob = 0.0
-    self.distracted_types = {"pose": False, "eye": False, "phone": False, "sleep": False}
-    self.driver_distracted = False
-    self.distraction_filter = FirstOrderFilter(0.0, self.s.DISTRACTED_FILTER_RC, self.s.DT)
-    self.face_detected = False
-    self.available = True
-    self.driver_interacting = False
-    self.hi_stds = 0
-    self.dcam_uncertain_cnt = 0
-    self.dcam_reset_cnt = 0
-    self.model_std_max = 0.0
-    self.is_model_uncertain = False
-    self.awareness = self.awareness_vision = self.awareness_wheeltouch = 1.0
-    self.vision_mode = False
-    self.threshold_one = self.threshold_two = 1.0
-    self.step_change = 0.0
-    self.alert_level = 0
-    self.events: list[str] = []
-    self.lockout = False
-    self.lockout_count = lockout_count
-    self.lockout_remaining = 0
-    self.alert3_count = 0
-    self.no_response_count = 0
-    self.terminal_steps = 0
-    self.always_on_valid = False
-    self.op_engaged = False
-    self._set_policy(vision=True)
+class AwarenessPolicy:
+  """The countdown and recovery both policies share; the intervals set the thresholds and the step."""
 
-  # ---- policy (vision / wheel-touch) and its awareness budget
-  def _set_policy(self, vision: bool):
-    if self.vision_mode and self.awareness <= self.threshold_two:
-      # no exploiting a switch once an orange alert is up
-      self.step_change = self.s.DT / self.s.VISION_TIMES[2] if vision else 0.0
-      return
+  def __init__(self, s, intervals: tuple[float, float, float]):
+    self.s = s
+    self.alert_1_threshold = 1.0 - intervals[0] / intervals[2]
+    self.alert_2_threshold = 1.0 - intervals[1] / intervals[2]
+    self.awareness_step = s.DT / intervals[2]
+    self.awareness = 1.0
+
+  def reset_awareness(self) -> None:
+    self.awareness = 1.0
+
+  def reaching_alert_1(self, step: float) -> bool:
+    return self.awareness - step <= self.alert_1_threshold
+
+  def reaching_alert_3(self, step: float) -> bool:
+    return self.awareness - step <= 0.0
+
+  def recovery_available(self, can_recover: bool, standstill: bool, step: float) -> bool:
+    return can_recover or (standstill and self.reaching_alert_1(step))
+
+  def update_awareness(self, step: float, can_recover: bool, count_down: bool, standstill: bool,
+                       exempt: bool, driver_interacting: bool = False) -> None:
     if self.awareness <= 0.0:
-      return
-    times = self.s.VISION_TIMES if vision else self.s.WHEELTOUCH_TIMES
-    if vision and not self.vision_mode:
-      self.awareness_wheeltouch, self.awareness = self.awareness, self.awareness_vision
-    elif not vision and self.vision_mode:
-      self.awareness_vision, self.awareness = self.awareness, self.awareness_wheeltouch
-    self.threshold_one = 1 - times[0] / times[2]
-    self.threshold_two = 1 - times[1] / times[2]
-    self.step_change = self.s.DT / times[2]
-    self.vision_mode = vision
+      return   # terminal: only a reset clears it
+    standstill_exemption = standstill and self.reaching_alert_1(step)
+    if self.recovery_available(can_recover, standstill, step):
+      if driver_interacting:
+        self.reset_awareness()
+        return
+      gain = (self.s.RECOVERY_FACTOR_MAX - self.s.RECOVERY_FACTOR_MIN) * (1.0 - self.awareness) + self.s.RECOVERY_FACTOR_MIN
+      self.awareness = min(self.awareness + gain * step, 1.0)
+      if self.awareness > self.alert_2_threshold:
+        return
+    if count_down and not (standstill_exemption or exempt):
+      self.awareness = max(self.awareness - step, -0.1)
 
-  def _set_pose_strictness(self, brake_disengage_prob: float, car_speed: float):
+  def alert_level(self) -> int:
+    if self.awareness <= 0.0:
+      return 3
+    if self.awareness <= self.alert_2_threshold:
+      return 2
+    return 1 if self.awareness <= self.alert_1_threshold else 0
+
+
+class VisionPolicy(AwarenessPolicy):
+  """Face pose, eyes and phone from the cabin model; also learns the wheel side and the pose offsets."""
+
+  def __init__(self, s, rhd_saved: bool = False):
+    super().__init__(s, s.VISION_INTERVALS)
+    self.wheelpos = RunningStatFilter(s.WHEELPOS_PRIOR)
+    self.wheel_on_right = self.wheel_on_right_default = rhd_saved
+    self.wheel_on_right_last: bool | None = None
+    self.pose = Pose()
+    self.blink_prob = self.phone_prob = 0.0
+    self.distracted_types = {"pose": False, "eye": False, "phone": False}
+    self.driver_distracted = False
+    self.distraction_filter = FirstOrderFilter(0.0, s.DISTRACTED_FILTER_RC, s.DT)
+    self.face_detected = False
+    self.is_model_uncertain = False
+    self.hi_stds = 0
+    self.model_std_max = 0.0
+    self.dcam_uncertain_cnt = self.dcam_reset_cnt = 0
+    self.is_available = True
+
+  @property
+  def attentive(self) -> bool:
+    return self.distraction_filter.x < self.s.ATTENTIVE_FILTER and self.face_detected and self.pose.low_std
+
+  @property
+  def certainly_distracted(self) -> bool:
+    return self.distraction_filter.x > self.s.DISTRACTED_FILTER and self.driver_distracted and self.face_detected
+
+  @property
+  def maybe_distracted(self) -> bool:
+    return self.is_model_uncertain or not self.face_detected
+
+  def set_pose_strictness(self, brake_disengage_prob: float, car_speed: float) -> None:
+    s = self.s
     k1 = max(-0.00156 * (car_speed - 16) ** 2 + 0.6, 0.2)
     bp = min(max(brake_disengage_prob / k1, 0.0), 0.5)
-    s = self.s
-    pitch = np.interp(bp, [0, 0.5], [s.POSE_PITCH_SLACK, s.POSE_PITCH_THRESHOLD])
-    yaw = np.interp(bp, [0, 0.5], [s.POSE_YAW_SLACK, s.POSE_YAW_THRESHOLD])
-    self.pose.cfactor_pitch = pitch / s.POSE_PITCH_THRESHOLD
-    self.pose.cfactor_yaw = yaw / s.POSE_YAW_THRESHOLD
+    self.pose.cfactor_pitch = float(np.interp(bp, [0, 0.5], [s.POSE_PITCH_SLACK, s.POSE_PITCH_THRESHOLD])) / s.POSE_PITCH_THRESHOLD
+    self.pose.cfactor_yaw = float(np.interp(bp, [0, 0.5], [s.POSE_YAW_SLACK, s.POSE_YAW_THRESHOLD])) / s.POSE_YAW_THRESHOLD
 
-  def _pose_distracted(self, steer_offset: float) -> bool:
+  def _pose_distracted(self) -> bool:
     s, p = self.s, self.pose
     if p.calibrated:
       pitch_err = p.pitch - min(max(p.pitch_offseter.filtered.mean(), s.PITCH_OFFSET_RANGE[0]), s.PITCH_OFFSET_RANGE[1])
       yaw_err = p.yaw - min(max(p.yaw_offseter.filtered.mean(), s.YAW_OFFSET_RANGE[0]), s.YAW_OFFSET_RANGE[1])
-      pitch_thr = s.POSE_PITCH_THRESHOLD * p.cfactor_pitch
-      yaw_thr = s.POSE_YAW_THRESHOLD * p.cfactor_yaw
     else:
-      pitch_err = p.pitch - s.PITCH_NATURAL_OFFSET
-      yaw_err = p.yaw - s.YAW_NATURAL_OFFSET
-      pitch_thr, yaw_thr = s.PITCH_NATURAL_THRESHOLD, s.POSE_YAW_THRESHOLD
+      pitch_err, yaw_err = p.pitch - s.PITCH_NATURAL_OFFSET, p.yaw - s.YAW_NATURAL_OFFSET
     pitch_err = 0.0 if pitch_err > 0 else abs(pitch_err)   # only looking down counts
-    if yaw_err * steer_offset > 0:                          # looking into the turn is expected
-      yaw_err = max(abs(yaw_err) - abs(steer_offset), 0.0)
-    return pitch_err > pitch_thr or abs(yaw_err) > yaw_thr
+    if yaw_err * p.steer_yaw_offset > 0:                    # looking into the turn is expected
+      yaw_err = max(abs(yaw_err) - min(abs(p.steer_yaw_offset), s.STEER_YAW_MAX), 0.0)
+    else:
+      yaw_err = abs(yaw_err)
+    pitch_thr = s.POSE_PITCH_THRESHOLD * p.cfactor_pitch if p.calibrated else s.PITCH_NATURAL_THRESHOLD
+    return pitch_err > pitch_thr or yaw_err > s.POSE_YAW_THRESHOLD * p.cfactor_yaw
 
-  # ---- per-step state from the model output
-  def _update_states(self, x: DMInputs, demo: bool):
+  def update(self, x: DMInputs, demo: bool) -> None:
     s = self.s
-    if (x.car_speed > s.WHEELPOS_MIN_SPEED and
-        (x.left.faceProb > s.FACE_THRESHOLD or x.right.faceProb > s.FACE_THRESHOLD)):
+    if x.car_speed > s.WHEELPOS_MIN_SPEED and (x.left.faceProb > s.FACE_THRESHOLD or x.right.faceProb > s.FACE_THRESHOLD):
       self.wheelpos.push(x.wheel_on_right_prob)
-    if self.wheelpos.filtered.n > s.WHEELPOS_FILTER_MIN_COUNT or demo:
-      learned = self.wheelpos.filtered.mean() > s.WHEELPOS_THRESHOLD
-      self.wheel_on_right = learned if (demo or not x.enabled) else self.wheel_on_right
+    if self.wheelpos.filtered.n >= s.WHEELPOS_FILTER_MIN_COUNT or demo:
+      self.wheel_on_right = self.wheelpos.filtered.M > s.WHEELPOS_THRESHOLD
+    else:
+      self.wheel_on_right = self.wheel_on_right_default
+    if x.enabled and not demo and self.wheel_on_right_last is not None:
+      self.wheel_on_right = self.wheel_on_right_last   # the watched side never flips while engaged
     d = x.right if self.wheel_on_right else x.left
-    if not (d.faceOrientation and d.facePosition and d.faceOrientationStd and d.facePositionStd):
+    if not d.described:
       return
     self.face_detected = d.faceProb > s.FACE_THRESHOLD
     self.pose.pitch, self.pose.yaw = face_orientation_from_model(d.faceOrientation, d.facePosition, x.cal_rpy)
-    steer = abs(x.steering_angle_deg)
-    steer_offset = min(math.radians(max(steer - s.STEER_YAW_MIN_DEG, 0.0)) * s.STEER_YAW_FACTOR, s.STEER_YAW_MAX)
-    steer_offset *= -math.copysign(1.0, x.steering_angle_deg) if steer > 0 else 0.0
+    steer_d = max(abs(x.steering_angle_deg) - s.STEER_YAW_MIN_DEG, 0.0)
+    self.pose.steer_yaw_offset = math.radians(steer_d) * -float(np.sign(x.steering_angle_deg)) * s.STEER_YAW_FACTOR
     if self.wheel_on_right:
-      self.pose.yaw, steer_offset = -self.pose.yaw, -steer_offset
+      self.pose.yaw, self.pose.steer_yaw_offset = -self.pose.yaw, -self.pose.steer_yaw_offset
+    self.wheel_on_right_last = self.wheel_on_right
     self.model_std_max = max(d.faceOrientationStd[0], d.faceOrientationStd[1])
     self.pose.low_std = self.model_std_max < s.HI_STD_THRESHOLD
-    eyes_ok = d.sunglassesProb < s.SG_THRESHOLD
-    self.blink_left = d.leftBlinkProb * (d.leftEyeProb > s.EYE_THRESHOLD) * eyes_ok
-    self.blink_right = d.rightBlinkProb * (d.rightEyeProb > s.EYE_THRESHOLD) * eyes_ok
-    self.phone_prob, self.sleep_prob = d.phoneProb, d.sleepProb
-    self._set_pose_strictness(x.brake_disengage_prob, x.car_speed)
-    self.distracted_types = {
-      "pose": self._pose_distracted(steer_offset),
-      "eye": (self.blink_left + self.blink_right) * 0.5 > s.BLINK_THRESHOLD,
-      "phone": self.phone_prob > s.PHONE_THRESHOLD,
-      "sleep": self.sleep_prob > s.SLEEP_THRESHOLD,
-    }
+    self.blink_prob = 0.5 * (d.leftBlinkProb * (d.leftEyeProb > s.EYE_THRESHOLD) +
+                             d.rightBlinkProb * (d.rightEyeProb > s.EYE_THRESHOLD))
+    self.phone_prob = d.phoneProb
+    self.distracted_types = {"pose": self._pose_distracted(), "eye": self.blink_prob > s.BLINK_THRESHOLD,
+                             "phone": self.phone_prob > s.PHONE_THRESHOLD}
     self.driver_distracted = any(self.distracted_types.values()) and self.face_detected and self.pose.low_std
     self.distraction_filter.update(float(self.driver_distracted))
 
@@ -299,151 +353,173 @@ class DriverMonitoring:
        (not x.enabled or not self.driver_distracted):
       self.pose.pitch_offseter.push(self.pose.pitch)
       self.pose.yaw_offseter.push(self.pose.yaw)
-    self.pose.calibrated = self.pose.pitch_offseter.filtered.n > s.POSE_OFFSET_MIN_COUNT and \
-                           self.pose.yaw_offseter.filtered.n > s.POSE_OFFSET_MIN_COUNT
+    self.pose.calibrated = self.pose.pitch_offseter.filtered.n >= s.POSE_OFFSET_MIN_COUNT and \
+                           self.pose.yaw_offseter.filtered.n >= s.POSE_OFFSET_MIN_COUNT
 
     if self.face_detected and not self.driver_distracted:
-      if self.model_std_max > s.DCAM_UNCERTAIN_STD:
+      if self.model_std_max > s.DCAM_UNCERTAIN_STD and not x.standstill:
         self.dcam_uncertain_cnt += 1
         self.dcam_reset_cnt = 0
       else:
         self.dcam_reset_cnt += 1
         if self.dcam_reset_cnt > s.DCAM_UNCERTAIN_RESET_STEPS:
           self.dcam_uncertain_cnt = 0
+    self.is_model_uncertain = self.hi_stds >= s.HI_STD_FALLBACK_STEPS
+    self.is_available = self.face_detected and not self.is_model_uncertain
     if self.face_detected and not self.pose.low_std and not self.driver_distracted:
       self.hi_stds += 1
     elif self.face_detected and self.pose.low_std:
       self.hi_stds = 0
-    self.is_model_uncertain = self.hi_stds >= s.HI_STD_FALLBACK_STEPS
-    self._set_policy(vision=self.face_detected and not self.is_model_uncertain)
 
-  # ---- awareness, alerts and lockout
-  def _update_events(self, interacting: bool, engaged: bool, lowspeed: bool, wrong_gear: bool):
-    s = self.s
-    self.events = []
-    self.always_on_valid = self.always_on and not wrong_gear
-    if self.lockout_remaining > 0:
-      self.lockout_remaining -= 1
-      self.lockout = self.lockout_remaining > 0
-    if (interacting and self.awareness > 0 and not self.vision_mode) or \
-       (not self.always_on_valid and not engaged) or \
-       (self.always_on_valid and not engaged and self.awareness <= 0):
-      self._reset_awareness()
+  def mark_unavailable(self) -> None:
+    """No usable model output this step: nothing seen, so nothing is attentive."""
+    self.face_detected = self.driver_distracted = False
+    self.distraction_filter.update(0.0)
+
+  def step_size(self, monitoring_available: bool) -> float:
+    # a no-face or uncertain frame freezes the vision count (the wheel-touch policy takes over above alert two);
+    # missing data does not
+    return self.awareness_step if (self.is_available or not monitoring_available) else 0.0
+
+
+class WheeltouchPolicy(AwarenessPolicy):
+  """Steering-wheel touches: the fallback while the camera cannot see (or trust) the driver."""
+
+  def __init__(self, s):
+    super().__init__(s, s.WHEELTOUCH_INTERVALS)
+    self.driver_interacting = False
+
+  def update(self, active: bool, vision: VisionPolicy, driver_interacting: bool, standstill: bool, exempt: bool,
+             monitoring_available: bool) -> None:
+    self.driver_interacting = driver_interacting
+    if active:
+      self.update_awareness(self.awareness_step, vision.attentive, vision.certainly_distracted or vision.maybe_distracted,
+                            standstill, exempt, driver_interacting)
       return
+    # standing by: an attentive, fully aware driver earns back wheel-touch awareness at the vision rate
+    step = vision.step_size(monitoring_available)
+    if vision.awareness == 1.0 and vision.recovery_available(vision.attentive, standstill, step):
+      self.awareness = min(self.awareness + step, 1.0)
 
-    awareness_prev = self.awareness
-    attentive = self.distraction_filter.x < 0.37
-    if self.available and attentive and self.face_detected and self.pose.low_std and self.awareness > 0:
-      if interacting:
-        self._reset_awareness()
-        return
-      recovery = (s.RECOVERY_FACTOR_MAX - s.RECOVERY_FACTOR_MIN) * (1 - self.awareness) + s.RECOVERY_FACTOR_MIN
-      self.awareness = min(self.awareness + recovery * self.step_change, 1.0)
-      if self.awareness == 1.0:
-        self.awareness_wheeltouch = min(self.awareness_wheeltouch + self.step_change, 1.0)
-      if self.awareness > self.threshold_two:
-        self.alert_level = 0
-        return
 
-    reaching_two = self.awareness - self.step_change <= self.threshold_two
-    reaching_three = self.awareness - self.step_change <= 0
-    standstill_exemption = lowspeed and reaching_two
-    always_on_red_exemption = self.always_on_valid and not engaged and reaching_three
-    certainly = self.distraction_filter.x > 0.63 and self.driver_distracted and self.face_detected
-    maybe = self.is_model_uncertain or not self.face_detected or not self.available
-    if (certainly or maybe) and not (standstill_exemption or always_on_red_exemption):
-      self.awareness = max(self.awareness - self.step_change, -0.1)
+class DriverMonitoring:
+  def __init__(self, rhd_saved: bool = False, always_on: bool = False, settings=Settings):
+    self.s = settings
+    self.vision = VisionPolicy(settings, rhd_saved)
+    self.wheeltouch = WheeltouchPolicy(settings)
+    self.always_on = always_on
+    self.vision_active = True
+    self.monitoring_available = True
+    self.alert_level = 0
+    self.terminal_alert_cnt = 0
+    self.terminal_steps = 0
+    self.too_distracted = False
+    self.events: list[str] = []
 
-    kind = "driverDistracted" if self.vision_mode else "driverUnresponsive"
-    if self.awareness <= 0.0:
-      self.alert_level = 3
-      self.terminal_steps += 1
-      if awareness_prev > 0.0:
-        self.alert3_count += 1
-      if self.terminal_steps == int(s.NO_RESPONSE_TIMEOUT / s.DT):
-        self.no_response_count += 1
-      if not self.lockout and (self.alert3_count >= s.MAX_ALERT_3 or self.no_response_count >= s.MAX_NO_RESPONSE) \
-         and engaged:
-        minutes = s.LOCKOUT_MINUTES[min(self.lockout_count, len(s.LOCKOUT_MINUTES) - 1)]
-        self.lockout_count += 1
-        self.lockout_remaining = int(minutes * 60 / s.DT)
-        self.lockout = True
-        self.alert3_count = self.no_response_count = 0
-    elif self.awareness <= self.threshold_two:
-      self.alert_level = 2
-    elif self.awareness <= self.threshold_one:
-      self.alert_level = 1
+  @property
+  def active(self) -> AwarenessPolicy:
+    return self.vision if self.vision_active else self.wheeltouch
+
+  @property
+  def awareness(self) -> float:
+    return self.active.awareness
+
+  def _active_step(self) -> float:
+    return self.vision.step_size(self.monitoring_available) if self.vision_active else self.wheeltouch.awareness_step
+
+  def _update_active_policy(self) -> None:
+    if self.vision_active:
+      if not self.vision.is_available and self.vision.awareness > self.vision.alert_2_threshold:
+        self.vision_active = False   # no switch once alert two is up: no escaping an orange alert
+    elif self.vision.is_available:
+      self.vision_active = True
+
+  def _reset_awareness(self) -> None:
+    self.vision.reset_awareness()
+    self.wheeltouch.reset_awareness()
+
+  def _update_events(self, interacting: bool, engaged: bool, standstill: bool, wrong_gear: bool) -> None:
+    s = self.s
+    self.alert_level = 0
+    self.events = []
+    if self.terminal_alert_cnt >= s.MAX_TERMINAL_ALERTS or self.terminal_steps >= s.MAX_TERMINAL_STEPS:
+      self.too_distracted = True
+    always_on_valid = self.always_on and not wrong_gear
+    if (interacting and self.awareness > 0 and not self.vision_active) or (not always_on_valid and not engaged) or \
+       (always_on_valid and not engaged and self.awareness <= 0):
+      self._reset_awareness()
     else:
-      self.alert_level = 0
+      prev = self.active.awareness
+      exempt = always_on_valid and not engaged and self.active.reaching_alert_3(self._active_step())
+      v = self.vision
+      if self.vision_active:
+        v.update_awareness(v.step_size(self.monitoring_available), v.attentive, v.certainly_distracted or v.maybe_distracted,
+                           standstill, exempt)
+      self.wheeltouch.update(not self.vision_active, v, interacting, standstill, exempt, self.monitoring_available)
+      self.alert_level = self.active.alert_level()
+      if self.alert_level == 3:
+        self.terminal_steps += 1
+        if prev > 0.0:
+          self.terminal_alert_cnt += 1
     if self.alert_level:
-      self.events.append(f"{kind}{self.alert_level}")
-    if not self.available:
+      self.events.append(f"{'driverDistracted' if self.vision_active else 'driverUnresponsive'}{self.alert_level}")
+    if not self.monitoring_available:
       self.events.append("driverMonitoringUnavailable")
-    if self.lockout:
+    if self.too_distracted:
       self.events.append("tooDistracted")
 
-  def _reset_awareness(self):
-    self.awareness = self.awareness_vision = self.awareness_wheeltouch = 1.0
-    self.alert_level = 0
-    self.terminal_steps = 0
-
-  def run_step(self, x: DMInputs | None, demo: bool = False, enabled: bool | None = None,
-               car_speed: float | None = None, wrong_gear: bool | None = None):
-    """One 50 ms step. `x=None`: the model output is unavailable; pass the car state via the keywords."""
+  def run_step(self, x: DMInputs | None, demo: bool = False, enabled: bool = False, standstill: bool = False,
+               wrong_gear: bool = False, driver_interacting: bool = False) -> None:
+    """One 50 ms step. `x=None`: no usable model output; the car context then comes from the keywords."""
     if x is not None:
       if demo:
-        x = DMInputs(x.left, x.right, x.wheel_on_right_prob, (0.0, 0.0, 0.0), 30.0, True, False, False, 0.0, 1.0)
-      self.available = True
-      self.driver_interacting = x.driver_interacting
-      self.op_engaged = x.enabled
-      self._update_states(x, demo)
-      self._update_events(x.driver_interacting, x.enabled, x.car_speed < self.s.ALERT_MIN_SPEED, x.wrong_gear)
+        x = DMInputs(x.left, x.right, x.wheel_on_right_prob, (0.0, 0.0, 0.0), 30.0, True, False, False,
+                     x.steering_angle_deg, 1.0, False)
+      self.monitoring_available = True
+      self.vision.set_pose_strictness(x.brake_disengage_prob, x.car_speed)
+      self.vision.update(x, demo)
+      self._update_active_policy()
+      self._update_events(x.driver_interacting, x.enabled, x.standstill, x.wrong_gear)
     else:
-      self.available = False
-      self.face_detected = self.driver_distracted = self.driver_interacting = False
-      self.distraction_filter.update(0.0)
-      self.op_engaged = bool(enabled)
-      lowspeed = car_speed is not None and car_speed < self.s.ALERT_MIN_SPEED
-      self._update_events(False, self.op_engaged, lowspeed, bool(wrong_gear))
+      self.monitoring_available = False
+      self.vision.mark_unavailable()
+      self._update_events(driver_interacting, enabled, standstill, wrong_gear)
 
   def state(self) -> dict:
     """Everything driverMonitoringState carries, as plain values (dmonitoringd writes it into the message)."""
     pct = lambda v: int(min(max(v * 100, 0), 100))
-    p = self.pose
+    v, w, p = self.vision, self.wheeltouch, self.vision.pose
     return {
-      "lockout": self.lockout,
-      "lockoutCount": min(self.lockout_count, 127),
-      "lockoutMinutesRemaining": max(1, round(self.lockout_remaining * self.s.DT / 60)) if self.lockout else 0,
-      "alert3Count": self.alert3_count,
-      "noResponseCount": self.no_response_count,
-      "noResponseForceDecel": self.alert_level == 3 and
-                              self.terminal_steps >= int(self.s.NO_RESPONSE_TIMEOUT / self.s.DT),
+      "lockout": self.too_distracted,
+      "alert3Count": min(self.terminal_alert_cnt, 127),
+      "alertCountLockoutPercent": pct(self.terminal_alert_cnt / self.s.MAX_TERMINAL_ALERTS),
+      "alertTimeLockoutPercent": pct(self.terminal_steps / self.s.MAX_TERMINAL_STEPS),
       "alwaysOn": self.always_on,
-      "alwaysOnLockout": self.always_on and self.awareness <= self.threshold_two,
+      "alwaysOnLockout": self.always_on and self.active.awareness <= self.active.alert_2_threshold,
       "alertLevel": ("none", "one", "two", "three")[self.alert_level],
-      "activePolicy": "vision" if self.vision_mode else "wheeltouch",
-      "isRHD": bool(self.wheel_on_right),
-      "rhdCalibration": {"calibratedPercent": pct(self.wheelpos.filtered.n / self.s.WHEELPOS_FILTER_MIN_COUNT),
-                         "offset": float(self.wheelpos.filtered.mean())},
+      "activePolicy": "vision" if self.vision_active else "wheeltouch",
+      "isRHD": bool(v.wheel_on_right),
+      "rhdCalibration": {"calibratedPercent": pct(v.wheelpos.filtered.n / self.s.WHEELPOS_FILTER_MIN_COUNT),
+                         "offset": float(v.wheelpos.filtered.M)},
       "visionPolicyState": {
-        "awarenessPercent": pct(self.awareness_vision if not self.vision_mode else self.awareness),
-        "awarenessStep": self.step_change if self.vision_mode else 0.0,
-        "isDistracted": bool(self.driver_distracted),
-        "distractedTypes": {k: bool(v) for k, v in self.distracted_types.items()},
-        "faceDetected": bool(self.face_detected),
+        "awarenessPercent": pct(v.awareness),
+        "awarenessStep": self._active_step() if self.vision_active else 0.0,
+        "isDistracted": bool(v.driver_distracted),
+        "distractedTypes": {k: bool(b) for k, b in v.distracted_types.items()},
+        "faceDetected": bool(v.face_detected),
         "pose": {"pitch": float(p.pitch), "yaw": float(p.yaw), "calibrated": bool(p.calibrated),
-                 "uncertainty": float(self.model_std_max),
+                 "uncertainty": float(v.model_std_max),
                  "pitchCalib": {"calibratedPercent": pct(p.pitch_offseter.filtered.n / self.s.POSE_OFFSET_MIN_COUNT),
-                                "offset": float(p.pitch_offseter.filtered.mean())},
+                                "offset": float(p.pitch_offseter.filtered.M)},
                  "yawCalib": {"calibratedPercent": pct(p.yaw_offseter.filtered.n / self.s.POSE_OFFSET_MIN_COUNT),
-                              "offset": float(p.yaw_offseter.filtered.mean())}},
-        "wheeltouchFallbackPercent": pct(self.hi_stds / self.s.HI_STD_FALLBACK_STEPS),
-        "uncertainOffroadAlertPercent": pct(self.dcam_uncertain_cnt / self.s.DCAM_UNCERTAIN_ALERT_STEPS),
+                              "offset": float(p.yaw_offseter.filtered.M)}},
+        "wheeltouchFallbackPercent": pct(v.hi_stds / self.s.HI_STD_FALLBACK_STEPS),
+        "uncertainOffroadAlertPercent": pct(v.dcam_uncertain_cnt / self.s.DCAM_UNCERTAIN_ALERT_STEPS),
       },
       "wheeltouchPolicyState": {
-        "awarenessPercent": pct(self.awareness if not self.vision_mode else self.awareness_wheeltouch),
-        "awarenessStep": self.step_change if not self.vision_mode else 0.0,
-        "driverInteracting": bool(self.driver_interacting),
+        "awarenessPercent": pct(w.awareness),
+        "awarenessStep": 0.0 if self.vision_active else w.awareness_step,
+        "driverInteracting": bool(w.driver_interacting),
       },
       "events": list(self.events),
     }

@@ -51,6 +51,7 @@ from msgq.namespace import PREFIX_ENV, SHM_ROOT, runtime_dir, runtime_dir_path, 
 from msgq.namespace import prefix as namespace_prefix
 from runtime import faults, usb_amd
 from runtime.faults import FAULT_KINDS
+from selfdrive_stub.car import SCENARIOS
 from selfdrive_stub.liveview import CLEAR, VALID_OK, CpuMeter, ServiceMonitor, render_line, render_screen
 from selfdrive_stub.owner import NamespaceBusy, NamespaceOwner, clean, holder
 from selfdrive_stub.process import ManagedProcess, ProcessConfig
@@ -77,7 +78,7 @@ def _camerad_args(o) -> list[str]:
 
 
 def _car_args(o) -> list[str]:
-  args = ["--camera", o.camera, "--seed", str(o.seed)]
+  args = ["--camera", o.camera, "--seed", str(o.seed), "--scenario", o.scenario]
   return args + (["--chestnut"] if o.usb_gpu else [])
 
 
@@ -535,6 +536,8 @@ examples:
                       "its rate")
   p.add_argument("--camera", choices=["tici", "mici"], default=None, help="camera config (default tici, or the route's)")
   p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the synthetic scenes and drive")
+  p.add_argument("--scenario", choices=SCENARIOS, default="default",
+                 help="the car stub's drive: default, or lane-change (a scripted left lane change at 2 s)")
   p.add_argument("--route", metavar="DIR", help="camerad plays the frames of this recorded route")
   p.add_argument("--usb-gpu", action="store_true", help="plug the simulated USB+AMD device: modeld runs the big model")
   p.add_argument("--inject", action="append", default=[], metavar="FAULT@SECONDS", help="inject a fault (see below)")

@@ -1,8 +1,8 @@
 """The per-frame work of modeld as a pure object: frames + car inputs in, Event builders out, no sockets.
 
 `Modeld.step()` is what the daemon loop, the tests and process_replay all drive. Invariants:
-- one call = one main frame = exactly one modelV2, drivingModelData and cameraOdometry (in that order);
-  a frame is never dropped by a model failure;
+- one call = one main frame = exactly one modelV2, drivingModelData, cameraOdometry and usbGpuState (in that
+  order); a frame is never dropped by a model failure;
 - big/small: the active model is the big one only once it has loaded; the first exception from the big model
   (timeout, disconnect, transfer error, non-finite output, anything) switches to the small model for the
   rest of the process and the *same* frame is re-run on the small model; an exception from the small model
@@ -11,7 +11,13 @@
   dropped right before this one; the frames were not overwritten while warped; main and extra frames are in
   sync; the active model's image pair (t-4, t) is filled from its own history; the big model is not still
   loading; and the model ran. `invalidReason` lists every failed rule;
-- messages say which model ran (`modelName`) and why the daemon is on the small model (`fallbackReason`).
+- messages say which model ran (`modelName`, `modelSource`) and why the daemon is on the small model
+  (`fallbackReason`); usbGpuState reports the USB GPU (plugged) and the big model (absent, loading, ready,
+  failed, with the reason), as openpilot 2026 publishes its model source and USB GPU state;
+- car inputs: the DesireHelper reads carState (blinkers, steering torque, speed, blind spots) and
+  carControl.latActive; a malformed car input (non-finite, unknown enum) never reaches the model: the daemon
+  keeps the last good values, the frame is published valid=False with the reason, and `malformedInputs`
+  counts every rejected message.
 """
 import time
 from dataclasses import dataclass, field
@@ -68,11 +74,15 @@ class CarInputs:
   right_blinker: bool = False
   steering_pressed: bool = False
   steering_torque: float = 0.0
+  left_blindspot: bool = False
+  right_blindspot: bool = False
   lat_active: bool = False           # carControl.latActive
   camera_state_frame_id: int = 0
   calibration: list | None = None    # extrinsicsCalibration.rpyCalib; None until received
   calibration_stale: bool = False
   calibration_invalid: str = ""      # non-empty when calStatus says invalid
+  malformed: str = ""                # why a bus input of this frame was rejected ("" if none was)
+  malformed_count: int = 0           # bus inputs rejected as malformed since start
 
 
 @dataclass
@@ -92,6 +102,8 @@ class Modeld:
     self.big: ModelState | None = None
     self.active = small
     self.big_loading = False
+    self.plugged = False               # the USB+AMD device opened
+    self.big_absent_reason = "not tried"
     self.fallback_reason = ""
     self.main_is_wide = main_is_wide
     self.calib: np.ndarray | None = None
@@ -119,7 +131,21 @@ class Modeld:
 
   # ---- model selection ---------------------------------------------------------------------------------
   def start_big_loading(self) -> None:
-    self.big_loading = True
+    self.big_loading, self.plugged, self.big_absent_reason = True, True, ""
+
+  def big_unavailable(self, reason: str) -> None:
+    """The big model is not tried (no device, no file, or disabled): usbGpuState says absent and why."""
+    self.big_absent_reason = reason
+
+  def usb_gpu_state(self) -> tuple[str, str]:
+    """(state, reason) for usbGpuState: absent | loading | ready | failed."""
+    if self.fallback_reason:
+      return "failed", self.fallback_reason
+    if self.big_loading:
+      return "loading", ""
+    if self.active is self.big and self.big is not None:
+      return "ready", ""
+    return "absent", self.big_absent_reason
 
   def big_loaded(self, big: ModelState) -> None:
     """The big model finished loading: it becomes the active model (from its own, empty history)."""
@@ -173,7 +199,7 @@ class Modeld:
     return dropped, f / (1.0 + f)
 
   def step(self, main: Frame, extra: Frame | None, car: CarInputs) -> StepResult:
-    reasons = []
+    reasons = [f"malformed input: {car.malformed}"] if car.malformed else []
     calib_reason = self._update_calibration(car)
     if calib_reason:
       reasons.append(calib_reason)
@@ -235,13 +261,21 @@ class Modeld:
                          timings, raw if self.send_raw_pred else None)
       dh = self.desire_helper
       dh.update(DriverInputs(car.v_ego, car.left_blinker, car.right_blinker, car.steering_pressed, car.steering_torque,
-                             car.lat_active), float(outs["desire_state"][0, 3] + outs["desire_state"][0, 4]))
+                             car.left_blindspot, car.right_blindspot, car.lat_active),
+                float(outs["desire_state"][0, 3] + outs["desire_state"][0, 4]))
       m.meta.laneChangeState, m.meta.laneChangeDirection = dh.state, dh.direction
       fill_driving_model_data(dmd, m)
       fill_pose_msg(odo, outs, frame, timings)
     else:
       self._fill_failed(mv2, dmd, odo, frame, model.name, exec_s, timings)
-    return StepResult([("modelV2", mv2), ("drivingModelData", dmd), ("cameraOdometry", odo)], model.name, valid, reasons)
+    mv2.modelV2.modelSource = dmd.drivingModelData.modelSource = model.name
+    mv2.modelV2.malformedInputs = car.malformed_count
+    gpu = _event("usbGpuState", True, "")
+    g = gpu.usbGpuState
+    g.plugged, g.modelSource = self.plugged, model.name
+    g.state, g.reason = self.usb_gpu_state()
+    events = [("modelV2", mv2), ("drivingModelData", dmd), ("cameraOdometry", odo), ("usbGpuState", gpu)]
+    return StepResult(events, model.name, valid, reasons)
 
   def _fill_failed(self, mv2, dmd, odo, frame: FrameInfo, model_name: str, exec_s: float, timings: dict) -> None:
     """A frame whose model failed still produces its three messages (valid=False, ids and timestamps)."""

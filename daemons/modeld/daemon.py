@@ -28,7 +28,8 @@ from daemons.common.cli import Parser, run_cli
 from daemons.common.env import DAEMONS_ENV
 from daemons.common.metadata import ModelMetadataError
 from daemons.common.realtime import SCHEDULING_HELP, scheduling_plan
-from daemons.modeld.core import CarInputs, Frame, Modeld
+from daemons.modeld.car_inputs import CarInputReader
+from daemons.modeld.core import Frame, Modeld
 from daemons.modeld.model_state import ModelState, model_path
 from daemons.modeld.runner import runtime_runner, warmup
 from runtime.device import Device, DeviceError, DeviceUnavailable
@@ -92,29 +93,6 @@ def pair_extra(main_sof: int, extra, recv_extra):
     if extra is None:
       return None
   return extra
-
-
-def car_inputs(sm) -> CarInputs:
-  calib = sm["extrinsicsCalibration"]
-  invalid = ""
-  if sm.seen["extrinsicsCalibration"]:
-    if str(calib.calStatus) == "invalid":
-      invalid = "calStatus invalid"
-    elif not sm.valid["extrinsicsCalibration"]:
-      invalid = f"message invalid ({sm.invalid_reason('extrinsicsCalibration') or 'no reason'})"
-  cs = sm["carState"]
-  return CarInputs(
-    v_ego=max(cs.vEgo, 0.0),
-    left_blinker=cs.leftBlinker, right_blinker=cs.rightBlinker,
-    steering_pressed=cs.steeringPressed, steering_torque=cs.steeringTorque,
-    lat_active=sm["carControl"].latActive,
-    lat_delay=sm["lateralDelay"].lateralDelay if sm.seen["lateralDelay"] else CarInputs.lat_delay,
-    is_rhd=sm["driverMonitoringState"].isRHD,
-    camera_state_frame_id=sm["narrowRoadCameraState"].frameId,
-    calibration=list(calib.rpyCalib) if sm.seen["extrinsicsCalibration"] else None,
-    calibration_stale=sm.seen["extrinsicsCalibration"] and not sm.alive["extrinsicsCalibration"],
-    calibration_invalid=invalid,
-  )
 
 
 def _frame(buf) -> Frame:
@@ -188,11 +166,16 @@ def main(argv=None) -> int:
     if ok:
       modeld.start_big_loading()
       loader = BigModelLoader(args.big_load_limit_s)
+    else:
+      modeld.big_unavailable(why)
     log(f"big model {'loading on ' + BIG_DEVICE if ok else 'not used: ' + why}")
 
-  pm = messaging.PubMaster(["modelV2", "drivingModelData", "cameraOdometry"], process="modeld")
+  if args.no_big:
+    modeld.big_unavailable("disabled (--no-big)")
+  pm = messaging.PubMaster(["modelV2", "drivingModelData", "cameraOdometry", "usbGpuState"], process="modeld")
   sm = messaging.SubMaster(SUBSCRIPTIONS)
   scheduling.apply(lambda m: print(f"modeld: {m}", flush=True))
+  car_reader = CarInputReader()
   buf_extra = None
   last_status = ("", "")
   first = True
@@ -221,7 +204,7 @@ def main(argv=None) -> int:
         loader = None
       if loader is None:
         print(f"modeld: big model {state}{': ' + value if state == 'failed' else ''}", flush=True)
-    result = modeld.step(_frame(buf_main), _frame(buf_extra) if vipc_extra is not None else None, car_inputs(sm))
+    result = modeld.step(_frame(buf_main), _frame(buf_extra) if vipc_extra is not None else None, car_reader.read(sm))
     if first:
       log(f"first frame {buf_main.frame_id} on the {modeld.active.name} model")
       first = False

@@ -1,14 +1,22 @@
-"""Lane-change desire from the driver's blinker and steering (semantics of openpilot's DesireHelper, spec §1.4).
+"""Lane-change desire from the car (openpilot's DesireHelper semantics, spec modeld_pipeline §1.3-§1.4).
 
-States off -> preLaneChange -> laneChangeStarting -> laneChangeFinishing -> off (or preLaneChange again while a
-blinker is still on). Invariants:
-- a lane change is only offered while lateral control is active, above LANE_CHANGE_SPEED_MIN, on the rising
-  edge of exactly one blinker; it starts when the driver nudges the wheel toward the blinker;
-- laneChangeStarting ends when the model's lane-change probability has dropped (< 0.02) and the lane-line
-  fade-out has run (2 s); laneChangeFinishing fades back in (1 s);
-- nothing lasts beyond LANE_CHANGE_TIME_MAX; losing lateral control cancels at once;
-- `desire` is laneChangeLeft/Right only in laneChangeStarting/Finishing, otherwise none. The daemon feeds the
-  value from the previous frame, as the reference does.
+Upstream revision followed: commaai/openpilot `selfdrive/controls/lib/desire_helper.py` @082c194ed3a6 (the
+lane-change helper with the preLaneChange -> laneChangeStarting -> laneChangeFinishing fade and the blind-spot
+check). Facts and constants only; the code is ours.
+
+States off -> preLaneChange -> laneChangeStarting -> laneChangeFinishing -> off (or preLaneChange again while
+a blinker is still on). Invariants:
+- a lane change is offered only while lateral control is active (carControl.latActive), at or above
+  LANE_CHANGE_SPEED_MIN, on the rising edge of exactly one blinker (carState.leftBlinker/rightBlinker);
+- in preLaneChange the car keeps its lane (desire none) until the driver nudges the wheel toward the blinker
+  (carState.steeringPressed with steeringTorque > 0 for left, < 0 for right) and that side's blind spot
+  (carState.leftBlindspot/rightBlindspot) is clear; letting go of the blinker or slowing down cancels;
+- laneChangeStarting fades the lane lines out (2 DT_MDL per step) and ends once they are gone and the model's
+  lane-change probability (desireState laneChangeLeft + laneChangeRight) has dropped below 0.02;
+  laneChangeFinishing fades them back in (1 DT_MDL per step);
+- nothing lasts beyond LANE_CHANGE_TIME_MAX of starting/finishing; losing lateral control cancels at once;
+- `desire` is laneChangeLeft/Right in laneChangeStarting/Finishing, otherwise none; the daemon feeds it to the
+  model from the previous frame and the model history turns it into a pulse on its rising edge only.
 """
 from dataclasses import dataclass
 
@@ -16,8 +24,10 @@ from daemons.modeld.constants import DT_MDL
 
 LANE_CHANGE_SPEED_MIN = 20 * 0.44704   # 20 mph in m/s
 LANE_CHANGE_TIME_MAX = 10.0
+LANE_CHANGE_PROB_DONE = 0.02
 OFF, PRE, STARTING, FINISHING = "off", "preLaneChange", "laneChangeStarting", "laneChangeFinishing"
 DESIRE_NONE, DESIRE_LANE_CHANGE_LEFT, DESIRE_LANE_CHANGE_RIGHT = 0, 3, 4
+DESIRE_NAMES = ("none", "turnLeft", "turnRight", "laneChangeLeft", "laneChangeRight", "keepLeft", "keepRight", "reserved7")
 
 
 @dataclass(frozen=True)
@@ -27,6 +37,8 @@ class DriverInputs:
   right_blinker: bool = False
   steering_pressed: bool = False
   steering_torque: float = 0.0
+  left_blindspot: bool = False
+  right_blindspot: bool = False
   lat_active: bool = False
 
 
@@ -48,14 +60,16 @@ class DesireHelper:
         self.state, self.ll_prob = PRE, 1.0
     elif self.state == PRE:
       self.direction = "left" if d.left_blinker else "right"
-      toward = d.steering_torque > 0 if self.direction == "left" else d.steering_torque < 0
+      left = self.direction == "left"
+      nudged = d.steering_pressed and (d.steering_torque > 0 if left else d.steering_torque < 0)
+      blocked = d.left_blindspot if left else d.right_blindspot
       if not one_blinker or too_slow:
         self.state, self.direction = OFF, "none"
-      elif d.steering_pressed and toward:
+      elif nudged and not blocked:
         self.state = STARTING
     elif self.state == STARTING:
       self.ll_prob = max(self.ll_prob - 2 * DT_MDL, 0.0)
-      if lane_change_prob < 0.02 and self.ll_prob < 0.01:
+      if lane_change_prob < LANE_CHANGE_PROB_DONE and self.ll_prob < 0.01:
         self.state = FINISHING
     elif self.state == FINISHING:
       self.ll_prob = min(self.ll_prob + DT_MDL, 1.0)

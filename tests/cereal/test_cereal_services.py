@@ -8,6 +8,7 @@ EXPECTED = {
   "narrowRoadCameraState": (20., "camerad"), "wideRoadCameraState": (20., "camerad"),
   "cabinCameraState": (20., "camerad"), "extrinsicsCalibration": (4., "car"), "lateralDelay": (1., "car"),
   "modelV2": (20., "modeld"), "drivingModelData": (20., "modeld"), "cameraOdometry": (20., "modeld"),
+  "usbGpuState": (20., "modeld"),
   "driverStateV2": (20., "dmonitoringmodeld"), "driverMonitoringState": (20., "dmonitoringd"),
   "carState": (100., "car"), "carControl": (100., "car"), "deviceState": (2., "car"),
   "engageRequest": (0., "car"), "selfdriveState": (100., "selfdrived"), "managerState": (1., "manager"),
@@ -34,7 +35,7 @@ def test_entries_are_complete(name):
 def test_model_daemons_own_no_control_service():
   for name, s in SERVICE_LIST.items():
     if s.owner in ("modeld", "dmonitoringmodeld"):
-      assert name in ("modelV2", "drivingModelData", "cameraOdometry", "driverStateV2"), name
+      assert name in ("modelV2", "drivingModelData", "cameraOdometry", "usbGpuState", "driverStateV2"), name
 
 
 def test_reference_tuples():

@@ -21,3 +21,19 @@ def tici_route_path():
 def tici_route(tici_route_path):
   with Route(tici_route_path) as route:
     yield route
+
+
+@pytest.fixture(scope="session")
+def mici_route_path():
+  path = os.path.join(ROUTES, "mici")
+  if not os.path.isfile(os.path.join(path, "header.json")):
+    pytest.fail(f"sample route missing: {path} (python -m process_replay.make_routes)")
+  return path
+
+
+@pytest.fixture(scope="session")
+def lanechange_route_path():
+  path = os.path.join(ROUTES, "lanechange")
+  if not os.path.isfile(os.path.join(path, "header.json")):
+    pytest.fail(f"sample route missing: {path} (python -m process_replay.make_routes --routes lanechange)")
+  return path

@@ -50,5 +50,15 @@ def test_dump_round_trips_the_model_output_exactly(tici_route, tmp_path, proc, s
 
 def test_log_without_raw_predictions_is_a_clear_error(tici_route_path, tmp_path):
   r = rawpred(tici_route_path, "--proc", "dmonitoringmodeld", "--out", str(tmp_path / "x.npz"))
-  assert r.returncode == 1 and "no driverStateV2 message with rawPredictions" in r.stderr
+  assert r.returncode == 2 and "no driverStateV2 message with rawPredictions" in r.stderr and len(r.stderr.splitlines()) == 1
   assert not (tmp_path / "x.npz").exists()
+
+
+@pytest.mark.parametrize("args,message", [
+  (["/no/such/log", "--proc", "modeld", "--out", "x.npz"], "/no/such/log: no such route or log"),
+  (["{route}", "--proc", "camerad", "--out", "x.npz"], "invalid choice: 'camerad'"),
+  (["{route}", "--proc", "modeld"], "the following arguments are required: --out"),
+])
+def test_user_mistakes_are_one_line_and_exit_2(tici_route_path, tmp_path, args, message):
+  r = rawpred(*[a.format(route=tici_route_path) for a in args])
+  assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr

@@ -87,7 +87,8 @@ def test_hung_process_is_a_clear_error(tici_route):
   ("import time; time.sleep(60)", 2.0, r"hung: no gated receive on 'visionipc_camerad_1' within 2 s before its first"),
 ])
 def test_process_that_never_reaches_its_gate(tici_route, code, startup_timeout, message):
-  cfg = dataclasses.replace(DM, command=("-c", code), startup_timeout=startup_timeout)
+  """A plain `python -c` process (not a resident) that exits early or never reads its gated socket."""
+  cfg = dataclasses.replace(DM, launch=("-c", code), entry="", startup_timeout=startup_timeout)
   with pytest.raises(ReplayError, match=message):
     replay(cfg, tici_route, seconds=0.5)
 
@@ -142,3 +143,13 @@ def test_corrupt_frame_file_is_a_clear_error(tici_route_path, tmp_path):
   with Route(str(copy)) as route:
     with pytest.raises(ReplayError, match=r"cabinCameraState frameId \d+: cannot read its frame"):
       replay(DM, route, seconds=1.0)
+
+
+@pytest.mark.parametrize("entry,message", [
+  ("builtins:print", r"dmonitoringmodeld exited with code 0 before its first receive"),   # main() returned at once
+  ("process_replay.no_such_module:main", r"dmonitoringmodeld exited with code 1 before its first receive(.|\n)*No module"),
+])
+def test_resident_whose_main_never_reaches_its_gate(tici_route, entry, message):
+  cfg = dataclasses.replace(DM, entry=entry, startup_timeout=30.0)
+  with pytest.raises(ReplayError, match=message):
+    replay(cfg, tici_route, seconds=0.5)

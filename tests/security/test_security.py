@@ -128,7 +128,7 @@ def test_zmq_publisher_binds_loopback_unless_configured(monkeypatch, namespace, 
 
 def test_services_table_gives_model_daemons_only_their_outputs():
   owned = {d: sorted(n for n, s in SERVICE_LIST.items() if s.owner == d) for d in MODEL_DAEMONS}
-  assert owned == {"modeld": ["cameraOdometry", "drivingModelData", "modelV2"],
+  assert owned == {"modeld": ["cameraOdometry", "drivingModelData", "modelV2", "usbGpuState"],
                    "dmonitoringmodeld": ["driverStateV2"]}
   for s in CONTROL_SERVICES:
     assert SERVICE_LIST[s].owner not in MODEL_DAEMONS, s

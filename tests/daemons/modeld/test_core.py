@@ -1,4 +1,6 @@
 """Modeld.step, the pure per-frame work: each `valid` rule, messages, SEND_RAW_PRED, small-model failure."""
+import itertools
+
 import numpy as np
 import pytest
 
@@ -10,7 +12,8 @@ from daemons.modeld.core import CarInputs, Frame, Modeld
 from daemons.modeld.model_state import MODEL_PATHS, ModelOutputError, ModelState
 from daemons.modeld.runner import runtime_runner
 from visionipc import get_nv12_info
-from daemons.modeld.daemon import SUBSCRIPTIONS, car_inputs
+from daemons.modeld.car_inputs import car_inputs
+from daemons.modeld.daemon import SUBSCRIPTIONS
 from daemons.modeld.daemon import pair_extra
 
 CALIB = [0.0, 0.02, -0.01]
@@ -47,8 +50,10 @@ def test_valid_after_history_fills_and_messages_are_complete(small_runner):
   assert [r.valid for r in results] == [False] * 4 + [True] * 2
   assert "small model history filling (1/5 frames)" in results[0].reasons
   names = [s for s, _ in results[-1].events]
-  assert names == ["modelV2", "drivingModelData", "cameraOdometry"]
-  mv2, dmd, odo = (m for _, m in results[-1].events)
+  assert names == ["modelV2", "drivingModelData", "cameraOdometry", "usbGpuState"]
+  mv2, dmd, odo, gpu = (m for _, m in results[-1].events)
+  assert str(mv2.modelV2.modelSource) == "small" and str(dmd.drivingModelData.modelSource) == "small"
+  assert str(gpu.usbGpuState.state) == "absent" and not gpu.usbGpuState.plugged and gpu.valid
   m = mv2.modelV2
   assert mv2.valid and mv2.invalidReason == "" and m.modelName == "small" and m.fallbackReason == ""
   assert (m.frameId, m.frameIdExtra, m.timestampSof) == (5, 5, 1_250_000_000)
@@ -134,7 +139,7 @@ def test_small_model_failure_publishes_invalid_and_keeps_running(small_runner):
   assert not r.valid and r.reasons[0].startswith("small model failed: NonFiniteOutput")
   m = r.events[0][1].modelV2
   assert m.frameId == i and m.modelName == "small" and len(m.position.x) == 0
-  for service, msg in r.events:
+  for service, msg in r.events[:3]:   # usbGpuState describes the GPU, which is fine
     assert not messaging.log_from_bytes(msg.to_bytes(), service=service).valid
   state["fail"] = False
   assert step(md, frame, i + 1).valid
@@ -252,3 +257,26 @@ def test_steps_leave_no_cyclic_garbage(small_runner):
     assert gc.collect() == 0
   finally:
     gc.enable()
+
+
+def test_a_whole_lane_change_reaches_the_model_as_one_rising_edge_pulse(small_runner):
+  md, frame = make(small_runner)
+  drive = dict(v_ego=25.0, calibration=CALIB, lat_active=True)
+  pulses = []
+  seen = md.small.history.desire_edge
+
+  def record(desire):
+    pulse = seen(desire)
+    pulses.append(int(np.argmax(pulse)) if pulse.any() else 0)
+    return pulse
+  md.small.history.desire_edge = record
+  i = warm(md, frame)
+  script = [CarInputs(**drive)] * 2 + [CarInputs(left_blinker=True, **drive)] * 2 + \
+           [CarInputs(left_blinker=True, steering_pressed=True, steering_torque=1.0, **drive)] + \
+           [CarInputs(left_blinker=True, **drive)] * 30 + [CarInputs(v_ego=25.0, calibration=CALIB)] * 3
+  desires = []
+  for k, car in enumerate(script):
+    step(md, frame, i + k, car)
+    desires.append(md.desire_helper.desire)
+  assert [d for d, _ in itertools.groupby(desires)] == [0, 3, 0]     # none -> laneChangeLeft -> none (latActive off)
+  assert pulses.count(3) == 1 and sum(1 for p in pulses if p) == 1   # the model sees laneChangeLeft once, on its edge

@@ -43,3 +43,16 @@ def test_lane_change_times_out():
   run(dh, 1, left_blinker=True, steering_pressed=True, steering_torque=1.0)
   assert run(dh, 195, left_blinker=True, lane_change_prob=0.9)[0] == STARTING   # 9.8 s in
   assert run(dh, 10, left_blinker=True, lane_change_prob=0.9)[0] == OFF         # past 10 s
+
+
+def test_a_car_in_the_blind_spot_holds_the_lane_until_it_is_clear():
+  dh = DesireHelper()
+  run(dh, 1)
+  run(dh, 2, left_blinker=True)
+  nudge = dict(left_blinker=True, steering_pressed=True, steering_torque=1.0)
+  assert run(dh, 5, left_blindspot=True, **nudge) == (PRE, "left", DESIRE_NONE)     # keeps its lane
+  assert run(dh, 1, right_blindspot=True, **nudge)[0] == STARTING                     # the other side does not matter
+  dh = DesireHelper()
+  run(dh, 1)
+  run(dh, 2, right_blinker=True)
+  assert run(dh, 3, right_blinker=True, right_blindspot=True, steering_pressed=True, steering_torque=-1.0)[0] == PRE

@@ -76,7 +76,7 @@ def test_fault_switches_to_small_without_losing_frames(usb_amd, small_runner, fa
   # selfdrived sees each frame's model messages plus healthy DM/calibration/car inputs on a simulated
   # 20 Hz clock, so its verdicts depend on the messages' content, not on this machine's load
   sim = [100.0]
-  sm = messaging.SubMaster(["modelV2", "drivingModelData"] + list(OTHERS), clock=lambda: sim[0])
+  sm = messaging.SubMaster(["modelV2", "drivingModelData", "usbGpuState"] + list(OTHERS), clock=lambda: sim[0])
   machine = SelfdriveStateMachine()
   results, durations, states, tick = [], [], [], 0
   for tick in range(1, 201):      # 2 s of healthy inputs first, so their rates are established
@@ -94,14 +94,19 @@ def test_fault_switches_to_small_without_losing_frames(usb_amd, small_runner, fa
       tick += 1
       sim[0] += 0.01
       sm.update_msgs(sim[0], healthy_others(tick))
-    sm.update_msgs(sim[0], [m.as_reader() for s, m in r.events if s in ("modelV2", "drivingModelData")])
-    states.append(machine.update(sim[0], collect_events(sm), engage_request=True if i == N_BIG - 1 else None).state)
+    sm.update_msgs(sim[0], [m.as_reader() for s, m in r.events if s in ("modelV2", "drivingModelData", "usbGpuState")])
+    states.append(machine.update(collect_events(sm), engage_request=True if i == N_BIG - 1 else None).state)
 
   names = [r.model_name for r in results]
   assert names == ["big"] * N_BIG + ["small"] * (N_FRAMES - N_BIG)      # the failing frame re-ran on small
   ids = [r.events[0][1].modelV2.frameId for r in results]
   assert ids == list(range(N_LOADING, N_LOADING + N_FRAMES))                       # no frame lost
-  assert all([s for s, _ in r.events] == ["modelV2", "drivingModelData", "cameraOdometry"] for r in results)
+  assert all([s for s, _ in r.events] == ["modelV2", "drivingModelData", "cameraOdometry", "usbGpuState"] for r in results)
+  sources = [str(r.events[0][1].modelV2.modelSource) for r in results]
+  assert sources == ["big"] * N_BIG + ["small"] * (N_FRAMES - N_BIG)             # every modelV2 says which model
+  gpu = [r.events[3][1].usbGpuState for r in results]
+  assert [str(g.state) for g in gpu] == ["ready"] * N_BIG + ["failed"] * (N_FRAMES - N_BIG)
+  assert all(g.plugged for g in gpu) and gpu[N_BIG].reason.startswith("big model failed: ")
   reason = results[N_BIG].events[0][1].modelV2.fallbackReason
   assert reason.startswith("big model failed: ")
   assert all(r.events[0][1].modelV2.fallbackReason == reason for r in results[N_BIG:])
@@ -114,9 +119,11 @@ def test_fault_switches_to_small_without_losing_frames(usb_amd, small_runner, fa
     assert durations[N_BIG] >= HANG_WAIT_TIMEOUT_MS / 1000        # the wait really timed out ...
     assert results[N_BIG].events[0][1].modelV2.modelExecutionTime >= HANG_WAIT_TIMEOUT_MS / 1000  # and it shows
   assert durations[N_BIG] < HANG_WAIT_TIMEOUT_MS / 1000 + 5.0      # ... and the gap is bounded (generous: loaded CI)
-  # selfdrived: engaged on the big model, dropped engagement when the switch made the outputs invalid
+  # selfdrived: engaged on the big model; the big failure soft-disengages, and it stays so after the small
+  # model's outputs are valid again (openpilot 2026: the big model is gone for this engagement)
   assert states[N_BIG - 1] == "enabled", machine.last_refusal
-  assert states[N_BIG] == "softDisabling"
+  assert states[N_BIG:] == ["softDisabling"] * (N_FRAMES - N_BIG)
+  assert "bigModelLost" in machine.update(collect_events(sm)).events
 
 
 def test_big_model_availability_and_loader(usb_amd):

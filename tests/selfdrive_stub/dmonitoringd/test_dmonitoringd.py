@@ -1,5 +1,7 @@
 """dmonitoringd's gating: the policy sees the model output only when its inputs pass all_checks()."""
 
+import math
+
 from cereal.messaging import SubMaster, log_from_bytes, new_message
 from selfdrive_stub import dmonitoringd
 
@@ -39,7 +41,7 @@ class Bus:
   def __init__(self):
     self.tick = 0
     self.sm = SubMaster(dmonitoringd.SERVICES, poll="driverStateV2", clock=lambda: self.tick * 0.05)
-    self.dm = dmonitoringd.DriverMonitoring()
+    self.monitor = dmonitoringd.Monitor(dmonitoringd.DriverMonitoring())
     self.results = []
 
   def run(self, seconds, driver=lambda tick: driver_state(), model_alive=True):
@@ -51,8 +53,8 @@ class Bus:
       if model_alive:
         msgs.append(driver(self.tick))
       self.sm.update_msgs(self.tick * 0.05, msgs)
-      ok, reason = dmonitoringd.step(self.dm, self.sm, self.sm.updated["driverStateV2"])
-      msg = log_from_bytes(dmonitoringd.state_message(self.dm, ok, reason).to_bytes())
+      ok, reason = self.monitor.step(self.sm, self.sm.updated["driverStateV2"])
+      msg = log_from_bytes(self.monitor.message(ok, reason).to_bytes())
       self.results.append((ok, reason, msg))
     return self.results[-1][2]
 
@@ -100,3 +102,47 @@ def test_model_output_at_wrong_rate_is_unavailable():
   last = bus.run(9, driver=lambda tick: driver_state() if tick % 4 == 0 else None)
   assert not last.valid and "driverStateV2: frequency out of range" in last.invalidReason
   assert str(last.driverMonitoringState.alertLevel) != "none"
+
+
+def malformed_state(kind):
+  msg = driver_state(yaw=0.8).as_builder()
+  d = msg.driverStateV2.leftDriverData
+  if kind == "short":
+    d.faceOrientation = [0.1]              # capnp-valid, one value where the policy needs pitch and yaw
+  elif kind == "nan":
+    d.faceOrientation = [float("nan"), -0.8, 0.0]
+  elif kind == "inf_prob":
+    d.faceProb = float("inf")
+  return log_from_bytes(msg.to_bytes())
+
+
+def test_malformed_model_output_is_unavailable_counted_and_keeps_the_state():
+  bus = Bus()
+  bus.run(4, driver=lambda tick: driver_state(yaw=0.8))          # distracted: alert one, awareness down
+  awareness = bus.monitor.dm.awareness
+  assert str(bus.results[-1][2].driverMonitoringState.alertLevel) == "one"
+  for i, kind in enumerate(("short", "nan", "inf_prob")):
+    last = bus.run(0.05, driver=lambda tick, kind=kind: malformed_state(kind))
+    dms = last.driverMonitoringState
+    assert not last.valid and last.invalidReason.startswith("malformed input: leftDriverData.")
+    assert dms.malformedInputs == i + 1 and math.isfinite(dms.visionPolicyState.pose.pitch)
+    assert not dms.visionPolicyState.faceDetected and "driverMonitoringUnavailable" in list(dms.events)
+  assert bus.monitor.dm.awareness < awareness        # kept its state and kept counting down (never attentive)
+  last = bus.run(0.05)
+  assert last.valid and last.driverMonitoringState.malformedInputs == 3
+
+
+def test_malformed_car_and_calibration_inputs_are_unavailable_too():
+  bus = Bus()
+  bus.run(2)
+  cs = car_msgs()[0].as_builder()
+  cs.carState.vEgo = float("nan")
+  bus.sm.update_msgs(bus.tick * 0.05 + 0.05, [log_from_bytes(cs.to_bytes()), driver_state()])
+  ok, reason = bus.monitor.step(bus.sm, True)
+  assert not ok and reason == "malformed input: carState.vEgo is nan"
+  cal = calib_msg().as_builder()
+  cal.extrinsicsCalibration.rpyCalib = [0.0, 0.0]
+  bus.sm.update_msgs(bus.tick * 0.05 + 0.1, [car_msgs()[0], cal.as_reader(), driver_state()])
+  ok, reason = bus.monitor.step(bus.sm, True)
+  assert not ok and reason == "malformed input: extrinsicsCalibration.rpyCalib has 2 values, needs 3"
+  assert bus.monitor.malformed == 2

@@ -17,9 +17,16 @@ from selfdrive_stub.process import module_exists
 from repo_paths import REPO_ROOT
 
 
-
 def _opts(*argv):
   return mgr.parse_args(["--duration", *argv])
+
+
+def test_the_scenario_reaches_the_car_stub():
+  car = next(p for p in mgr.PROCESSES if p.name == "car")
+  assert car.args(_opts("5", "--scenario", "lane-change"))[-2:] == ["--scenario", "lane-change"]
+  assert car.args(_opts("5"))[-2:] == ["--scenario", "default"]
+  with pytest.raises(SystemExit):
+    _opts("5", "--scenario", "drift")
 
 
 def test_killed_process_is_restarted(run_manager, assert_nothing_left):
