@@ -34,8 +34,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from cereal.messaging import sub_sock  # noqa: E402
 from daemons.common.realtime import stack_pins  # noqa: E402
-from msgq.namespace import Namespace  # noqa: E402
+from msgq.namespace import Namespace, runtime_dir  # noqa: E402
+from runtime import config as runtime_config  # noqa: E402
 from stacklib import drain, pct, start  # noqa: E402
+
+runtime_config.set_runtime_dir(runtime_dir)  # the simulator's presence file, in the bench's namespace
 
 STAGES = ("warpMs", "uploadMs", "modelMs", "readbackMs", "parseMs")
 

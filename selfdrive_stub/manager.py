@@ -30,6 +30,8 @@ import time
 from dataclasses import dataclass
 
 from daemons.common.realtime import CORES_ENV, PRIORITIES, scheduling_plan, stack_pins
+from msgq.namespace import runtime_dir
+from runtime import config as runtime_config
 from selfdrive_stub.process import ManagedProcess, ProcessConfig
 
 READY_TIMEOUT_S = 30.0
@@ -508,6 +510,7 @@ examples:
 
 def main(argv=None) -> int:
   opts = parse_args(argv)
+  runtime_config.set_runtime_dir(runtime_dir)   # the USB+AMD simulator's files live in the run's namespace
   try:
     from setproctitle import setproctitle
     setproctitle("manager")

@@ -19,6 +19,8 @@ from daemons.common.cameras import UnknownCameraError
 from daemons.common.realtime import SCHEDULING_HELP, scheduling_plan
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH, Calibration, ModelState, send_raw_pred_enabled
 from daemons.dmonitoringmodeld.runner import make_runner
+from msgq.namespace import runtime_dir
+from runtime import config as runtime_config
 from visionipc import VisionIpcClient, VisionStreamType
 
 PROCESS_NAME = "dmonitoringmodeld"
@@ -49,6 +51,7 @@ def main(argv=None) -> int:
   except ValueError as e:
     ap.error(str(e))
   setproctitle(PROCESS_NAME)
+  runtime_config.set_runtime_dir(runtime_dir)   # the USB+AMD simulator's files live in this run's namespace
   stop = Stop()
 
   model = ModelState.load(make_runner, args.model, send_raw_pred_enabled(os.environ.get("SEND_RAW_PRED")))

@@ -26,6 +26,8 @@ from daemons.common.realtime import SCHEDULING_HELP, scheduling_plan
 from daemons.modeld.core import CarInputs, Frame, Modeld
 from daemons.modeld.model_state import ModelState, model_path
 from daemons.modeld.runner import runtime_runner, warmup
+from msgq.namespace import runtime_dir
+from runtime import config as runtime_config
 from visionipc import VisionIpcClient, VisionStreamType, available_streams
 
 NARROW, WIDE = VisionStreamType.VISION_STREAM_NARROW_ROAD, VisionStreamType.VISION_STREAM_WIDE_ROAD
@@ -129,6 +131,7 @@ def main(argv=None) -> int:
   except ValueError as e:
     parser.error(str(e))
   setproctitle.setproctitle("modeld")
+  runtime_config.set_runtime_dir(runtime_dir)   # the USB+AMD simulator's files live in this run's namespace
   stop = threading.Event()
   for sig in (signal.SIGINT, signal.SIGTERM):
     signal.signal(sig, lambda *_: stop.set())
