@@ -113,3 +113,17 @@ def gemm_call(A: np.ndarray, B: np.ndarray, C: np.ndarray, beta: float = 0.0):
           ctypes.c_void_p(A.ctypes.data), integer(ops[0][1]), ctypes.c_void_p(B.ctypes.data), integer(ops[1][1]),
           ctypes.c_float(beta), ctypes.c_void_p(C.ctypes.data), integer(ops[2][1]))
   return lambda: fn(*args)
+
+
+def sgemm_int_ctype() -> str | None:
+  """The C type of the found sgemm's integer arguments (ILP64 builds take int64), or None without sgemm."""
+  _load()
+  if _sgemm is None:
+    return None
+  return "int64_t" if _sgemm[1] is ctypes.c_int64 else "int"
+
+
+def sgemm_address() -> int:
+  """The address of cblas_sgemm, for generated code to call (the caller checked sgemm_int_ctype())."""
+  _load()
+  return ctypes.cast(_sgemm[0], ctypes.c_void_p).value

@@ -11,11 +11,13 @@ Invariants:
   `reopen()`. Memory allocated before a reopen is invalid afterwards (its generation is stale).
 - The CPU device runs commands inline (its timeline completes as submit returns); it has no asynchronous
   faults, and an exception inside a command propagates from `submit` unchanged.
+- A device names its compile backend: "compiled" (generated C, as on CPU and USB+AMD) or "reference" (the
+  numpy reference kernels, device REF: for parity tests and debugging, never a daemon's path). Programs are
+  built per device name, so each device's kernels have their own cache keys.
 """
 from __future__ import annotations
 
 import copy
-import os
 import threading
 import time
 from contextlib import contextmanager
@@ -24,6 +26,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from runtime import config
 from runtime.allocator import LRUAllocator
 
 
@@ -98,6 +101,7 @@ class Compiled:
 
   wait_timeout_ms: int = 30_000     # class default; modeld sets 3000 on the USB+AMD device (class or instance)
   host_visible = True               # device memory readable by the host outside the device queue
+  backend = "compiled"              # how programs for this device are built (see the module docstring)
 
   def __init__(self, name: str, allocator: LRUAllocator):
     self.name = name
@@ -264,10 +268,10 @@ class CPUAllocator(LRUAllocator):
 
 
 class CPUDevice(Compiled):
-  """Host memory and numpy kernels, run inline on the caller's thread."""
+  """Host memory and compiled kernels, run inline on the caller's thread."""
 
   def __init__(self, name: str = "CPU"):
-    super().__init__(name, CPUAllocator(cap_bytes=int(os.environ.get("PYMODELD_CPU_LRU_BYTES", 64 << 20))))
+    super().__init__(name, CPUAllocator(cap_bytes=config.cpu_lru_bytes()))
 
   def _execute(self, cmd: Command) -> None:
     try:
@@ -293,6 +297,11 @@ class CPUDevice(Compiled):
       self.error_state = None
 
 
+class ReferenceDevice(CPUDevice):
+  """Host memory running every op on its numpy reference kernel (parity tests and debugging only)."""
+  backend = "reference"
+
+
 def canonical_name(name: str) -> str:
   """'cpu:0' -> 'CPU', 'usb+amd:llvm' -> 'USB+AMD' (the renderer part does not select a device here)."""
   if not isinstance(name, str) or not name.strip():
@@ -301,7 +310,7 @@ def canonical_name(name: str) -> str:
 
 
 def _open_usb_amd(name: str) -> Compiled:
-  from runtime.usb_amd import USBAMDDevice     # imported on first use only
+  from runtime.usb_amd import USBAMDDevice  # noqa: PLC0415  (a real cycle: usb_amd subclasses Compiled)
   return USBAMDDevice(name)
 
 
@@ -309,7 +318,8 @@ class _Registry:
   """Device["CPU"], Device["USB+AMD"], Device.DEFAULT (env DEV, default CPU)."""
 
   def __init__(self):
-    self._factories: dict[str, Callable[[str], Compiled]] = {"CPU": CPUDevice, "USB+AMD": _open_usb_amd}
+    self._factories: dict[str, Callable[[str], Compiled]] = {"CPU": CPUDevice, "USB+AMD": _open_usb_amd,
+                                                             "REF": ReferenceDevice}
     self._opened: dict[str, Compiled] = {}
     self._lock = threading.Lock()
 
@@ -328,7 +338,7 @@ class _Registry:
 
   @property
   def DEFAULT(self) -> str:
-    return canonical_name(os.environ.get("DEV") or "CPU")
+    return canonical_name(config.default_device())
 
   def known(self) -> list[str]:
     return list(self._factories)

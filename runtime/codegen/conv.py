@@ -1,0 +1,357 @@
+"""Conv, Gemm and MatMul: the strategy chooser, generated-loop convolutions and BLAS-backed kernels.
+
+Strategies (choose_conv, choose_matmul):
+- "direct": generated loops, out[n, m, o] = sum over (ci, taps) of x[...] * w[...], the padding a gate on the
+  taps (skipped, not multiplied by zero, when every weight is finite). Taken for depthwise convs and where the
+  reduction per output is short (Cg * taps <= DIRECT_MAX_K: a 1-channel 3x3, the DM model's 4x4 stride-2 stem),
+  and whenever BLAS is unavailable (no sgemm found, or not float32).
+- "pointwise": a 1x1 stride-1 unpadded conv is one sgemm per image (and group) straight on the input buffer.
+- "im2col": otherwise; per image and band of output rows, generated loops copy the windows (padding and any
+  fused prologue such as a uint8 cast included) into a scratch matrix small enough to stay in cache, and sgemm
+  multiplies the weights by it.
+- Gemm/MatMul: "gemv" (generated loops) when the output has one row per batch (batch-1 fully connected layers),
+  else "blas".
+In every strategy the bias, activation, residual add, clip and cast after the op are fused: in the loop's
+epilogue, or in the epilogue loop that runs on each band right after its sgemm, while it is still in cache.
+The opt-in measured search (search.py) may override the choice per kernel.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..kernels.nn import window_geometry
+from . import ir
+from .ir import F32, INDEX, GemmCall, GemmKernel, LoopKernel, Store, View
+from .lazy import Lazy, gate_loads
+from .lower import NotLowered
+from .rules import ew, overlap, rule, window_gate
+
+DIRECT_MAX_K = 32            # reduction length per output at or below which generated loops beat im2col + sgemm
+IM2COL_BAND_BYTES = 1 << 20   # one band of im2col columns: stays in the per-core L2 until its sgemm read it
+EPILOGUE_BAND_BYTES = 512 << 10  # one band of sgemm output that the epilogue revisits while it is in cache
+GEMV_MAX_ROWS = 1
+
+
+def choose_conv(*, Cg: int, Mg: int, G: int, taps: int, strides, dtype, blas: bool, pointwise_ok: bool) -> str:
+  if not blas or dtype != F32:
+    return "direct"
+  if G > 1 and Cg == 1 and Mg == 1:
+    return "direct"
+  if Cg * taps <= DIRECT_MAX_K:
+    return "direct"
+  if pointwise_ok:
+    return "pointwise"
+  return "im2col"
+
+
+def choose_matmul(*, rows: int, dtype, blas: bool) -> str:
+  if not blas or dtype != F32 or rows <= GEMV_MAX_ROWS:
+    return "gemv"
+  return "blas"
+
+
+class GemmPending:
+  """A BLAS reduction whose result is still a Lazy: the value holds ACC placeholders at output indices, and
+  the elementwise ops applied since are its epilogue. emit() builds the kernel once a buffer is chosen."""
+
+  def __init__(self, ctx, shape, dtype, builder, tags: dict):
+    self.tag = ctx.uid()
+    self.shape, self.dtype, self.builder, self.tags = tuple(shape), np.dtype(dtype), builder, tags
+
+  def lazy(self, reads) -> Lazy:
+    tag, dt = self.tag, self.dtype
+    return Lazy(self.shape, dt, lambda idx: ir.acc(tag, dt, idx), red=self, cost=1, reads=reads, tags=self.tags)
+
+  def emit(self, ctx, lazy: Lazy, buf, view: View) -> GemmKernel:
+    assert lazy.shape == self.shape, (lazy.shape, self.shape)
+    return self.builder(ctx, lazy, buf, view)
+
+
+def _replace_acc(e: ir.E, tag: int, at) -> ir.E:
+  mapping = {n: at(list(n.srcs)) for n in ir.walk(e) if n.op == "ACC" and n.arg == tag}
+  return ir.substitute(e, mapping) if mapping else e
+
+
+def _weights_finite(*arrays) -> bool:
+  return all(a is None or bool(np.all(np.isfinite(a))) for a in arrays)
+
+
+# ------------------------------------------------------------------------------------------------------ Conv
+
+@rule("Conv")
+def conv(ctx, node, ins, specs, consts):
+  attrs = node.attrs
+  W = consts[1]
+  if W is None:
+    raise NotLowered("Conv with run-time weights")
+  x = ins[0]
+  N, C, *S = x.shape
+  M, Cg, *K = W.shape
+  G = int(attrs.get("group", 1))
+  Mg = M // G
+  out_sp, pb, pe, need_end, strides, dil = window_geometry("Conv", attrs, S, K)
+  bias = consts[2] if len(consts) > 2 else None
+  if len(ins) > 2 and ins[2] is not None and bias is None:
+    raise NotLowered("Conv with a run-time bias")
+  taps = math.prod(K)
+  padded = any(pb) or any(need_end)
+  pointwise_ok = taps == 1 and not padded and all(s == 1 for s in strides)
+  strategy = choose_conv(Cg=Cg, Mg=Mg, G=G, taps=taps, strides=strides, dtype=x.dtype, blas=ctx.target["blas"],
+                         pointwise_ok=pointwise_ok)
+  strategy = ctx.target.get("force_conv", {}).get(node.name, strategy)
+  tags = {"op": "Conv", "strategy": strategy}
+  if strategy == "direct":
+    out = _direct_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, tags)
+  else:
+    out = _blas_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, strategy, tags)
+  if bias is not None:
+    lb = Lazy.of_buffer(ctx.const_buf(bias.astype(x.dtype)), View.contiguous((M,))).reshape((M,) + (1,) * len(S))
+    out = ew(ctx, lambda a, b: ir.alu("add", a, b), [out, lb])
+  return [out]
+
+
+def _direct_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, tags) -> Lazy:
+  N, C, *S = x.shape
+  M = W.shape[0]
+  x = ctx.prologue(x, overlap(K, strides, dil))
+  wb = ctx.const_buf(W.astype(x.dtype))
+  fn, uid, dt = x.fn, ctx.uid(), x.dtype
+  skip = _weights_finite(W)
+  kk = math.prod(K)
+  kstr = [math.prod(K[d + 1:]) for d in range(len(K))]
+
+  def f(idx):
+    n, m, *o = idx
+    rc = ir.var(f"r{uid}_c", Cg)
+    rk = [ir.var(f"r{uid}_k{d}", k) for d, k in enumerate(K)]
+    ci = ir.add(ir.mul(ir.idiv(m, Mg), Cg), rc) if G > 1 else rc
+    pos = [ir.add(ir.mul(od, s), ir.mul(r, dl), -p) for od, r, s, dl, p in zip(o, rk, strides, dil, pb)]
+    gate = window_gate(pos, S, pb, need_end)
+    xv = gate_loads(fn([n, ci] + pos), gate)
+    widx = ir.add(ir.mul(m, Cg * kk), ir.mul(rc, kk), *[ir.mul(r, s) for r, s in zip(rk, kstr)])
+    wv = ir.load(wb, widx)
+    if skip:
+      return ir.reduce("sum", [rc] + rk, ir.alu("mul", xv, wv), gate)
+    return ir.reduce("sum", [rc] + rk, ir.alu("mul", ir.where(gate, xv, ir.const(0, dt)), wv))
+  shape = (N, M) + tuple(out_sp)
+  return Lazy(shape, dt, f, red="reduce", cost=x.cost + 2, reads=x.reads | {wb}, tags=tags)
+
+
+def _blas_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, strategy, tags) -> Lazy:
+  N, C, *S = x.shape
+  M = W.shape[0]
+  kk = math.prod(K)
+  kred = Cg * kk
+  dt = x.dtype
+  wb = ctx.const_buf(np.ascontiguousarray(W.reshape(G, Mg, kred)).astype(dt))
+  x_in = ctx.prologue(x, overlap(K, strides, dil) if strategy == "im2col" else 1)
+  if strategy == "pointwise":
+    xv = x_in.view
+    rest = math.prod(S)
+    ok = xv is not None and xv[1].mask is None and x_in.view is not None and \
+        tuple(xv[1].strides[2:]) == ir.contiguous_strides(S) and (xv[1].strides[1] == rest or C == 1)
+    if not ok:
+      x_in = ctx.realize(x_in)
+  O0, rest = out_sp[0], math.prod(out_sp[1:])
+  O = O0 * rest
+  if strategy == "im2col":
+    band_rows = max(1, min(O0, IM2COL_BAND_BYTES // max(1, kred * rest * dt.itemsize)))
+  else:
+    band_rows = max(1, min(O0, EPILOGUE_BAND_BYTES // max(1, M * rest * dt.itemsize)))
+  shape = (N, M) + tuple(out_sp)
+  fn = x_in.fn
+
+  def build(ctx, lazy, buf, view):
+    bvar = ctx.new_var("band", -(-O0 // band_rows))
+    nvar = ctx.new_var("n", N)
+    gvar = ctx.new_var("g", G)
+    rows = ir.alu("min", ir.const(band_rows), ir.add(O0, ir.mul(bvar, -band_rows)))
+    o0 = ir.mul(bvar, band_rows)
+    bcols = band_rows * rest
+    packs, scratch = [], []
+    if strategy == "im2col":
+      cols = ctx.scratch(kred * bcols, dt)
+      scratch.append(cols)
+      pv = [ctx.new_var("pc", Cg)] + [ctx.new_var("pk", k) for k in K] + [ctx.new_var("pr", band_rows)] + \
+          [ctx.new_var("po", o) for o in out_sp[1:]]
+      rc, rk, rr, ro = pv[0], pv[1:1 + len(K)], pv[1 + len(K)], pv[2 + len(K):]
+      o_full = [ir.add(o0, rr)] + ro
+      pos = [ir.add(ir.mul(od, s), ir.mul(r, dl), -p) for od, r, s, dl, p in zip(o_full, rk, strides, dil, pb)]
+      gate = window_gate(pos, S, pb, need_end)
+      val = ir.where(gate, gate_loads(fn([nvar, ir.add(ir.mul(gvar, Cg), rc)] + pos), gate), ir.const(0, dt))
+      kidx = ir.add(ir.mul(rc, kk), *[ir.mul(r, math.prod(K[d + 1:])) for d, r in enumerate(rk)])
+      cidx = ir.add(ir.mul(kidx, bcols), ir.mul(rr, rest),
+                    *[ir.mul(r, math.prod(out_sp[2 + d:])) for d, r in enumerate(ro)])
+      pk = LoopKernel("pack", pv, tuple(v.arg[1] if v.op == "VAR" else 1 for v in pv), [Store(cols, cidx, val)],
+                      {}, {rr: rows})
+      packs.append(pk)
+      b_op = (cols, ir.const(0), bcols, False)
+    else:
+      xb, xview = x_in.view[0], x_in.view[1]
+      base = xview.index([nvar, ir.mul(gvar, Cg)] + [ir.const(0)] * len(S))
+      b_op = (xb, ir.add(base, ir.mul(o0, rest)), O, False)
+    a_op = (wb, ir.mul(gvar, Mg * kred), kred, False)
+    direct_c = view.mask is None and tuple(view.strides[2:]) == ir.contiguous_strides(out_sp) and \
+        (view.strides[1] == O or M == 1)
+    if direct_c:
+      c_base = view.index([nvar, ir.mul(gvar, Mg)] + [ir.const(0)] * len(out_sp))
+      c_op = (buf, ir.add(c_base, ir.mul(o0, rest)), O)
+
+      def c_at(idx):
+        return ir.load(buf, view.index(idx))
+    else:
+      cs = ctx.scratch(M * bcols, dt)
+      scratch.append(cs)
+      c_op = (cs, ir.mul(gvar, Mg * bcols), bcols)
+
+      def c_at(idx):
+        n, m, *o = idx
+        return ir.load(cs, ir.add(ir.mul(m, bcols), ir.mul(ir.add(o[0], ir.mul(o0, -1)), rest),
+                                  *[ir.mul(v, math.prod(out_sp[2 + d:])) for d, v in enumerate(o[1:])]))
+    gemm = GemmCall([nvar, gvar], Mg, ir.mul(rows, rest), kred, a_op, b_op, c_op)
+    ev = [ctx.new_var("em", M), ctx.new_var("er", band_rows)] + [ctx.new_var("eo", o) for o in out_sp[1:]]
+    e_idx = [nvar, ev[0], ir.add(o0, ev[1])] + ev[2:]
+    value = _replace_acc(lazy.at(e_idx), pending.tag, c_at)
+    identity = direct_c and value.op == "LOAD" and value.arg == buf and value.srcs[0] is view.index(e_idx)
+    epi = None
+    if not identity:
+      epi = LoopKernel("epilogue", ev, (M, band_rows) + tuple(out_sp[1:]), [Store(buf, view.index(e_idx), value)],
+                       {}, {ev[1]: rows})
+    return GemmKernel(f"k{len(ctx.kernels)}", gemm, packs, epi, bvar, band_rows, scratch,
+                      dict(tags, band_rows=band_rows, outer=[nvar], inner=[gvar]))
+  pending = GemmPending(ctx, shape, dt, build, tags)
+  return pending.lazy(x_in.reads | {wb})
+
+
+# --------------------------------------------------------------------------------------------- Gemm / MatMul
+
+def _blas_operand(lz: Lazy):
+  """(buf, view, transposed, ld) when the 2-D trailing part of lz's view is one BLAS can read in place."""
+  if lz.view is None or lz.view[1].mask is not None or lz.dtype != F32:
+    return None
+  v = lz.view[1]
+  r, cdim = v.shape[-2], v.shape[-1]
+  sr, sc = v.strides[-2], v.strides[-1]
+  if (sc == 1 or cdim == 1) and (sr >= max(cdim, 1) or r == 1):
+    return lz.view[0], v, False, max(sr, cdim, 1)
+  if (sr == 1 or r == 1) and (sc >= max(r, 1) or cdim == 1):
+    return lz.view[0], v, True, max(sc, r, 1)
+  return None
+
+
+def _matmul(ctx, a: Lazy, b: Lazy, shape, alpha: float, tags) -> Lazy:
+  """a (..., M, K) @ b (..., K, N) with numpy broadcasting over the batch axes (both already that rank)."""
+  dt = a.dtype
+  M, K, Nn = a.shape[-2], a.shape[-1], b.shape[-1]
+  batch = shape[:-2]
+  rows = M
+  strategy = choose_matmul(rows=rows, dtype=dt, blas=ctx.target["blas"])
+  tags = dict(tags, strategy=strategy)
+  if strategy == "gemv":
+    a, b = ctx.prologue(a, Nn), ctx.prologue(b, M)
+    af, bf, uid = a.fn, b.fn, ctx.uid()
+    ab, bb = a.shape[:-2], b.shape[:-2]
+
+    def f(idx):
+      *bi, m, n = idx
+      k = ir.var(f"r{uid}_k", K)
+      ai = [i if s != 1 else ir.const(0) for i, s in zip(bi[len(bi) - len(ab):], ab)]
+      bj = [i if s != 1 else ir.const(0) for i, s in zip(bi[len(bi) - len(bb):], bb)]
+      v = ir.alu("mul", af(ai + [m, k]), bf(bj + [k, n]))
+      r = ir.reduce("sum", [k], v)
+      return ir.alu("mul", r, ir.const(alpha, dt)) if alpha != 1.0 else r
+    return Lazy(shape, dt, f, red="reduce", cost=a.cost + b.cost + 2, reads=a.reads | b.reads, tags=tags)
+  ops = []
+  for lz in (a, b):
+    lz = ctx.prologue(lz, 1)
+    opnd = _blas_operand(lz)
+    if opnd is None:
+      lz = ctx.realize(lz)
+      opnd = _blas_operand(lz)
+    ops.append(opnd)
+  nb = len(batch)
+
+  def build(ctx, lazy, buf, view):
+    bvars = [ctx.new_var("mb", s) for s in batch]
+
+    def opnd_at(opnd, lz_shape):
+      b_, v, tr, ld = opnd
+      bidx = [i if s != 1 else ir.const(0) for i, s in zip(bvars[nb - (len(lz_shape) - 2):], lz_shape[:-2])]
+      return b_, v.index(bidx + [ir.const(0), ir.const(0)]), ld, tr
+    a_op = opnd_at(ops[0], a.shape)
+    b_op = opnd_at(ops[1], b.shape)
+    direct_c = view.mask is None and view.strides[-1] == 1 and (view.strides[-2] >= Nn or M == 1)
+    scratch = []
+    if direct_c:
+      c_op = (buf, view.index(bvars + [ir.const(0), ir.const(0)]), max(view.strides[-2], Nn))
+
+      def c_at(idx):
+        return ir.load(buf, view.index(idx))
+    else:
+      cs = ctx.scratch(M * Nn, dt)
+      scratch.append(cs)
+      c_op = (cs, ir.const(0), Nn)
+
+      def c_at(idx):
+        return ir.load(cs, ir.add(ir.mul(idx[-2], Nn), idx[-1]))
+    gemm = GemmCall(bvars, M, ir.const(Nn), K, a_op, b_op, c_op, alpha=alpha)
+    ev = [ctx.new_var("em", M), ctx.new_var("en", Nn)]
+    e_idx = bvars + ev
+    value = _replace_acc(lazy.at(e_idx), pending.tag, c_at)
+    identity = direct_c and value.op == "LOAD" and value.arg == buf and value.srcs[0] is view.index(e_idx)
+    epi = None if identity else LoopKernel("epilogue", ev, (M, Nn), [Store(buf, view.index(e_idx), value)])
+    return GemmKernel(f"k{len(ctx.kernels)}", gemm, [], epi, None, 0, scratch,
+                      dict(tags, outer=bvars, inner=[]))
+  pending = GemmPending(ctx, shape, dt, build, tags)
+  return pending.lazy(a.reads | b.reads)
+
+
+def _rank2(lz: Lazy, rank: int) -> Lazy:
+  return lz.reshape((1,) * (rank - len(lz.shape)) + lz.shape) if len(lz.shape) < rank else lz
+
+
+@rule("MatMul")
+def matmul(ctx, node, ins, specs, consts):
+  a, b = ins[0], ins[1]
+  if a.dtype.kind != "f":
+    raise NotLowered("integer MatMul")
+  out = ctx.specs[node.outputs[0]].shape
+  a2 = a.reshape((1,) + a.shape) if len(a.shape) == 1 else a
+  b2 = b.reshape(b.shape + (1,)) if len(b.shape) == 1 else b
+  rank = max(len(a2.shape), len(b2.shape))
+  a2, b2 = _rank2(a2, rank), _rank2(b2, rank)
+  batch = tuple(np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2]))
+  shape = batch + (a2.shape[-2], b2.shape[-1])
+  r = _matmul(ctx, a2, b2, shape, 1.0, {"op": "MatMul"})
+  return [ctx.realize(r).reshape(out) if r.shape != tuple(out) else r]
+
+
+@rule("Gemm")
+def gemm(ctx, node, ins, specs, consts):
+  a, b = ins[0], ins[1]
+  if a.dtype != F32:
+    raise NotLowered("non-float32 Gemm")
+  attrs = node.attrs
+  if int(attrs.get("transA", 0)):
+    a = a.permute([1, 0])
+  if int(attrs.get("transB", 0)):
+    b = b.permute([1, 0])
+  alpha, beta = float(attrs.get("alpha", 1.0)), float(attrs.get("beta", 1.0))
+  shape = (a.shape[0], b.shape[1])
+  out = _matmul(ctx, a, b, shape, alpha, {"op": "Gemm"})
+  if len(ins) > 2 and ins[2] is not None and beta != 0.0:
+    cz = ins[2]
+    if consts[2] is not None:
+      arr = (consts[2] * np.float32(beta)).astype(np.float32)
+      cz = Lazy.of_buffer(ctx.const_buf(arr), View.contiguous(arr.shape)) if arr.size > 1 else \
+          Lazy.constant(arr.reshape(-1)[0].item(), np.float32, arr.shape)
+      out = ew(ctx, lambda p, q: ir.alu("add", p, q), [out, cz])
+    else:
+      bt = ir.const(beta, F32)
+      out = ew(ctx, lambda p, q: ir.alu("add", p, ir.alu("mul", q, bt) if beta != 1.0 else q), [out, cz])
+  return [out]
+
+
+_ = INDEX

@@ -1,0 +1,130 @@
+"""Optimise: choose each loop nest's schedule (loop order, merged axes, vector axis, tile, upcast).
+
+Deterministic heuristics, in this order:
+1. Loop order: a kernel whose reductions depend on only some output axes runs those axes outermost, so each
+   reduction (a softmax's max and sum, a norm's mean) is computed once per output row, not per element.
+2. Merge adjacent axes whose every index stays affine after the merge (no div/mod appears): elementwise work
+   over contiguous buffers becomes one flat loop.
+3. Vectorise a reduction kernel ("tile") along the innermost output axis when that axis is contiguous in the
+   store and every load is affine in it, with the reduction loops outside the tile and accumulators in
+   registers; upcast (unroll) another output axis that some loads do not depend on (the output channels of a
+   convolution), so each input load feeds several accumulators. Otherwise vectorise along the innermost
+   reduction axis when the loads are contiguous in it ("inner": a global pool, a row reduction, a GEMV).
+4. Everything else is scalar C, which the C compiler vectorises where it can (plain elementwise loops).
+The measured search (search.py) may replace a schedule by a measured better one; its choice is cached.
+"""
+from __future__ import annotations
+
+from . import ir
+from .ir import F32, INDEX, E, LoopKernel, Store
+from .render import Schedule, vectorizable
+
+MAX_ACCUMULATORS = 16      # vector accumulators kept in registers per tile (AVX-512 has 32 vector registers)
+
+
+def merge_axes(k: LoopKernel) -> LoopKernel:
+  """Merge adjacent iteration axes where every store index and value stays free of div/mod in the merged
+  variable. Returns a new kernel (or k itself)."""
+  vars_, shape = list(k.vars), list(k.shape)
+  stores = list(k.stores)
+  i = len(vars_) - 2
+  while i >= 0:
+    a, b = vars_[i], vars_[i + 1]
+    if a.op != "VAR" or b.op != "VAR" or a in k.dyn or b in k.dyn:
+      i -= 1
+      continue
+    eb = b.arg[1]
+    u = ir.var(f"{a.arg[0]}m", a.arg[1] * eb)
+    mapping = {a: ir.idiv(u, eb), b: ir.imod(u, eb)}
+    new = [Store(s.buf, ir.substitute(s.index, mapping), ir.substitute(s.value, mapping)) for s in stores]
+    if all(not _has_divmod(x, u) for s in new for x in (s.index, s.value)):
+      stores = new
+      vars_[i:i + 2] = [u]
+      shape[i:i + 2] = [a.arg[1] * eb]
+      i = min(i, len(vars_) - 2)
+      continue
+    i -= 1
+  # drop extent-1 axes (their variable is the constant 0)
+  keep = [(v, s) for v, s in zip(vars_, shape) if v.op == "VAR"]
+  if len(keep) == len(k.vars) and stores is k.stores:
+    return k
+  return LoopKernel(k.name, [v for v, _ in keep], tuple(s for _, s in keep), stores, k.tags, k.dyn)
+
+
+def _has_divmod(e: E, v: E) -> bool:
+  return any(n.op in ("DIV", "MOD") and v in ir.free_vars(n) for n in ir.walk(e))
+
+
+def reduces_of(k: LoopKernel) -> list[E]:
+  return [n for s in k.stores for n in ir.walk(s.value) if n.op == "REDUCE"]
+
+
+def loop_order(k: LoopKernel) -> list[E]:
+  order = [v for v in k.vars if v.op == "VAR"]
+  rs = reduces_of(k)
+  if not rs:
+    return order
+  free = set().union(*(ir.free_vars(r) for r in rs))
+  outer = [v for v in order if v in free]
+  inner = [v for v in order if v not in free]
+  return outer + inner
+
+
+def schedule(k: LoopKernel, vl: int) -> Schedule:
+  order = loop_order(k)
+  sched = Schedule(order, vl=vl)
+  if len(k.stores) != 1 or not order:
+    return sched
+  st = k.stores[0]
+  rs = list(dict.fromkeys(reduces_of(k)))
+  t = order[-1]
+  if not rs:
+    # elementwise: plain C loops vectorise well, except strided or gated loads along the inner axis
+    if st.value.dtype == F32 and t.arg[1] >= vl and ir.coef(st.index, t) == 1 and vectorizable(st.value, t) and \
+            any(n.op == "LOAD" and (ir.coef(n.srcs[0], t) not in (0, 1) or len(n.srcs) > 1)
+                for n in ir.walk(st.value) if t in ir.free_vars(n)):
+      sched.mode, sched.tile_var, sched.tile = "tile", t, max(1, min(4, t.arg[1] // vl)) * vl
+    return sched
+  if len(rs) != 1 or rs[0].arg[0] not in ("sum", "max", "min", "prod") or rs[0].dtype != F32:
+    return sched
+  r = rs[0]
+  if t not in k.dyn and ir.coef(st.index, t) == 1 and t.arg[1] >= vl and vectorizable(st.value, t):
+    chunks = max(1, min(4, t.arg[1] // vl))
+    sched.mode, sched.tile_var, sched.tile = "tile", t, chunks * vl
+    _upcast(k, sched, r, order, chunks)
+    return sched
+  rt = r.arg[1][-1]
+  body = r.srcs[0]
+  loads = [n for n in ir.walk(body) if n.op == "LOAD"]
+  if rt.arg[1] >= vl and loads and any(ir.coef(n.srcs[0], rt) == 1 for n in loads) and vectorizable(st.value, rt):
+    sched.mode, sched.tile_var, sched.tile = "inner", rt, vl
+    _upcast(k, sched, r, order, 1)
+  return sched
+
+
+def _upcast(k: LoopKernel, sched: Schedule, r: E, order: list[E], chunks: int):
+  """Unroll the output axis (other than the tile axis) that the most loads of the reduction body do not
+  depend on, by the largest of 8, 4, 2 that divides it and keeps the accumulators in registers."""
+  body = r.srcs[0]
+  loads = [n for n in ir.walk(body) if n.op == "LOAD"]
+  best, best_n = None, 0
+  for v in order:
+    if v is sched.tile_var or v in k.dyn:
+      continue
+    n = sum(1 for ld in loads if v not in ir.free_vars(ld))
+    if n > best_n or (n == best_n and best is not None and n and v.arg[1] > best.arg[1]):
+      best, best_n = v, n
+  if best is None or best_n == 0:
+    return
+  for u in (8, 4, 2):
+    if best.arg[1] % u == 0 and u * chunks <= MAX_ACCUMULATORS:
+      sched.up_var, sched.up = best, u
+      return
+
+
+def optimise(k: LoopKernel, vl: int) -> tuple[LoopKernel, Schedule]:
+  k = merge_axes(k)
+  return k, schedule(k, vl)
+
+
+_ = INDEX
