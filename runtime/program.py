@@ -15,12 +15,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import blas, compiler
+from . import blas, compiler, config, search
 from .cache import DEFAULT_KERNELS, KernelCache
 from .codegen import conv as _conv  # noqa: F401  (registers Conv, Gemm, MatMul)
 from .codegen import lower as lowering
@@ -210,19 +211,24 @@ def run_passes(graph: Graph, config: dict) -> tuple[Graph, dict[str, Spec]]:
   return graph, specs
 
 
-def lower(graph: Graph, specs: dict[str, Spec], config: dict, target: Target) -> lowering.Lowered:
+def lower(graph: Graph, specs: dict[str, Spec], config: dict, target: Target,
+          force_conv: dict | None = None) -> lowering.Lowered:
   rules = RULES if target.backend == "compiled" else {}
-  return lowering.lower(graph, specs, config, target.lowering(), rules)
+  return lowering.lower(graph, specs, config, {**target.lowering(), "force_conv": force_conv or {}}, rules)
 
 
-def optimise(lowered: lowering.Lowered, target: Target) -> list:
-  """Per kernel: the kernel with its loop nests' schedules: (kernel, [(LoopKernel, Schedule), ...])."""
+def optimise(lowered: lowering.Lowered, target: Target, measure: bool = False) -> list:
+  """Per kernel: the kernel with its loop nests' schedules: (kernel, [(LoopKernel, Schedule), ...]).
+  measure=True lets the search (search.py) replace each loop kernel's heuristic schedule by a measured one."""
+  consts = {n: bi.array for n, bi in lowered.bufs.items() if bi.role == "const"} if measure else {}
   out = []
   for k in lowered.kernels:
     if isinstance(k, HostKernel):
       out.append((k, []))
     elif isinstance(k, LoopKernel):
       lk, sched = opt.optimise(k, target.vl)
+      if measure:
+        sched = search.best_schedule(lk, sched, target.name, consts)
       out.append((lk, [(lk, sched)]))
     else:
       nests = [opt.optimise(lk, target.vl) for lk in list(k.packs) + ([k.epilogue] if k.epilogue else [])]
@@ -249,16 +255,20 @@ def render_kernels(scheduled: list, target: Target, lowered: lowering.Lowered) -
 
 
 def build_program(graph: Graph, device: str = "CPU", config: dict | None = None, backend: str = "compiled",
-                  *, passes: bool = True) -> Program:
-  """passes -> lower -> optimise -> render. passes=False takes a graph the passes already ran on."""
+                  *, passes: bool = True, force_conv: dict | None = None, measure: bool | None = None) -> Program:
+  """passes -> lower -> optimise -> render. passes=False takes a graph the passes already ran on.
+  measure (default: env PYMODELD_SEARCH) times alternative conv strategies and loop schedules (search.py)."""
   config = {**CODEGEN_DEFAULTS, **(config or {})}
   target = target_for(device, backend)
   if passes:
     graph, specs = run_passes(graph, config)
   else:  # the passes already ran on this graph (an artifact's): only infer the specs again
     graph, specs, _ = fold_constants(graph)
-  lowered = lower(graph, specs, config, target)
-  scheduled = optimise(lowered, target)
+  measure = search_enabled() if measure is None else measure
+  if measure and backend == "compiled" and force_conv is None:
+    force_conv = measured_conv_strategies(graph, specs, device, config)
+  lowered = lower(graph, specs, config, target, force_conv)
+  scheduled = optimise(lowered, target, measure and backend == "compiled")
   kernels = render_kernels(scheduled, target, lowered)
   bufs, consts, scratch_offsets = {}, {}, {}
   for name, bi in lowered.bufs.items():
@@ -285,6 +295,40 @@ def build_program(graph: Graph, device: str = "CPU", config: dict | None = None,
               target.program_name, backend, config, graph, dict(graph.metadata), dict(graph.held), target.name)
   p.program_key = program_key(p)
   return p
+
+
+def search_enabled() -> bool:
+  return config.search_enabled()
+
+
+def measured_conv_strategies(graph: Graph, specs: dict, device: str, cfg: dict) -> dict:
+  """Per Conv (by output name): the strategy search.py measured fastest as a one-conv program."""
+  from .link import link  # noqa: PLC0415  (a real cycle: link builds on Program; only the search needs it here)
+  out = {}
+  for n in graph.nodes:
+    if n.op != "Conv" or n.inputs[1] not in graph.consts:
+      continue
+    x, w = specs[n.inputs[0]], graph.consts[n.inputs[1]]
+    consts = {i: graph.consts[i] for i in n.inputs[1:] if i}
+    one = Graph({n.inputs[0]: x}, [n.outputs[0]], [n], consts, {}, graph.opset)
+    taps = int(np.prod(w.shape[2:]))
+    pointwise = taps == 1 and not any(n.attrs.get("pads", [])) and all(s == 1 for s in n.attrs.get("strides", [1]))
+    cands = ["direct", "pointwise" if pointwise else "im2col"]
+    signature = {"x": [list(x.shape), x.dtype.str], "w": list(w.shape), "attrs": n.attrs, "device": device}
+
+    def measure(strategy, one=one, name=n.outputs[0], xin=n.inputs[0]):
+      p = build_program(one, device, cfg, passes=False, force_conv={name: strategy}, measure=False)
+      linked = link(p)
+      linked.inputs[xin][...] = np.random.default_rng(0).standard_normal(linked.inputs[xin].shape)
+      linked.run()
+      best = float("inf")
+      for _ in range(search.RUNS):
+        t0 = time.perf_counter()
+        linked.run()
+        best = min(best, time.perf_counter() - t0)
+      return best
+    out[n.outputs[0]] = search.conv_strategy(signature, "", cands, measure)
+  return out
 
 
 def compile_program(program: Program, kernels: KernelCache | None = None) -> tuple[list, str]:

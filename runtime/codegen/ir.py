@@ -35,15 +35,16 @@ ARG_OPS = ("argmax", "argmin", "argmax_last", "argmin_last")
 
 class E:
   """An interned IR node. op: CONST, VAR, LOAD, ACC, REDUCE, WHERE or an ALU op name (UNARY/BINARY)."""
-  __slots__ = ("op", "dtype", "srcs", "arg", "__weakref__")
+  __slots__ = ("op", "dtype", "srcs", "arg", "lin", "range", "free", "__weakref__")
   _table: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
   def __new__(cls, op: str, dtype: np.dtype, srcs: tuple = (), arg=None):
-    key = (op, dtype.str, tuple(id(s) for s in srcs), _arg_key(arg))
+    key = (op, dtype, tuple(map(id, srcs)), arg if type(arg) in (str, int, type(None)) else _arg_key(arg))
     node = cls._table.get(key)
     if node is None:
       node = object.__new__(cls)
       node.op, node.dtype, node.srcs, node.arg = op, dtype, srcs, arg
+      node.lin = node.range = node.free = None   # caches of linear(), rng() and free_vars()
       cls._table[key] = node
     return node
 
@@ -218,7 +219,7 @@ _FOLD = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximu
 
 def linear(e: E) -> tuple[dict, int]:
   """e as ({atom: coefficient}, constant) where atoms are VAR, DIV, MOD or any other non-sum node."""
-  cached = _LIN.get(e)
+  cached = e.lin
   if cached is not None:
     return cached
   if e.op == "CONST":
@@ -238,12 +239,10 @@ def linear(e: E) -> tuple[dict, int]:
     out = ({a: v * f for a, v in t.items()}, k * f)
   else:
     out = ({e: 1}, 0)
-  _LIN[e] = out
+  e.lin = out
   return out
 
 
-_LIN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_RNG: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _order(a: E):
@@ -343,7 +342,7 @@ def imod(x, c) -> E:
 
 def rng(e: E) -> tuple[int, int]:
   """Inclusive value range of an int64 expression (conservative)."""
-  cached = _RNG.get(e)
+  cached = e.range
   if cached is not None:
     return cached
   op = e.op
@@ -381,7 +380,7 @@ def rng(e: E) -> tuple[int, int]:
     out = (int(info.min), int(info.max))
   else:
     out = (-(1 << 62), 1 << 62)
-  _RNG[e] = out
+  e.range = out
   return out
 
 
@@ -399,12 +398,9 @@ def depends(e: E, v: E) -> bool:
   return v in free_vars(e)
 
 
-_FREE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
 def free_vars(e: E) -> frozenset:
   """The variables e depends on (a REDUCE binds its own reduction variables)."""
-  out = _FREE.get(e)
+  out = e.free
   if out is None:
     if e.op == "VAR":
       out = frozenset((e,))
@@ -412,7 +408,7 @@ def free_vars(e: E) -> frozenset:
       out = frozenset().union(*(free_vars(s) for s in e.srcs)) if e.srcs else frozenset()
       if e.op == "REDUCE":
         out = out - frozenset(e.arg[1])
-    _FREE[e] = out
+    e.free = out
   return out
 
 
