@@ -119,7 +119,7 @@ def randomized_light(path: str, seed: int = 0) -> onnx.ModelProto:
       fan_in = int(np.prod(shape[1:])) if op == "Conv" else (shape[0] if op == "MatMul" else int(np.prod(shape[1:])))
       a = rng.standard_normal(shape) * np.sqrt(2.0 / max(1, fan_in))
     elif op == "BatchNormalization":
-      a = {1: rng.uniform(0.5, 1.5, shape), 2: rng.normal(0, 0.1, shape), 3: rng.normal(0, 0.1, shape),
+      a = {1: rng.uniform(0.3, 0.7, shape), 2: rng.normal(0, 0.1, shape), 3: rng.normal(0, 0.1, shape),
            4: rng.uniform(0.5, 1.5, shape)}.get(slot, rng.normal(0, 0.1, shape))
     else:
       a = rng.normal(0, 0.05, shape)

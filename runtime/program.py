@@ -313,7 +313,9 @@ def measured_conv_strategies(graph: Graph, specs: dict, device: str, cfg: dict) 
     one = Graph({n.inputs[0]: x}, [n.outputs[0]], [n], consts, {}, graph.opset)
     taps = int(np.prod(w.shape[2:]))
     pointwise = taps == 1 and not any(n.attrs.get("pads", [])) and all(s == 1 for s in n.attrs.get("strides", [1]))
-    cands = ["direct", "pointwise" if pointwise else "im2col"]
+    group = int(n.attrs.get("group", 1))
+    cands = ["direct"] + (["direct_cm"] if group == 1 and w.shape[0] >= 16 else []) + \
+        ["pointwise" if pointwise else "im2col"]
     signature = {"x": [list(x.shape), x.dtype.str], "w": list(w.shape), "attrs": n.attrs, "device": device}
 
     def measure(strategy, one=one, name=n.outputs[0], xin=n.inputs[0]):

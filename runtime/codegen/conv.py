@@ -1,14 +1,21 @@
 """Conv, Gemm and MatMul: the strategy chooser, generated-loop convolutions and BLAS-backed kernels.
 
 Strategies (choose_conv, choose_matmul):
-- "direct": generated loops, out[n, m, o] = sum over (ci, taps) of x[...] * w[...], the padding a gate on the
-  taps (skipped, not multiplied by zero, when every weight is finite). Taken for depthwise convs and where the
-  reduction per output is short (Cg * taps <= DIRECT_MAX_K: a 1-channel 3x3, the DM model's 4x4 stride-2 stem),
-  and whenever BLAS is unavailable (no sgemm found, or not float32).
-- "pointwise": a 1x1 stride-1 unpadded conv is one sgemm per image (and group) straight on the input buffer.
-- "im2col": otherwise; per image and band of output rows, generated loops copy the windows (padding and any
-  fused prologue such as a uint8 cast included) into a scratch matrix small enough to stay in cache, and sgemm
-  multiplies the weights by it.
+- "direct": generated loops, out[n, m, o] = sum over (ci, taps) of x[...] * w[...] with vector lanes along the
+  output columns and the output channels upcast (each input vector feeds several channels' accumulators, kept
+  in registers), over a padded copy of the input. Taken for depthwise convs, where the reduction per output is
+  short (Cg * taps <= DIRECT_MAX_K: a 1-channel 3x3, the DM model's 4x4 stride-2 stem), where output rows hold
+  at least DIRECT_MIN_ROW_VECTORS vectors (measured here: ahead of im2col + OpenBLAS on 56x56 and wider layers,
+  1x1 included), and whenever BLAS is unavailable.
+- "direct_cm": the same loops with the lanes along the output channels instead (the weights laid out channel-
+  innermost, each input value broadcast, several output columns upcast): the register-blocked outer product of
+  NCHWc kernels, without changing the tensor layout. Taken for ungrouped patchify convs (stride >=
+  PATCHIFY_MIN_STRIDE) with at least one vector of output channels, where input vectors would be strided.
+- "pointwise": a 1x1 stride-1 unpadded conv with short rows is one sgemm per image (and group) straight on the
+  input buffer.
+- "im2col": otherwise (short rows, many channels: the late layers of the standard CNNs); per image and band of
+  output rows, generated loops copy the windows (padding and any fused prologue such as a uint8 cast included)
+  into a scratch matrix small enough to stay in cache, and sgemm multiplies the weights by it.
 - Gemm/MatMul: "gemv" (generated loops) when the output has one row per batch (batch-1 fully connected layers),
   else "blas".
 In every strategy the bias, activation, residual add, clip and cast after the op are fused: in the loop's
@@ -26,20 +33,25 @@ from . import ir
 from .ir import F32, INDEX, GemmCall, GemmKernel, LoopKernel, Store, View
 from .lazy import Lazy, gate_loads
 from .lower import NotLowered
-from .rules import ew, overlap, rule, window_gate
+from .rules import ew, overlap, padded_input, rule, window_gate
 
 DIRECT_MAX_K = 32            # reduction length per output at or below which generated loops beat im2col + sgemm
 IM2COL_BAND_BYTES = 1 << 20   # one band of im2col columns: stays in the per-core L2 until its sgemm read it
 EPILOGUE_BAND_BYTES = 512 << 10  # one band of sgemm output that the epilogue revisits while it is in cache
 GEMV_MAX_ROWS = 1
+DIRECT_MIN_ROW_VECTORS = 2   # output rows of at least this many vectors: the generated loops beat im2col + sgemm
+PATCHIFY_MIN_STRIDE = 4      # from this stride, lanes along the output channels beat strided input vectors
 
 
-def choose_conv(*, Cg: int, Mg: int, G: int, taps: int, strides, dtype, blas: bool, pointwise_ok: bool) -> str:
-  if not blas or dtype != F32:
-    return "direct"
+def choose_conv(*, Cg: int, Mg: int, G: int, taps: int, strides, dtype, blas: bool, pointwise_ok: bool,
+                out_w: int, vl: int = 16) -> str:
   if G > 1 and Cg == 1 and Mg == 1:
     return "direct"
   if Cg * taps <= DIRECT_MAX_K:
+    return "direct"
+  if G == 1 and dtype == F32 and Mg >= vl and min(strides) >= PATCHIFY_MIN_STRIDE:
+    return "direct_cm"
+  if out_w >= DIRECT_MIN_ROW_VECTORS * vl or not blas or dtype != F32:
     return "direct"
   if pointwise_ok:
     return "pointwise"
@@ -99,11 +111,11 @@ def conv(ctx, node, ins, specs, consts):
   padded = any(pb) or any(need_end)
   pointwise_ok = taps == 1 and not padded and all(s == 1 for s in strides)
   strategy = choose_conv(Cg=Cg, Mg=Mg, G=G, taps=taps, strides=strides, dtype=x.dtype, blas=ctx.target["blas"],
-                         pointwise_ok=pointwise_ok)
+                         pointwise_ok=pointwise_ok, out_w=out_sp[-1], vl=ctx.target.get("vl", 16))
   strategy = ctx.target.get("force_conv", {}).get(node.outputs[0], strategy)  # a measured choice (search.py)
   tags = {"op": "Conv", "strategy": strategy}
-  if strategy == "direct":
-    out = _direct_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, tags)
+  if strategy in ("direct", "direct_cm"):
+    out = _direct_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, tags, strategy == "direct_cm")
   else:
     out = _blas_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, strategy, tags)
   if bias is not None:
@@ -112,11 +124,18 @@ def conv(ctx, node, ins, specs, consts):
   return [out]
 
 
-def _direct_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, tags) -> Lazy:
+def _direct_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, tags, channel_lanes: bool) -> Lazy:
   N, C, *S = x.shape
   M = W.shape[0]
-  x = ctx.prologue(x, overlap(K, strides, dil))
-  wb = ctx.const_buf(W.astype(x.dtype))
+  # with lanes along the channels each input value is computed as a scalar: a prologue costs a vector's worth
+  x = ctx.prologue(x, overlap(K, strides, dil) * (ctx.target.get("vl", 16) if channel_lanes else 1))
+  x, pb, need_end = padded_input(ctx, x, pb, need_end, 0)
+  S = list(x.shape[2:])
+  if channel_lanes:  # weights (Cg, *K, M): one vector load gives a tap for consecutive output channels
+    wb = ctx.const_buf(np.ascontiguousarray(np.moveaxis(W, 0, -1)).astype(x.dtype))
+    tags = dict(tags, tile_axis=1)
+  else:
+    wb = ctx.const_buf(W.astype(x.dtype))
   fn, uid, dt = x.fn, ctx.uid(), x.dtype
   skip = _weights_finite(W)
   kk = math.prod(K)
@@ -130,7 +149,10 @@ def _direct_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, ta
     pos = [ir.add(ir.mul(od, s), ir.mul(r, dl), -p) for od, r, s, dl, p in zip(o, rk, strides, dil, pb)]
     gate = window_gate(pos, S, pb, need_end)
     xv = gate_loads(fn([n, ci] + pos), gate)
-    widx = ir.add(ir.mul(m, Cg * kk), ir.mul(rc, kk), *[ir.mul(r, s) for r, s in zip(rk, kstr)])
+    if channel_lanes:
+      widx = ir.add(ir.mul(ir.add(ir.mul(rc, kk), *[ir.mul(r, s) for r, s in zip(rk, kstr)]), M), m)
+    else:
+      widx = ir.add(ir.mul(m, Cg * kk), ir.mul(rc, kk), *[ir.mul(r, s) for r, s in zip(rk, kstr)])
     wv = ir.load(wb, widx)
     if skip:
       return ir.reduce("sum", [rc] + rk, ir.alu("mul", xv, wv), gate)

@@ -140,7 +140,8 @@ class Lowerer:
     return lz
 
   # -- realizing ------------------------------------------------------------------------------------
-  def realize(self, lazy: Lazy, name: str | None = None, contiguous: bool = True, role: str = "planned") -> Lazy:
+  def realize(self, lazy: Lazy, name: str | None = None, contiguous: bool = True, role: str = "planned",
+              tags: dict | None = None) -> Lazy:
     """Make lazy a buffer (emitting its kernel); returns the buffer's Lazy. A value already in a buffer is
     returned as it is unless contiguous=True asks for a plain row-major buffer and it is not one."""
     if lazy.view is not None and (not contiguous or lazy.view[1].is_contiguous) and role == "planned":
@@ -153,7 +154,7 @@ class Lowerer:
     else:
       buf, view = place
       self.placed.add(name)
-    self.emit_store(lazy, buf, view)
+    self.emit_store(lazy, buf, view, tags)
     out = Lazy.of_buffer(buf, view)
     if name is not None:
       self.values[name] = out
@@ -170,8 +171,10 @@ class Lowerer:
       self.add_kernel(k)
       return
     vars_ = [self.new_var("i", d) for d in lazy.shape]
-    k = LoopKernel(f"k{len(self.kernels)}", vars_, lazy.shape, [Store(buf, view.index(vars_), lazy.at(vars_))],
-                   {**lazy.tags, **(tags or {})})
+    ktags = {**lazy.tags, **(tags or {})}
+    if "tile_axis" in ktags:  # the rule's preferred vector axis, by variable (axes may merge later)
+      ktags["tile_var"] = vars_[ktags.pop("tile_axis")]
+    k = LoopKernel(f"k{len(self.kernels)}", vars_, lazy.shape, [Store(buf, view.index(vars_), lazy.at(vars_))], ktags)
     self.add_kernel(k)
 
   def add_kernel(self, k):

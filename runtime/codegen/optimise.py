@@ -18,8 +18,11 @@ from __future__ import annotations
 from . import ir
 from .ir import F32, INDEX, E, LoopKernel, Store
 from .render import Schedule, vectorizable
+from .render import _bound as render_bound
+from .render import _gate_conjuncts as render_gates
 
 MAX_ACCUMULATORS = 16      # vector accumulators kept in registers per tile (AVX-512 has 32 vector registers)
+VECTOR_MATH = ("exp", "tanh", "log", "sqrt", "erf", "sin", "cos", "tan", "floor", "ceil", "rint", "log1p")
 
 
 def merge_axes(k: LoopKernel) -> LoopKernel:
@@ -76,19 +79,33 @@ def schedule(k: LoopKernel, vl: int) -> Schedule:
   if len(k.stores) != 1 or not order:
     return sched
   st = k.stores[0]
+  sched.overlap_ok = all(n.arg != st.buf for n in ir.walk(st.value) if n.op == "LOAD")
   rs = list(dict.fromkeys(reduces_of(k)))
   t = order[-1]
   if not rs:
     # elementwise: plain C loops vectorise well, except strided or gated loads along the inner axis
+    # (and math functions: the C compiler does not vectorise a loop calling exp)
     if st.value.dtype == F32 and t.arg[1] >= vl and ir.coef(st.index, t) == 1 and vectorizable(st.value, t) and \
-            any(n.op == "LOAD" and (ir.coef(n.srcs[0], t) not in (0, 1) or len(n.srcs) > 1)
+            any((n.op == "LOAD" and (ir.coef(n.srcs[0], t) not in (0, 1) or len(n.srcs) > 1)) or n.op in VECTOR_MATH
+                or (n.op == "cast" and n.srcs[0].dtype.itemsize == 1)  # nor byte -> float widening
                 for n in ir.walk(st.value) if t in ir.free_vars(n)):
       sched.mode, sched.tile_var, sched.tile = "tile", t, max(1, min(4, t.arg[1] // vl)) * vl
     return sched
   if len(rs) != 1 or rs[0].arg[0] not in ("sum", "max", "min", "prod") or rs[0].dtype != F32:
     return sched
   r = rs[0]
-  if t not in k.dyn and ir.coef(st.index, t) == 1 and t.arg[1] >= vl and vectorizable(st.value, t):
+  hint = k.tags.get("tile_var")
+  if hint is not None and hint in order and hint.arg[1] >= vl:
+    t = hint   # the lowering asked for lanes along this axis (the output channels of a conv)
+    if vectorizable(st.value, t):
+      chunks = max(1, min(4, t.arg[1] // vl))
+      sched.mode, sched.tile_var, sched.tile = "tile", t, chunks * vl
+      sched.order = [v for v in order if v is not t] + [t]
+      _upcast(k, sched, r, sched.order, chunks)
+      return sched
+  epilogue = ir.substitute(st.value, {r: ir.E("ACCR", F32, (), 0)})
+  epilogue_ok = all(render_bound(c, t) is not None for c in render_gates(epilogue, t))
+  if t not in k.dyn and ir.coef(st.index, t) == 1 and t.arg[1] >= vl and vectorizable(st.value, t) and epilogue_ok:
     chunks = max(1, min(4, t.arg[1] // vl))
     sched.mode, sched.tile_var, sched.tile = "tile", t, chunks * vl
     _upcast(k, sched, r, order, chunks)
@@ -104,20 +121,23 @@ def schedule(k: LoopKernel, vl: int) -> Schedule:
 
 def _upcast(k: LoopKernel, sched: Schedule, r: E, order: list[E], chunks: int):
   """Unroll the output axis (other than the tile axis) that the most loads of the reduction body do not
-  depend on, by the largest of 8, 4, 2 that divides it and keeps the accumulators in registers."""
+  depend on (vector loads count double), by the largest of 8, 6, 4, 2 that keeps the accumulators in
+  registers; a remainder of that axis runs one copy at a time."""
   body = r.srcs[0]
   loads = [n for n in ir.walk(body) if n.op == "LOAD"]
+  t = sched.tile_var
   best, best_n = None, 0
   for v in order:
-    if v is sched.tile_var or v in k.dyn:
+    if v is t or v in k.dyn:
       continue
-    n = sum(1 for ld in loads if v not in ir.free_vars(ld))
-    if n > best_n or (n == best_n and best is not None and n and v.arg[1] > best.arg[1]):
+    # a vector load (one that depends on the tile axis) shared by the copies saves the most
+    n = sum(2 if t in ir.free_vars(ld) else 1 for ld in loads if v not in ir.free_vars(ld))
+    if n > 0 and n >= best_n:  # ties go to the inner axis (its copies' scalar loads are neighbours)
       best, best_n = v, n
   if best is None or best_n == 0:
     return
-  for u in (8, 4, 2):
-    if best.arg[1] % u == 0 and u * chunks <= MAX_ACCUMULATORS:
+  for u in (8, 6, 4, 2):  # a remainder of the upcast axis runs one copy at a time
+    if u <= best.arg[1] and u * chunks <= MAX_ACCUMULATORS:
       sched.up_var, sched.up = best, u
       return
 

@@ -68,6 +68,33 @@ static inline i64 pm_fdiv(i64 a, i64 b) { i64 q = a / b; return (q * b != a && (
 static inline i64 pm_fmod(i64 a, i64 b) { i64 r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 #define PM_IDIV(T, a, b) ((b) == 0 ? (T)0 : (b) == (T)-1 ? (T)(0 - (a)) : (T)((a) / (b)))
 #define PM_IREM(T, a, b) ((b) == 0 || (b) == (T)-1 ? (T)0 : (T)((a) % (b)))
+/* exp(x) for float: 2^k * exp(r) with k = round(x / ln 2), r reduced in two steps (Cody-Waite) and exp(r) a
+   degree-6 polynomial (Cephes' expf coefficients, ~1 ulp). x is clamped so 2^k splits into two normal
+   factors: exp(x) overflows to +inf above 88.72 and underflows through the denormals to 0 below -103.97.
+   NaN stays NaN. Branch-free, so loops calling it vectorise; vexp() below does the same per lane. */
+static inline float pm_expf(float x) {
+  float c = x > 89.0f ? 89.0f : (x < -104.0f ? -104.0f : x);
+  float k = __builtin_rintf(c * 1.44269504088896341f);
+  float r = c - k * 0.693359375f;
+  r = r - k * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f; p = p * r + 8.3334519073e-3f; p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f; p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  int ki = (int)k, k1 = ki / 2, k2 = ki - k1;
+  union { int i; float f; } s1 = { (k1 + 127) << 23 }, s2 = { (k2 + 127) << 23 };
+  float y = p * s1.f * s2.f;
+  return x != x ? x : y;
+}
+/* tanh(x) for float (Cephes tanhf): an odd polynomial below |x| = 0.625, else 1 - 2 / (exp(2|x|) + 1) with the
+   sign of x (exp overflows to inf past |x| ~ 44: the result is then exactly +-1). NaN stays NaN. */
+static inline float pm_tanhf(float x) {
+  float a = x < 0.0f ? -x : x, z = x * x;
+  float ps = x * (((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z + 1.33314422036e-1f)
+                   * z - 3.33332819422e-1f) * z + 1.0f);  /* x * (1 + ...): keeps the sign of a zero */
+  float pl = 1.0f - 2.0f / (pm_expf(a + a) + 1.0f);
+  return a < 0.625f ? ps : (x < 0.0f ? -pl : pl);
+}
 #define PM_IMOD(T, a, b) ((b) == 0 || (b) == (T)-1 ? (T)0 : pm_imod_##T((a), (b)))
 #define PM_IMOD_DEF(T) static inline T pm_imod_##T(T a, T b) { T r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 PM_IMOD_DEF(int64_t) PM_IMOD_DEF(int32_t) PM_IMOD_DEF(int16_t) PM_IMOD_DEF(int8_t)
@@ -101,6 +128,24 @@ def vector_prelude(vl: int) -> str:
           "#endif\n"
           "static inline vf vsel(vi m, vf a, vf b) { return (vf)(((vi)a & m) | ((vi)b & ~m)); }\n"
           "static inline vf vmax(vf a, vf b) { return vsel((a > b) | (a != a), a, b); }\n"
+          "static inline vf vexp(vf x) {  /* pm_expf per lane */\n"
+          "  vf c = vsel(x > 89.0f, (vf){} + 89.0f, vsel(x < -104.0f, (vf){} + -104.0f, x));\n"
+          "  vf k = c * 1.44269504088896341f; for (int j = 0; j < " + str(vl) + "; j++) k[j] = __builtin_rintf(k[j]);\n"
+          "  vf r = c - k * 0.693359375f; r = r - k * -2.12194440e-4f;\n"
+          "  vf p = (vf){} + 1.9875691500e-4f;\n"
+          "  p = p * r + 1.3981999507e-3f; p = p * r + 8.3334519073e-3f; p = p * r + 4.1665795894e-2f;\n"
+          "  p = p * r + 1.6666665459e-1f; p = p * r + 5.0000001201e-1f; p = p * (r * r) + r + 1.0f;\n"
+          "  vi ki = __builtin_convertvector(k, vi), k1 = ki / 2, k2 = ki - k1;\n"
+          "  vf y = p * (vf)((k1 + 127) << 23) * (vf)((k2 + 127) << 23);\n"
+          "  return vsel(x != x, x, y);\n"
+          "}\n"
+          "static inline vf vtanh(vf x) {  /* pm_tanhf per lane */\n"
+          "  vf a = vsel(x < 0.0f, -x, x), z = x * x;\n"
+          "  vf ps = x * (((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z + 1.33314422036e-1f)\n"
+          "                * z - 3.33332819422e-1f) * z + 1.0f);\n"
+          "  vf pl = 1.0f - 2.0f / (vexp(a + a) + 1.0f);\n"
+          "  return vsel(a < 0.625f, ps, vsel(x < 0.0f, -pl, pl));\n"
+          "}\n"
           "static inline vf vmin(vf a, vf b) { return vsel((a < b) | (a != a), a, b); }\n")
 
 
@@ -191,6 +236,8 @@ def scalar_op(n: E, a: list[str], buf_name) -> str:
     if dt.kind == "f":
       return f"{'fabsf' if f32 else 'fabs'}({a[0]})"
     return f"(({ctype(dt)})({a[0]} < 0 ? -{a[0]} : {a[0]}))" if dt.kind == "i" else a[0]
+  if op in ("exp", "tanh") and f32:
+    return f"pm_{op}f({a[0]})"
   if op in UNARY_F:
     return f"{UNARY_F[op]}{'f' if f32 else ''}({a[0]})"
   if op == "recip":
@@ -238,6 +285,7 @@ class Schedule:
   up_var: E | None = None
   up: int = 1
   vl: int = 16
+  overlap_ok: bool = False  # the store's buffer is not read by the kernel: tiles may overlap (idempotent)
 
   def describe(self) -> str:
     if self.mode == "scalar":
@@ -416,7 +464,7 @@ class LoopEmitter:
 
 VEC_TYPES = {"float32": "vf", "uint8": "vu8", "int8": "vi8", "int32": "vi"}
 VEC_ARITH = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
-VEC_LANEWISE = {"exp": "expf", "log": "logf", "tanh": "tanhf", "sqrt": "__builtin_sqrtf", "sin": "sinf", "cos": "cosf",
+VEC_LANEWISE = {"log": "logf", "sqrt": "__builtin_sqrtf", "sin": "sinf", "cos": "cosf",
                 "tan": "tanf", "erf": "erff", "floor": "floorf", "ceil": "ceilf", "rint": "rintf", "log1p": "log1pf"}
 
 
@@ -448,7 +496,8 @@ def vectorizable(value: E, t: E) -> bool:
       return False
     if n.op == "cast" and n.srcs[0].dtype.name in VEC_TYPES:
       continue
-    if n.op in VEC_ARITH or n.op in VEC_LANEWISE or n.op in ("max", "min", "neg", "abs", "recip", "WHERE", "ACC"):
+    if n.op in VEC_ARITH or n.op in VEC_LANEWISE or n.op in ("max", "min", "neg", "abs", "recip", "exp", "tanh",
+                                                              "WHERE", "ACC"):
       continue
     return False
   return True
@@ -557,6 +606,8 @@ class VecEmitter:
       text = f"((vf)((vi){self.get(n.srcs[0])} & 0x7fffffff))"
     elif op == "recip":
       text = f"(1.0f / {self.get(n.srcs[0])})"
+    elif op in ("exp", "tanh"):
+      text = f"v{op}({self.get(n.srcs[0])})"
     elif op in ir.COMPARE:
       a, b = n.srcs
       text = f"({self.operand(a)} {BIN_C[op]} {self.operand(b)})"
@@ -613,6 +664,30 @@ def _gate_conjuncts(e: E, t: E) -> list[E]:
   return list(dict.fromkeys(out))
 
 
+def _t_conjuncts(value: E, t: E) -> list[E]:
+  """Every gate conjunct (reduction gates and load gates) that depends on t."""
+  out = []
+  for n in ir.walk(value):
+    if n.op == "REDUCE" and len(n.srcs) > 1:
+      out += [x for x in ir.conjuncts(n.srcs[1]) if t in ir.free_vars(x)]
+  return list(dict.fromkeys(out + _gate_conjuncts(value, t)))
+
+
+def _bound(c: E, t: E) -> tuple[int, int] | None:
+  """[lo, hi) of t where `e >= K` or `e < K` holds whatever the other variables of e are (e affine in t)."""
+  if c.op not in ("ge", "lt") or not c.srcs[1].is_const or c.srcs[0].dtype != INDEX:
+    return None
+  e, k = c.srcs[0], c.srcs[1].arg
+  a = ir.coef(e, t)
+  if not a:
+    return None
+  rmin, rmax = ir.rng(ir.add(e, ir.mul(t, -a)))
+  need = k - rmin if c.op == "ge" else k - rmax - 1  # ge: a*t >= need; lt: a*t <= need
+  if (c.op == "ge") == (a > 0):
+    return -((-need) // a), 1 << 62
+  return -(1 << 62), need // a + 1
+
+
 class TileEmitter:
   """The vector schedules of a one-store, one-reduction LoopKernel (see Schedule and optimise.py)."""
 
@@ -635,16 +710,20 @@ class TileEmitter:
       em.open_loop(v)
       opened += 1
     up, U = s.up_var, s.up if s.up_var is not None else 1
-    u0 = None
-    if up is not None:
+    body = self._tile if s.mode == "tile" else self._inner
+    if up is None:
+      body(em, dict(em.names), r, bname, index, value, None, 1)
+    else:  # blocks of U copies of the upcast axis, then the remainder one copy at a time
       u0 = ir.var(up.arg[0] + "_0", up.arg[1])
-      em.open_loop(u0, step=U)
-      opened += 1
-    base_names = dict(em.names)
-    if s.mode == "tile":
-      self._tile(em, base_names, r, bname, index, value, u0, U)
-    else:
-      self._inner(em, base_names, r, bname, index, value, u0, U)
+      un = vname(u0)
+      self.w(f"i64 {un} = 0;")
+      em.names[u0] = un
+      for width in ([U, 1] if up.arg[1] % U else [U]):
+        self.w.open(f"for (; {un} + {width} <= {up.arg[1]}; {un} += {width})")
+        sub = LoopEmitter(self.w, self.buf_name, {}, self.dyn)
+        sub.names = dict(em.names)
+        body(sub, dict(sub.names), r, bname, index, value, u0, width)
+        self.w.close()
     for _ in range(opened):
       self.w.close()
 
@@ -654,20 +733,68 @@ class TileEmitter:
     return [ir.substitute(e, {self.s.up_var: ir.add(u0, j)}) for j in range(U)]
 
   def _tile(self, em, base_names, r, bname, index, value, u0, U):
+    """Vector tiles along t. t-dependent gates that bound t statically (padding) split the t range into a
+    scalar edge, an interior of vector tiles where those gates hold, and a scalar edge; other t-dependent
+    gates are checked per tile (per reduction term), falling back to lanes. The interior is covered by tiles of
+    `tile` lanes, then of one vector, then a scalar remainder."""
     s, w, vl = self.s, self.w, self.s.vl
     t, T = s.tile_var, s.tile
-    chunks = T // vl
-    t0 = ir.var(t.arg[0] + "_0", t.arg[1])
-    if r is None:
-      return self._tile_map(em, bname, index, value, u0, U, t, T, t0)
-    op, rvars = r.arg
-    body, gate = r.srcs[0], (r.srcs[1] if len(r.srcs) > 1 else None)
-    lane = ir.var("lane", vl)
+    conj = _t_conjuncts(value, t)
+    static = [c for c in conj if _bound(c, t) is not None]
+    lo, hi = 0, t.arg[1]
+    for c in static:
+      a, b = _bound(c, t)
+      lo, hi = max(lo, a), min(hi, b)
+    true = ir.const(True, BOOL)
+    fast = {c: true for c in static}
     stop = em.expr(self.dyn[t]) if t in self.dyn else str(t.arg[1])
+    t0 = ir.var(t.arg[0] + "_0", t.arg[1])
     tn = vname(t0)
-    w(f"i64 {tn} = 0;")
-    w.open(f"for (; {tn} + {T} <= {stop}; {tn} += {T})")
+    hv = w.tmp("hi")
+    w(f"const i64 {hv} = {max(hi, lo)} < {stop} ? {max(hi, lo)} : {stop};")
+    if lo > 0:
+      self._scalar_range(em, bname, index, value, u0, U, t, "0", f"({lo} < {stop} ? {lo} : {stop})")
+    w(f"i64 {tn} = {lo};")
     em.names[t0] = tn
+    widths = [T] + ([vl] if T > vl else [])
+
+    def tile(width):
+      if r is None:
+        self._map_body(em, bname, index, value, u0, U, t, t0, width, fast)
+      else:
+        self._reduce_body(em, r, bname, index, value, u0, U, t, t0, width, fast)
+    for width in widths:
+      w.open(f"for (; {tn} + {width} <= {hv}; {tn} += {width})")
+      tile(width)
+      w.close()
+    # a remainder inside the interior that reaches the end of t: one more vector tile ending there, overlapping
+    # the last one (recomputes a few elements; only where the kernel does not read what it stores)
+    if hi >= t.arg[1] and t not in self.dyn and t.arg[1] - lo >= vl and self.s.overlap_ok:
+      w.open(f"if ({tn} < {stop})")
+      w(f"{tn} = {stop} - {vl};")
+      tile(vl)
+      w(f"{tn} = {stop};")
+      w.close()
+    self._scalar_range(em, bname, index, value, u0, U, t, tn, stop)
+
+  def _scalar_range(self, em, bname, index, value, u0, U, t, start: str, stop: str):
+    """Every element of t in [start, stop) (and every upcast copy) computed by plain scalar code."""
+    w = self.w
+    tv = vname(t)
+    w.open(f"for (i64 {tv} = {start}; {tv} < {stop}; {tv}++)")
+    for vj, ij in zip(self._ucopies(value, u0, U), self._ucopies(index, u0, U)):
+      sub_em = LoopEmitter(w, self.buf_name, {}, self.dyn)
+      sub_em.names = dict(em.names)
+      sub_em.names[t] = tv
+      sub_em.emit_scalar([], [(bname, ij, vj)])
+    w.close()
+
+  def _reduce_body(self, em, r, bname, index, value, u0, U, t, t0, T, fast):
+    s, w, vl = self.s, self.w, self.s.vl
+    chunks = T // vl
+    op, rvars = r.arg
+    lane = ir.var("lane", vl)
+    body, gate = r.srcs[0], (r.srcs[1] if len(r.srcs) > 1 else None)
     ident = literal(ir.identity(op, F32).arg, F32)
     accs = {}
     for j in range(U):
@@ -675,10 +802,10 @@ class TileEmitter:
         a = w.tmp("acc")
         w(f"vf {a} = (vf){{}} + {ident};")
         accs[(j, ch)] = a
-    gconj = ir.conjuncts(gate)
+    gconj = [x for x in ir.conjuncts(gate) if x not in fast]
     on_t = [x for x in gconj if t in ir.free_vars(x)]
     off_t = [x for x in gconj if t not in ir.free_vars(x)]
-    load_t = _gate_conjuncts(body, t)
+    load_t = [x for x in _gate_conjuncts(body, t) if x not in fast]
     rem = LoopEmitter(w, self.buf_name, {}, self.dyn)
     rem.names = dict(em.names)
     for rv in rvars:
@@ -698,7 +825,7 @@ class TileEmitter:
         checks.append(ir.substitute(cc, {t: t0}))
         checks.append(ir.substitute(cc, {t: ir.add(t0, T - 1)}))
     true = ir.const(True, BOOL)
-    fast_body = ir.substitute(body, {x: true for x in dict.fromkeys(on_t + load_t)})
+    fast_body = ir.substitute(body, {**fast, **{x: true for x in dict.fromkeys(on_t + load_t)}})
     if checks:
       w.open(f"if ({' && '.join(rem.expr(x) for x in checks)})")
     ve = VecEmitter(rem, lane, vl)
@@ -720,7 +847,9 @@ class TileEmitter:
       lane_j = ir.var("lj", vl)
       w.open(f"for (int v_lj = 0; v_lj < {vl}; v_lj++)")
       slow.names[lane_j] = "v_lj"
-      for j, (bj, gj) in enumerate(zip(self._ucopies(body, u0, U), self._ucopies(gate or true, u0, U))):
+      slow_body = ir.substitute(body, fast)
+      slow_gate = ir.substitute(gate, fast) if gate is not None else true
+      for j, (bj, gj) in enumerate(zip(self._ucopies(slow_body, u0, U), self._ucopies(slow_gate, u0, U))):
         for ch in range(chunks):
           sub = {t: ir.add(t0, ch * vl, lane_j)}
           b2, g2 = ir.substitute(bj, sub), ir.substitute(gj, sub)
@@ -732,53 +861,37 @@ class TileEmitter:
       w.close()
     for _ in rvars:
       w.close()
-    # epilogue: value with the reduction replaced by each accumulator
+    # epilogue: value with the reduction replaced by each accumulator (gates outside it resolved as above)
     ep = LoopEmitter(w, self.buf_name, {}, self.dyn)
     ep.names = dict(em.names)
     ve2 = VecEmitter(ep, lane, vl)
-    for j, (vj, ij) in enumerate(zip(self._ucopies(value, u0, U), self._ucopies(index, u0, U))):
-      rj = self._ucopies(r, u0, U)[j]
+    accv = {(j, ch): E("ACCV", F32, (lane,), a) for (j, ch), a in accs.items()}
+    placeholder = E("ACCR", F32, (), 0)
+    epi = ir.substitute(ir.substitute(value, {r: placeholder}), fast)
+    for j, (vj, ij) in enumerate(zip(self._ucopies(epi, u0, U), self._ucopies(index, u0, U))):
       for ch in range(chunks):
-        sub = {t: ir.add(t0, ch * vl, lane)}
-        vv = ir.substitute(ir.substitute(vj, {rj: E("ACCV", F32, (lane,), accs[(j, ch)])}), sub)
-        self._store_vec(ep, ve2, bname, ir.substitute(ij, sub), vv, lane)
-    w.close()
-    # the tail of the tile axis: scalar code per element
-    tail = LoopEmitter(w, self.buf_name, {}, self.dyn)
-    tail.names = dict(em.names)
-    tv = vname(t)
-    w.open(f"for (i64 {tv} = {tn}; {tv} < {stop}; {tv}++)")
-    tail.names[t] = tv
-    for vj, ij in zip(self._ucopies(value, u0, U), self._ucopies(index, u0, U)):
-      sub_em = LoopEmitter(w, self.buf_name, {}, self.dyn)
-      sub_em.names = dict(tail.names)
-      sub_em.emit_scalar([], [(bname, ij, vj)])
-    w.close()
+        sub = {t: ir.add(t0, ch * vl, lane), placeholder: accv[(j, ch)]}
+        self._store_vec(ep, ve2, bname, ir.substitute(ij, sub), ir.substitute(vj, sub), lane)
 
-  def _tile_map(self, em, bname, index, value, u0, U, t, T, t0):
-    """An elementwise nest: per tile, if every t-dependent gate holds across it, vector code, else per lane."""
+  def _map_body(self, em, bname, index, value, u0, U, t, t0, T, fast):
+    """One tile of an elementwise nest: vector code if every remaining t-dependent gate holds across it."""
     w, vl = self.w, self.s.vl
     chunks = T // vl
     lane = ir.var("lane", vl)
-    stop = em.expr(self.dyn[t]) if t in self.dyn else str(t.arg[1])
-    tn = vname(t0)
-    w(f"i64 {tn} = 0;")
-    w.open(f"for (; {tn} + {T} <= {stop}; {tn} += {T})")
-    em.names[t0] = tn
-    conj = _gate_conjuncts(value, t)
+    conj = [c for c in _gate_conjuncts(value, t) if c not in fast]
     checks = []
     for cnd in conj:
       for cc in self._ucopies(cnd, u0, U):
         checks.append(ir.substitute(cc, {t: t0}))
         checks.append(ir.substitute(cc, {t: ir.add(t0, T - 1)}))
     true = ir.const(True, BOOL)
-    fast = ir.substitute(value, {x: true for x in conj}) if conj else value
+    fast_value = ir.substitute(value, {**fast, **{x: true for x in conj}})
     body = LoopEmitter(w, self.buf_name, {}, self.dyn)
     body.names = dict(em.names)
     if checks:
       w.open(f"if ({' && '.join(body.expr(x) for x in checks)})")
     ve = VecEmitter(body, lane, vl)
-    for vj, ij in zip(self._ucopies(fast, u0, U), self._ucopies(index, u0, U)):
+    for vj, ij in zip(self._ucopies(fast_value, u0, U), self._ucopies(index, u0, U)):
       for ch in range(chunks):
         sub = {t: ir.add(t0, ch * vl, lane)}
         self._store_vec(body, ve, bname, ir.substitute(ij, sub), ir.substitute(vj, sub), lane)
@@ -788,21 +901,12 @@ class TileEmitter:
       slow = LoopEmitter(w, self.buf_name, {}, self.dyn)
       slow.names = dict(em.names)
       tv = vname(t)
-      w.open(f"for (i64 {tv} = {tn}; {tv} < {tn} + {T}; {tv}++)")
+      w.open(f"for (i64 {tv} = {vname(t0)}; {tv} < {vname(t0)} + {T}; {tv}++)")
       slow.names[t] = tv
       for vj, ij in zip(self._ucopies(value, u0, U), self._ucopies(index, u0, U)):
-        w(f"{self.buf_name_of(bname)}[{slow.expr(ij)}] = {slow.expr(vj)};")
+        w(f"{bname}[{slow.expr(ij)}] = {slow.expr(vj)};")
       w.close()
       w.close()
-    w.close()
-    tail = LoopEmitter(w, self.buf_name, {}, self.dyn)
-    tail.names = dict(em.names)
-    tv = vname(t)
-    w.open(f"for (i64 {tv} = {tn}; {tv} < {stop}; {tv}++)")
-    tail.names[t] = tv
-    for vj, ij in zip(self._ucopies(value, u0, U), self._ucopies(index, u0, U)):
-      w(f"{bname}[{tail.expr(ij)}] = {tail.expr(vj)};")
-    w.close()
 
   @staticmethod
   def buf_name_of(bname: str) -> str:

@@ -425,6 +425,18 @@ def overlap(K, strides, dil) -> int:
   return max(1, math.prod(-(-((k - 1) * d + 1) // s) for k, s, d in zip(K, strides, dil)))
 
 
+def padded_input(ctx, x: Lazy, pads_begin, pads_end, value):
+  """x (N, C, *spatial) realized with the window padding filled with the reduction's identity (`value`), so the
+  windows read it without gates and the inner loops stay vector code. Returns (x, pads_begin, pads_end) for
+  the windows over the result (no padding left). One pass over the input, which each window reads again."""
+  if not any(pads_begin) and not any(pads_end):
+    return x, pads_begin, pads_end
+  nd = len(pads_begin)
+  padded = ctx.realize(x.pad([0, 0] + list(pads_begin), [0, 0] + list(pads_end), value),
+                       tags={"ops": x.tags.get("ops", []) + ["pad"]})
+  return padded, [0] * nd, [0] * nd
+
+
 def window_gate(pos: list[E], sizes, pads_begin, pads_end) -> E:
   """Validity of window positions: only the bounds padding can cross are tested (lower ones where there is
   padding before, upper ones where windows run past the end)."""
@@ -543,7 +555,7 @@ def pool(ctx, node, ins, specs, consts):
   if not is_max and x.dtype.kind != "f":
     raise NotLowered("integer average pool")
   x = ctx.prologue(x, overlap(K, strides, dil))
-  fn, uid, dt = x.fn, ctx.uid(), x.dtype
+  dt = x.dtype
   recip = None
   if not is_max:
     pad_shape = tuple(s + b + e for s, b, e in zip(S, pb, need_end))
@@ -560,6 +572,10 @@ def pool(ctx, node, ins, specs, consts):
     recip_arr = (1.0 / cnt).astype(dt)
     recip = recip_arr.reshape(-1)[0].item() if np.all(recip_arr == recip_arr.reshape(-1)[0]) else \
         Lazy.of_buffer(ctx.const_buf(recip_arr), ir.View.contiguous(recip_arr.shape))
+  fill = (-math.inf if dt.kind == "f" else int(np.iinfo(dt).min)) if is_max else 0
+  x, pb, need_end = padded_input(ctx, x, pb, need_end, fill)
+  S = list(x.shape[2:])
+  fn, uid = x.fn, ctx.uid()
 
   def f(idx):
     n, ch, *o = idx

@@ -124,9 +124,10 @@ def test_an_error_inside_a_fallback_kernel_surfaces_from_run(monkeypatch):
 @pytest.mark.parametrize("xs,ws,attrs,strategy", [
     ((1, 16, 20, 20), (16, 1, 3, 3), {"group": 16, "pads": [1, 1, 1, 1]}, "direct"),   # depthwise
     ((1, 1, 40, 60), (8, 1, 4, 4), {"strides": [2, 2], "pads": [1, 1, 1, 1]}, "direct"),  # tiny Cin
-    ((1, 40, 10, 10), (48, 40, 1, 1), {}, "pointwise"),
-    ((1, 12, 64, 64), (16, 12, 4, 4), {"strides": [4, 4]}, "im2col"),                    # patchify
-    ((1, 24, 17, 19), (20, 6, 3, 3), {"group": 4, "pads": [1, 1, 1, 1]}, "im2col"),      # grouped
+    ((1, 40, 10, 10), (48, 40, 1, 1), {}, "pointwise"),                                   # short rows
+    ((1, 12, 64, 64), (16, 12, 4, 4), {"strides": [4, 4]}, "direct_cm"),                 # patchify
+    ((1, 24, 17, 19), (20, 6, 3, 3), {"group": 4, "pads": [1, 1, 1, 1]}, "im2col"),      # grouped, short rows
+    ((1, 24, 9, 40), (20, 24, 3, 3), {"pads": [1, 1, 1, 1]}, "direct"),                  # long rows
 ])
 def test_the_conv_chooser_picks_the_documented_strategy(xs, ws, attrs, strategy):
   x = f32(*xs)
@@ -150,7 +151,7 @@ def test_blas_conv_bands_with_a_short_last_band_match_onnxruntime(monkeypatch):
   consts = {"w": (R.standard_normal((24, 16, 3, 3)) * 0.2).astype(np.float32), "b": f32(24)}
   r = parity(tiny_model("Conv", {"x": x}, consts=consts, attrs={"pads": [1, 2, 1, 0], "dilations": [1, 2]}),
              {"x": x}, rtol=1e-4, atol=1e-4)
-  assert r.program.kernels[0].tags["band_rows"] < 23
+  assert next(k.tags["band_rows"] for k in r.program.kernels if "band_rows" in k.tags) < 23
 
 
 # ------------------------------------------------------------------------------------------- vector paths
@@ -275,7 +276,8 @@ def test_the_measured_search_picks_measured_choices_and_caches_them(tmp_path, mo
   model = tiny_model("Conv", {"x": x}, consts=consts, attrs={"pads": [1, 1, 1, 1]})
   parity(model, {"x": x}, rtol=1e-4, atol=1e-4)
   db = search._load_db()
-  assert any("strategy" in v and v["strategy"] in ("direct", "im2col") and len(v["times"]) == 2 for v in db.values())
+  assert any("strategy" in v and v["strategy"] in ("direct", "direct_cm", "im2col") and len(v["times"]) >= 2
+             for v in db.values())
   timed = []
   monkeypatch.setattr(search, "_best", lambda times: timed.append(times) or min(times, key=times.get))
   OnnxRunner(model, cache=CompileCache(disk_dir=str(tmp_path / "k")))
