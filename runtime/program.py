@@ -231,7 +231,7 @@ def optimise(lowered: lowering.Lowered, target: Target, measure: bool = False) -
         sched = search.best_schedule(lk, sched, target.name, consts)
       out.append((lk, [(lk, sched)]))
     else:
-      nests = [opt.optimise(lk, target.vl) for lk in list(k.packs) + ([k.epilogue] if k.epilogue else [])]
+      nests = [opt.optimise(lk, target.vl, narrow=False) for lk in list(k.packs) + ([k.epilogue] if k.epilogue else [])]
       out.append((k, nests))
   return out
 
@@ -246,7 +246,7 @@ def render_kernels(scheduled: list, target: Target, lowered: lowering.Lowered) -
       specs.append(KernelSpec("host", k.node.op, [ins, outs], tags=dict(tags, fallback=True), node=k.node.to_json()))
       continue
     if isinstance(k, LoopKernel):
-      r = render.render_loop(k, nests[0][1], target.vl)
+      r = render.render_loop(k, nests[0][1], nests[0][1].vl)
     else:
       assert isinstance(k, GemmKernel)
       r = render.render_gemm(k, nests, target.vl, target.blas_int)
@@ -271,7 +271,10 @@ def build_program(graph: Graph, device: str = "CPU", config: dict | None = None,
   scheduled = optimise(lowered, target, measure and backend == "compiled")
   kernels = render_kernels(scheduled, target, lowered)
   bufs, consts, scratch_offsets = {}, {}, {}
+  used = {b.name for k, _ in scheduled for b in lowering.kernel_bufs(k)}
   for name, bi in lowered.bufs.items():
+    if bi.role == "const" and name not in used:
+      continue  # a rule's operand it re-laid out (conv weights, a transposed Gemm B): not part of the program
     bufs[name] = {"role": bi.role, "dtype": bi.buf.dtype.str, "size": bi.buf.size, "value": bi.value}
     if bi.role == "const":
       consts[name] = bi.array

@@ -27,7 +27,6 @@ from .codegen.optimise import MAX_ACCUMULATORS
 from .codegen.render import Schedule
 
 DB_NAME = "search-v1.json"
-STRATEGIES = ("direct", "im2col", "pointwise")
 RUNS = 5
 
 

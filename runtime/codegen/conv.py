@@ -37,10 +37,21 @@ from .rules import ew, overlap, padded_input, rule, window_gate
 
 DIRECT_MAX_K = 32            # reduction length per output at or below which generated loops beat im2col + sgemm
 IM2COL_BAND_BYTES = 1 << 20   # one band of im2col columns: stays in the per-core L2 until its sgemm read it
-EPILOGUE_BAND_BYTES = 512 << 10  # one band of sgemm output that the epilogue revisits while it is in cache
+EPILOGUE_BAND_BYTES = 2 << 20  # one band of sgemm output that the epilogue revisits while it is in the L2
+# (each band is one more sgemm call that repacks the weights: bands only pay for outputs well past the L2)
 GEMV_MAX_ROWS = 1
 DIRECT_MIN_ROW_VECTORS = 2   # output rows of at least this many vectors: the generated loops beat im2col + sgemm
 PATCHIFY_MIN_STRIDE = 4      # from this stride, lanes along the output channels beat strided input vectors
+
+
+def applicable(strategy: str, *, G: int, pointwise_ok: bool, dtype, blas: bool) -> bool:
+  """Whether a strategy computes this conv at all (a forced or cached choice that does not is ignored)."""
+  if strategy == "direct":
+    return True
+  if strategy == "direct_cm":
+    return G == 1
+  blas_ok = blas and dtype == F32
+  return blas_ok and (strategy == "im2col" or (strategy == "pointwise" and pointwise_ok))
 
 
 def choose_conv(*, Cg: int, Mg: int, G: int, taps: int, strides, dtype, blas: bool, pointwise_ok: bool,
@@ -112,7 +123,9 @@ def conv(ctx, node, ins, specs, consts):
   pointwise_ok = taps == 1 and not padded and all(s == 1 for s in strides)
   strategy = choose_conv(Cg=Cg, Mg=Mg, G=G, taps=taps, strides=strides, dtype=x.dtype, blas=ctx.target["blas"],
                          pointwise_ok=pointwise_ok, out_w=out_sp[-1], vl=ctx.target.get("vl", 16))
-  strategy = ctx.target.get("force_conv", {}).get(node.outputs[0], strategy)  # a measured choice (search.py)
+  forced = ctx.target.get("force_conv", {}).get(node.outputs[0])  # a measured choice (search.py)
+  if forced is not None and applicable(forced, G=G, pointwise_ok=pointwise_ok, dtype=x.dtype, blas=ctx.target["blas"]):
+    strategy = forced
   tags = {"op": "Conv", "strategy": strategy}
   if strategy in ("direct", "direct_cm"):
     out = _direct_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, tags, strategy == "direct_cm")
@@ -182,6 +195,8 @@ def _blas_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, stra
     band_rows = max(1, min(O0, IM2COL_BAND_BYTES // max(1, kred * rest * dt.itemsize)))
   else:
     band_rows = max(1, min(O0, EPILOGUE_BAND_BYTES // max(1, M * rest * dt.itemsize)))
+  n_bands = -(-O0 // band_rows)
+  band_rows = -(-O0 // n_bands)  # balanced: no short last band (a narrow sgemm is a slow one)
   shape = (N, M) + tuple(out_sp)
   fn = x_in.fn
 
@@ -359,7 +374,11 @@ def gemm(ctx, node, ins, specs, consts):
   if int(attrs.get("transA", 0)):
     a = a.permute([1, 0])
   if int(attrs.get("transB", 0)):
-    b = b.permute([1, 0])
+    if consts[1] is not None and consts[1].ndim == 2:  # lay constant weights out (K, N): the GEMV's vector
+      wt = np.ascontiguousarray(consts[1].T)          # loads along N are then contiguous, not gathers
+      b = Lazy.of_buffer(ctx.const_buf(wt), View.contiguous(wt.shape))
+    else:
+      b = b.permute([1, 0])
   alpha, beta = float(attrs.get("alpha", 1.0)), float(attrs.get("beta", 1.0))
   shape = (a.shape[0], b.shape[1])
   out = _matmul(ctx, a, b, shape, alpha, {"op": "Gemm"})

@@ -112,7 +112,54 @@ def load(buf: Buf, index: E, gate: E | None = None) -> E:
     if not gate.arg:
       return const(0, buf.dtype)
     gate = None
+  if gate is not None:
+    index = simplify_under(index, gate)
   return E("LOAD", buf.dtype, (index,) if gate is None else (index, gate), buf)
+
+
+def _divmods(e: E) -> int:
+  return sum(1 for n in walk(e) if n.op in ("DIV", "MOD"))
+
+
+def _var_bounds(gate: E) -> dict:
+  """{var: (lo, hi)} (inclusive) that the conjuncts of gate of the form a*v + k >= C or < C imply."""
+  out: dict = {}
+  for c in conjuncts(gate):
+    if c.op not in ("ge", "lt", "le", "gt") or not c.srcs[1].is_const or c.srcs[0].dtype != INDEX:
+      continue
+    t, k = linear(c.srcs[0])
+    if len(t) != 1:
+      continue
+    (v, a), = t.items()
+    if v.op != "VAR":
+      continue
+    bound = int(c.srcs[1].arg) - k       # a*v (op) bound
+    op = c.op
+    if op in ("le", "gt"):               # a*v <= b  <=>  a*v < b + 1;  a*v > b  <=>  a*v >= b + 1
+      op, bound = ("lt" if op == "le" else "ge"), bound + 1
+    if a < 0:                            # -|a|*v >= b  <=>  |a|*v < -b + 1 ...
+      op, bound, a = ("lt" if op == "ge" else "ge"), -bound + 1, -a
+    lo, hi = out.get(v, (0, v.arg[1] - 1))
+    if op == "ge":
+      lo = max(lo, -(-bound // a))       # v >= ceil(bound / a)
+    else:
+      hi = min(hi, -(-bound // a) - 1)   # v < ceil(bound / a)
+    out[v] = (lo, hi)
+  return out
+
+
+def simplify_under(index: E, gate: E) -> E:
+  """index simplified with each variable's range narrowed to what the gate allows (the load is only read
+  there): a padded window's (x + W - 1) % W is x - 1 where x >= 1. Kept only when it has fewer div/mod."""
+  if not any(n.op in ("DIV", "MOD") for n in walk(index)):
+    return index
+  narrow = {v: b for v, b in _var_bounds(gate).items() if b[0] <= b[1] and (b[0] > 0 or b[1] < v.arg[1] - 1)}
+  if not narrow:
+    return index
+  fwd = {v: add(var(v.arg[0] + "~", hi - lo + 1), lo) for v, (lo, hi) in narrow.items()}
+  back = {var(v.arg[0] + "~", hi - lo + 1): add(v, -lo) for v, (lo, hi) in narrow.items() if hi > lo}
+  out = substitute(substitute(index, fwd), back)
+  return out if _divmods(out) < _divmods(index) else index
 
 
 def acc(tag: int, dtype, idx: list[E]) -> E:
@@ -318,6 +365,9 @@ def idiv(x, c) -> E:
   if r.op == "DIV":  # (y // a) // c -> y // (a * c)
     inner = E("DIV", INDEX, (r.srcs[0],), r.arg * c)
     return add(q, inner)
+  f = _factor(r, c)
+  if f is not None:  # (g*y + s) // c -> y // (c/g) when 0 <= s < g
+    return add(q, idiv(f[0], c // f[1]))
   return add(q, E("DIV", INDEX, (r,), c))
 
 
@@ -337,7 +387,25 @@ def imod(x, c) -> E:
     return add(r, -(lo // c) * c)
   if r.op == "MOD" and r.arg % c == 0:
     return imod(r.srcs[0], c)
+  f = _factor(r, c)
+  if f is not None:  # (g*y + s) % c -> g*(y % (c/g)) + s when 0 <= s < g
+    y, g, small = f
+    return add(mul(imod(y, c // g), g), small)
   return E("MOD", INDEX, (r,), c)
+
+
+def _factor(x: E, c: int):
+  """(y, g, s) with x = g*y + s, g > 1 a divisor of c and 0 <= s < g over s's range, for the largest such g
+  among x's coefficients; None when there is none. (A flattened index over row-major dims divided by the size
+  of a leading block: the trailing dims are s.)"""
+  t, k = linear(x)
+  for g in sorted({abs(v) for v in t.values() if abs(v) > 1 and c % abs(v) == 0}, reverse=True):
+    big = {a: v // g for a, v in t.items() if v % g == 0}
+    small = from_linear({a: v for a, v in t.items() if v % g}, k % g)
+    lo, hi = rng(small)
+    if 0 <= lo and hi < g and big:
+      return from_linear(big, k // g), g, small
+  return None
 
 
 def rng(e: E) -> tuple[int, int]:
@@ -655,6 +723,9 @@ class LoopKernel:
   stores: list[Store]
   tags: dict = field(default_factory=dict)   # what the kernel does, for inspect (op names, strategy)
   dyn: dict = field(default_factory=dict)
+
+  def __post_init__(self):  # a run-time extent that is the static one (a single band) is no run-time extent
+    self.dyn = {v: e for v, e in self.dyn.items() if not (v.op == "VAR" and e.is_const and e.arg == v.arg[1])}
 
 
 @dataclass

@@ -73,7 +73,24 @@ def loop_order(k: LoopKernel) -> list[E]:
   return outer + inner
 
 
-def schedule(k: LoopKernel, vl: int) -> Schedule:
+MIN_LANES = 4  # the narrowest vector a short axis is tiled with
+
+
+def lanes_for(extent: int, vl: int, narrow: bool) -> int:
+  """Vector lanes for an axis of this extent: the native vl, or (narrow) the widest power of two down to
+  MIN_LANES that fits a shorter axis (a 13-wide row takes 8 lanes and one overlapping tile), else 0."""
+  if extent >= vl:
+    return vl
+  if not narrow:
+    return 0
+  n = vl // 2
+  while n >= MIN_LANES and n > extent:
+    n //= 2
+  return n if n >= MIN_LANES else 0
+
+
+def schedule(k: LoopKernel, vl: int, narrow: bool = True) -> Schedule:
+  """narrow=False keeps the native vector width (the nests of one GemmKernel share one vector type)."""
   order = loop_order(k)
   sched = Schedule(order, vl=vl)
   if len(k.stores) != 1 or not order:
@@ -85,11 +102,12 @@ def schedule(k: LoopKernel, vl: int) -> Schedule:
   if not rs:
     # elementwise: plain C loops vectorise well, except strided or gated loads along the inner axis
     # (and math functions: the C compiler does not vectorise a loop calling exp)
-    if st.value.dtype == F32 and t.arg[1] >= vl and ir.coef(st.index, t) == 1 and vectorizable(st.value, t) and \
+    n = lanes_for(t.arg[1], vl, narrow)
+    if st.value.dtype == F32 and n and ir.coef(st.index, t) == 1 and vectorizable(st.value, t) and \
             any((n.op == "LOAD" and (ir.coef(n.srcs[0], t) not in (0, 1) or len(n.srcs) > 1)) or n.op in VECTOR_MATH
                 or (n.op == "cast" and n.srcs[0].dtype.itemsize == 1)  # nor byte -> float widening
                 for n in ir.walk(st.value) if t in ir.free_vars(n)):
-      sched.mode, sched.tile_var, sched.tile = "tile", t, max(1, min(4, t.arg[1] // vl)) * vl
+      sched.mode, sched.tile_var, sched.tile, sched.vl = "tile", t, max(1, min(4, t.arg[1] // n)) * n, n
     return sched
   if len(rs) != 1 or rs[0].arg[0] not in ("sum", "max", "min", "prod") or rs[0].dtype != F32:
     return sched
@@ -101,13 +119,14 @@ def schedule(k: LoopKernel, vl: int) -> Schedule:
       chunks = max(1, min(4, t.arg[1] // vl))
       sched.mode, sched.tile_var, sched.tile = "tile", t, chunks * vl
       sched.order = [v for v in order if v is not t] + [t]
-      _upcast(k, sched, r, sched.order, chunks)
+      _upcast(k, sched, r, sched.order, chunks, shrink=False)
       return sched
   epilogue = ir.substitute(st.value, {r: ir.E("ACCR", F32, (), 0)})
   epilogue_ok = all(render_bound(c, t) is not None for c in render_gates(epilogue, t))
-  if t not in k.dyn and ir.coef(st.index, t) == 1 and t.arg[1] >= vl and vectorizable(st.value, t) and epilogue_ok:
-    chunks = max(1, min(4, t.arg[1] // vl))
-    sched.mode, sched.tile_var, sched.tile = "tile", t, chunks * vl
+  n = lanes_for(t.arg[1], vl, narrow)
+  if t not in k.dyn and ir.coef(st.index, t) == 1 and n and vectorizable(st.value, t) and epilogue_ok:
+    chunks = max(1, min(4, t.arg[1] // n))
+    sched.mode, sched.tile_var, sched.tile, sched.vl = "tile", t, chunks * n, n
     _upcast(k, sched, r, order, chunks)
     return sched
   rt = r.arg[1][-1]
@@ -119,10 +138,16 @@ def schedule(k: LoopKernel, vl: int) -> Schedule:
   return sched
 
 
-def _upcast(k: LoopKernel, sched: Schedule, r: E, order: list[E], chunks: int):
+UPCASTS = (16, 8, 12, 6, 4, 2)  # preferred first: each vector load feeding more accumulators beats more vectors
+
+
+def _upcast(k: LoopKernel, sched: Schedule, r: E, order: list[E], chunks: int, shrink: bool = True):
   """Unroll the output axis (other than the tile axis) that the most loads of the reduction body do not
-  depend on (vector loads count double), by the largest of 8, 6, 4, 2 that keeps the accumulators in
-  registers; a remainder of that axis runs one copy at a time."""
+  depend on (vector loads count double), by the first of UPCASTS that divides its extent (else the first
+  that fits), and shrink the tile to the vectors that keep the accumulators in registers (chunks * up <=
+  MAX_ACCUMULATORS): one vector by 16 copies beat four vectors by 4 on every conv measured, strided or not.
+  shrink=False keeps the tile (lanes along output channels: the chunks are the channels) and upcasts within
+  the registers left. A remainder of the upcast axis runs one copy at a time."""
   body = r.srcs[0]
   loads = [n for n in ir.walk(body) if n.op == "LOAD"]
   t = sched.tile_var
@@ -136,15 +161,18 @@ def _upcast(k: LoopKernel, sched: Schedule, r: E, order: list[E], chunks: int):
       best, best_n = v, n
   if best is None or best_n == 0:
     return
-  for u in (8, 6, 4, 2):  # a remainder of the upcast axis runs one copy at a time
-    if u <= best.arg[1] and u * chunks <= MAX_ACCUMULATORS:
-      sched.up_var, sched.up = best, u
-      return
+  ext = best.arg[1]
+  fits = [u for u in UPCASTS if u <= ext and (shrink or u * chunks <= MAX_ACCUMULATORS)]
+  u = next((u for u in fits if ext % u == 0), fits[0] if fits else 1)
+  if u > 1:
+    sched.up_var, sched.up = best, u
+    if shrink:
+      sched.tile = max(1, min(chunks, MAX_ACCUMULATORS // u)) * sched.vl
 
 
-def optimise(k: LoopKernel, vl: int) -> tuple[LoopKernel, Schedule]:
+def optimise(k: LoopKernel, vl: int, narrow: bool = True) -> tuple[LoopKernel, Schedule]:
   k = merge_axes(k)
-  return k, schedule(k, vl)
+  return k, schedule(k, vl, narrow)
 
 
 _ = INDEX

@@ -2,6 +2,8 @@
 chooser picks, the vector paths (tiles, edges, strided loads, inner reductions) against onnxruntime, and the
 semantics generated C must keep (NaN/Inf propagation, no signal on integer division by zero, clamped gathers)."""
 import json
+import os
+import subprocess
 import sys
 
 import numpy as np
@@ -9,6 +11,7 @@ import pytest
 from onnx import helper
 
 import runtime.artifact
+import runtime.compiler
 import runtime.jit
 import runtime.link
 import runtime.program
@@ -254,6 +257,68 @@ def test_index_arithmetic_collapses_reshape_div_mod_chains():
   assert (flat // 63) * 63 + ((flat // 9) % 7) * 9 + flat % 9 is flat
   r, k = ir.var("r", 172800), ir.var("k", 8)
   assert (r * 8 + k) // 1382400 is ir.const(0) and (r * 8 + k) % 1382400 is r * 8 + k
+
+
+def _exhaustive(e, vs, fn):
+  """Every point of vs' ranges: e evaluated by substitution equals fn(*point)."""
+  for point in np.ndindex(*[v.arg[1] for v in vs]):
+    got = ir.substitute(e, {v: ir.const(int(p)) for v, p in zip(vs, point)})
+    assert got.is_const and got.arg == fn(*point), (point, got)
+
+
+def test_a_flattened_index_divided_by_a_leading_block_loses_its_trailing_dims():
+  # a channel shuffle: (c*HW + h*W + w) // (4*HW) is c // 4 and the modulo keeps the trailing dims
+  c, h, w = ir.var("c", 12), ir.var("h", 3), ir.var("w", 5)
+  flat = c * 15 + h * 5 + w
+  assert ir.idiv(flat, 60) is ir.idiv(c, 4)
+  assert ir.imod(flat, 60) is ir.add(ir.mul(ir.imod(c, 4), 15), h * 5, w)
+  _exhaustive(ir.idiv(flat + 7, 60), [c, h, w], lambda c, h, w: (c * 15 + h * 5 + w + 7) // 60)
+  _exhaustive(ir.imod(flat - 7, 45), [c, h, w], lambda c, h, w: (c * 15 + h * 5 + w - 7) % 45)
+
+
+def test_a_gated_load_index_simplifies_within_the_gate():
+  # a padded view of a reshaped tensor: (x + 27) % 28 is x - 1 wherever 1 <= x < 29 lets the load happen
+  x, y = ir.var("x", 30), ir.var("y", 30)
+  idx = ir.add(ir.mul(ir.imod(y + 27, 28), 28), ir.imod(x + 27, 28))
+  gate = ir.all_of(ir.alu("ge", x, ir.const(1)), ir.alu("lt", x, ir.const(29)),
+                   ir.alu("ge", y, ir.const(1)), ir.alu("lt", y, ir.const(29)))
+  buf = ir.Buf("b", np.dtype(np.float32), 28 * 28)
+  ld = ir.load(buf, idx, gate)
+  assert not any(n.op in ("DIV", "MOD") for n in ir.walk(ld.srcs[0]))
+  for px, py in np.ndindex(30, 30):
+    if 1 <= px < 29 and 1 <= py < 29:
+      sub = {x: ir.const(px), y: ir.const(py)}
+      assert ir.substitute(ld.srcs[0], sub).arg == ir.substitute(idx, sub).arg
+
+
+def test_a_short_axis_is_tiled_with_narrower_vectors():
+  x = f32(1, 8, 27, 27)
+  r = parity(tiny_model("MaxPool", {"x": x}, attrs={"kernel_shape": [3, 3], "strides": [2, 2]}), {"x": x})
+  assert any(s.startswith("tile") and s.endswith("x8") for s in schedules(r)), schedules(r)  # 13 wide: 8 lanes
+
+
+def test_a_program_holds_each_conv_and_gemm_weight_once():
+  x, a = f32(1, 8, 12, 12), f32(1, 72)
+  m = tiny_model("Conv", {"x": x}, consts={"w": f32(16, 8, 3, 3), "b": f32(16)})
+  assert sum(v.nbytes for v in OnnxRunner(m).program.consts.values()) == (16 * 72 + 16) * 4
+  g = tiny_model("Gemm", {"a": a}, consts={"w": f32(40, 72), "c": f32(40)}, attrs={"transB": 1})
+  r = parity(g, {"a": a})
+  assert sum(v.nbytes for v in r.program.consts.values()) == (40 * 72 + 40) * 4
+  assert "(vf){b" not in r.program.kernels[0].source  # the transposed weights are laid out for vector loads
+
+
+def test_the_gcc_vectoriser_runs_its_dynamic_cost_model():
+  # gcc -O2 alone leaves loops whose trip count is no multiple of the vector length scalar
+  assert runtime.compiler._vectorizer_flags("/usr/bin/gcc|gcc (Debian 12.2.0) 12.2.0|x86_64-linux-gnu") == \
+      ("-fvect-cost-model=dynamic",)
+  assert runtime.compiler._vectorizer_flags("/usr/bin/clang|Debian clang version 16|x86_64-pc-linux-gnu") == ()
+
+
+def test_openblas_runs_the_configured_thread_count_from_its_first_use():
+  code = "from runtime import blas; print(blas.get_threads())"
+  env = dict(os.environ, PYMODELD_RUNTIME_THREADS="3", OPENBLAS_NUM_THREADS="2")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+  assert out.stdout.strip() in ("3", "None"), out.stderr  # None: no OpenBLAS found beside numpy
 
 
 def test_views_restride_where_memory_allows_and_refuse_otherwise():
