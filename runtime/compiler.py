@@ -8,7 +8,7 @@ Invariants:
 - Sources are compiled in a private temporary directory (mode 0700) that is removed afterwards; the bytes
   of the object are returned, never a path, so nothing outside that directory is trusted.
 - Several sources compile in parallel, one compiler process per CPU; a batch that runs longer than
-  PROGRESS_AFTER_S prints one progress line per finished kernel to stderr.
+  PROGRESS_AFTER_S prints a progress line to stderr at most every PROGRESS_EVERY_S, and one at the end.
 """
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ from .errors import CompileError, CompilerUnavailable
 OPT_FLAGS = ("-O2", "-fPIC", "-shared", "-fno-math-errno", "-fno-plt", "-fvisibility=default", "-std=gnu11",
              "-w")
 PROGRESS_AFTER_S = 2.0
+PROGRESS_EVERY_S = 1.0
 COMPILE_TIMEOUT_S = 120
 
 
@@ -140,7 +141,7 @@ def compile_many(sources: list[str], label: str = "kernels") -> list[bytes]:
   workers = max(1, min(len(sources), os.cpu_count() or 1))
   results: list = [None] * len(sources)
   t0 = time.monotonic()
-  done = 0
+  done, last = 0, 0.0
   lock = threading.Lock()
   with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
     futs = {pool.submit(compile_one, s): i for i, s in enumerate(sources)}
@@ -149,6 +150,7 @@ def compile_many(sources: list[str], label: str = "kernels") -> list[bytes]:
       with lock:
         done += 1
         elapsed = time.monotonic() - t0
-        if elapsed > PROGRESS_AFTER_S:
+        if elapsed > PROGRESS_AFTER_S and (elapsed - last >= PROGRESS_EVERY_S or done == len(sources)):
+          last = elapsed
           print(f"runtime: compiled {done}/{len(sources)} {label} ({elapsed:.1f} s)", file=sys.stderr, flush=True)
   return results

@@ -102,6 +102,7 @@ class Compiled:
   wait_timeout_ms: int = 30_000     # class default; modeld sets 3000 on the USB+AMD device (class or instance)
   host_visible = True               # device memory readable by the host outside the device queue
   backend = "compiled"              # how programs for this device are built (see the module docstring)
+  inline = False                    # commands run on the submitting thread, in order, at submit (CPU)
 
   def __init__(self, name: str, allocator: LRUAllocator):
     self.name = name
@@ -269,6 +270,8 @@ class CPUAllocator(LRUAllocator):
 
 class CPUDevice(Compiled):
   """Host memory and compiled kernels, run inline on the caller's thread."""
+
+  inline = True
 
   def __init__(self, name: str = "CPU"):
     super().__init__(name, CPUAllocator(cap_bytes=config.cpu_lru_bytes()))

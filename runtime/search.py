@@ -122,7 +122,7 @@ def schedule_candidates(k: LoopKernel, default: Schedule) -> list[Schedule]:
 def _buffers(k: LoopKernel, consts: dict) -> dict:
   rng = np.random.default_rng(0)
   arrays = {}
-  for b in render._collect([k])[0]:
+  for b in render._collect([k] + list(k.after))[0]:
     if b.name in consts:
       a = np.ascontiguousarray(consts[b.name]).reshape(-1)
       arrays[b] = a if a.size else np.zeros(1, b.dtype)
@@ -147,7 +147,7 @@ def best_schedule(k: LoopKernel, default: Schedule, target_name: str, consts: di
   for s in cands:
     r = render.render_loop(k, s, default.vl)
     (lk,), _ = DEFAULT_KERNELS.get_many([(r.source, r.name)], target_name)
-    args = np.array([arrays[b].ctypes.data for b in render._collect([k])[0]], np.uint64)
+    args = np.array([arrays[b].ctypes.data for b in render._collect([k] + list(k.after))[0]], np.uint64)
     fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(lk.address)
     fn(args.ctypes.data)
     best = float("inf")

@@ -4,15 +4,18 @@ Strategies (choose_conv, choose_matmul):
 - "direct": generated loops, out[n, m, o] = sum over (ci, taps) of x[...] * w[...] with vector lanes along the
   output columns and the output channels upcast (each input vector feeds several channels' accumulators, kept
   in registers), over a padded copy of the input. Taken for depthwise convs, where the reduction per output is
-  short (Cg * taps <= DIRECT_MAX_K: a 1-channel 3x3, the DM model's 4x4 stride-2 stem), where output rows hold
-  at least DIRECT_MIN_ROW_VECTORS vectors (measured here: ahead of im2col + OpenBLAS on 56x56 and wider layers,
-  1x1 included), and whenever BLAS is unavailable.
+  short (Cg * taps <= DIRECT_MAX_K: a 1-channel 3x3, the DM model's 4x4 stride-2 stem), for windows of several
+  taps where output rows hold at least DIRECT_MIN_ROW_VECTORS vectors, for ungrouped 1x1 convs of at most
+  POINTWISE_DIRECT_MAX_CIN input channels per group over rows of at least POINTWISE_DIRECT_MIN_ROW or with
+  tiny outputs (TINY_OUTPUT positions, TINY_MAX_CIN input channels) (each
+  measured against im2col / pointwise + OpenBLAS on the daemons' and the standard CNNs' layers), and whenever
+  BLAS is unavailable.
 - "direct_cm": the same loops with the lanes along the output channels instead (the weights laid out channel-
   innermost, each input value broadcast, several output columns upcast): the register-blocked outer product of
   NCHWc kernels, without changing the tensor layout. Taken for ungrouped patchify convs (stride >=
   PATCHIFY_MIN_STRIDE) with at least one vector of output channels, where input vectors would be strided.
-- "pointwise": a 1x1 stride-1 unpadded conv with short rows is one sgemm per image (and group) straight on the
-  input buffer.
+- "pointwise": a 1x1 stride-1 unpadded conv with many input channels (or short rows) is one sgemm per image
+  (and group) straight on the input buffer.
 - "im2col": otherwise (short rows, many channels: the late layers of the standard CNNs); per image and band of
   output rows, generated loops copy the windows (padding and any fused prologue such as a uint8 cast included)
   into a scratch matrix small enough to stay in cache, and sgemm multiplies the weights by it.
@@ -40,7 +43,13 @@ IM2COL_BAND_BYTES = 1 << 20   # one band of im2col columns: stays in the per-cor
 EPILOGUE_BAND_BYTES = 2 << 20  # one band of sgemm output that the epilogue revisits while it is in the L2
 # (each band is one more sgemm call that repacks the weights: bands only pay for outputs well past the L2)
 GEMV_MAX_ROWS = 1
-DIRECT_MIN_ROW_VECTORS = 2   # output rows of at least this many vectors: the generated loops beat im2col + sgemm
+DIRECT_MIN_ROW_VECTORS = 1   # output rows of at least this many vectors (the rest an overlapping vector): the
+#                              generated loops beat im2col + sgemm for windows of several taps
+POINTWISE_DIRECT_MAX_CIN = 64  # 1x1 convs: with more input channels per group sgemm wins (each step of the
+#                                generated loop reads a new channel plane; BLAS blocks them)
+POINTWISE_DIRECT_MIN_ROW = 8   # 1x1 convs: output rows at least this long (one 8-lane vector)
+TINY_OUTPUT = 64               # 1x1 convs with at most this many output positions and at most TINY_MAX_CIN input
+TINY_MAX_CIN = 512             # channels: a BLAS call's own overhead (packing) outweighs its faster inner loop
 PATCHIFY_MIN_STRIDE = 4      # from this stride, lanes along the output channels beat strided input vectors
 
 
@@ -55,18 +64,23 @@ def applicable(strategy: str, *, G: int, pointwise_ok: bool, dtype, blas: bool) 
 
 
 def choose_conv(*, Cg: int, Mg: int, G: int, taps: int, strides, dtype, blas: bool, pointwise_ok: bool,
-                out_w: int, vl: int = 16) -> str:
+                out_w: int, out_size: int = 1 << 30, vl: int = 16) -> str:
   if G > 1 and Cg == 1 and Mg == 1:
     return "direct"
   if Cg * taps <= DIRECT_MAX_K:
     return "direct"
   if G == 1 and dtype == F32 and Mg >= vl and min(strides) >= PATCHIFY_MIN_STRIDE:
     return "direct_cm"
-  if out_w >= DIRECT_MIN_ROW_VECTORS * vl or not blas or dtype != F32:
+  if not blas or dtype != F32:
     return "direct"
-  if pointwise_ok:
-    return "pointwise"
-  return "im2col"
+  if taps == 1:
+    # (ungrouped only: the input channel of a grouped conv depends on the output channel's group, so the
+    # upcast output channels share no input loads)
+    if G == 1 and ((Cg <= POINTWISE_DIRECT_MAX_CIN and out_w >= POINTWISE_DIRECT_MIN_ROW) or
+                   (out_size <= TINY_OUTPUT and Cg <= TINY_MAX_CIN)):
+      return "direct"
+    return "pointwise" if pointwise_ok else "im2col"
+  return "direct" if out_w >= DIRECT_MIN_ROW_VECTORS * vl else "im2col"
 
 
 def choose_matmul(*, rows: int, dtype, blas: bool) -> str:
@@ -122,7 +136,8 @@ def conv(ctx, node, ins, specs, consts):
   padded = any(pb) or any(need_end)
   pointwise_ok = taps == 1 and not padded and all(s == 1 for s in strides)
   strategy = choose_conv(Cg=Cg, Mg=Mg, G=G, taps=taps, strides=strides, dtype=x.dtype, blas=ctx.target["blas"],
-                         pointwise_ok=pointwise_ok, out_w=out_sp[-1], vl=ctx.target.get("vl", 16))
+                         pointwise_ok=pointwise_ok, out_w=out_sp[-1], out_size=math.prod(out_sp),
+                         vl=ctx.target.get("vl", 16))
   forced = ctx.target.get("force_conv", {}).get(node.outputs[0])  # a measured choice (search.py)
   if forced is not None and applicable(forced, G=G, pointwise_ok=pointwise_ok, dtype=x.dtype, blas=ctx.target["blas"]):
     strategy = forced
@@ -141,8 +156,8 @@ def _direct_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, ta
   N, C, *S = x.shape
   M = W.shape[0]
   # with lanes along the channels each input value is computed as a scalar: a prologue costs a vector's worth
+  x, pb, need_end = padded_input(ctx, x, pb, need_end, 0)   # padding: x is computed into a padded buffer
   x = ctx.prologue(x, overlap(K, strides, dil) * (ctx.target.get("vl", 16) if channel_lanes else 1))
-  x, pb, need_end = padded_input(ctx, x, pb, need_end, 0)
   S = list(x.shape[2:])
   if channel_lanes:  # weights (Cg, *K, M): one vector load gives a tap for consecutive output channels
     wb = ctx.const_buf(np.ascontiguousarray(np.moveaxis(W, 0, -1)).astype(x.dtype))

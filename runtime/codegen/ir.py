@@ -723,6 +723,7 @@ class LoopKernel:
   stores: list[Store]
   tags: dict = field(default_factory=dict)   # what the kernel does, for inspect (op names, strategy)
   dyn: dict = field(default_factory=dict)
+  after: list = field(default_factory=list)  # LoopKernels run right after this one in the same C function
 
   def __post_init__(self):  # a run-time extent that is the static one (a single band) is no run-time extent
     self.dyn = {v: e for v, e in self.dyn.items() if not (v.op == "VAR" and e.is_const and e.arg == v.arg[1])}

@@ -180,6 +180,40 @@ class Lowerer:
   def add_kernel(self, k):
     self.kernels.append(k)
 
+  def padded_home(self, lazy: Lazy, pads_begin: list[int], pads_end: list[int], value) -> Lazy:
+    """lazy (N, C, *spatial) computed into the interior of a new buffer padded by pads_begin/pads_end, whose
+    border the same kernel fills with `value` (loops over the border only); returns the padded buffer's Lazy.
+    A named value this lazy is (a pending node output) now lives in the interior."""
+    shape = tuple(lazy.shape)
+    lead = len(shape) - len(pads_begin)
+    pb, pe = [0] * lead + pads_begin, [0] * lead + pads_end
+    pshape = tuple(d + b + e for d, b, e in zip(shape, pb, pe))
+    buf = self._new_buf(pshape, lazy.dtype, "planned")
+    full = View.contiguous(pshape)
+    interior = full.shrink(pb, [1] * len(shape), shape)
+    self.emit_store(lazy, buf, interior, {"ops": lazy.tags.get("ops", []) + ["pad"]})
+    fill = ir.const(value, lazy.dtype)
+    borders = []
+    for d in range(len(shape)):   # axes before d: interior; axis d: its border; axes after d: everything
+      for lo, n in ((0, pb[d]), (pshape[d] - pe[d], pe[d])):
+        if n <= 0:
+          continue
+        ext = [shape[a] if a < d else (n if a == d else pshape[a]) for a in range(len(shape))]
+        vs = [self.new_var("p", e) for e in ext]
+        idx = [ir.add(v, pb[a]) if a < d else (ir.add(v, lo) if a == d else v) for a, v in enumerate(vs)]
+        borders.append(LoopKernel("border", vs, tuple(ext), [Store(buf, full.index(idx), fill)]))
+    last = self.kernels[-1]
+    if isinstance(last, LoopKernel) and any(st.buf == buf for st in last.stores):
+      last.after.extend(borders)
+    elif borders:
+      self.add_kernel(LoopKernel(f"k{len(self.kernels)}", borders[0].vars, borders[0].shape, borders[0].stores,
+                                 {"ops": ["pad"]}, {}, borders[1:]))
+    placed = Lazy.of_buffer(buf, interior)
+    for name in [n for n in self.pending if self.values.get(n) is lazy]:
+      self.values[name] = placed
+      self.pending.discard(name)
+    return Lazy.of_buffer(buf, full)
+
   def _flush_readers(self, buf: Buf):
     for name in sorted(self.pending):
       lz = self.values.get(name)
@@ -382,7 +416,7 @@ def kernel_writes(k) -> list[Buf]:
 
 def loop_parts(k) -> list[LoopKernel]:
   if isinstance(k, LoopKernel):
-    return [k]
+    return [k] + list(k.after)
   if isinstance(k, HostKernel):
     return []
   return list(k.packs) + ([k.epilogue] if k.epilogue is not None else [])

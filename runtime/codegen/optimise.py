@@ -49,9 +49,10 @@ def merge_axes(k: LoopKernel) -> LoopKernel:
     i -= 1
   # drop extent-1 axes (their variable is the constant 0)
   keep = [(v, s) for v, s in zip(vars_, shape) if v.op == "VAR"]
-  if len(keep) == len(k.vars) and stores is k.stores:
+  after = [merge_axes(a) for a in k.after]
+  if len(keep) == len(k.vars) and stores is k.stores and all(a is b for a, b in zip(after, k.after)):
     return k
-  return LoopKernel(k.name, [v for v, _ in keep], tuple(s for _, s in keep), stores, k.tags, k.dyn)
+  return LoopKernel(k.name, [v for v, _ in keep], tuple(s for _, s in keep), stores, k.tags, k.dyn, after)
 
 
 def _has_divmod(e: E, v: E) -> bool:

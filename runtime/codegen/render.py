@@ -1030,13 +1030,20 @@ def emit_nest(w: Writer, names: dict, lk: LoopKernel, sched: Schedule, bound: di
 
 
 def render_loop(lk: LoopKernel, sched: Schedule, vl: int) -> Rendered:
-  bufs, written = _collect([lk])
+  """A LoopKernel and its `after` nests (plain C loops: only the first nest sets the vector width)."""
+  bufs, written = _collect([lk] + list(lk.after))
   names, decls = _params(bufs, written)
   w = Writer()
   for d in decls:
     w(d)
   emit_nest(w, names, lk, sched, {})
+  for a in lk.after:
+    emit_nest(w, names, a, Schedule(_plain_order(a), vl=vl), {})
   return _finish(w, [("buf", b.name) for b in bufs], [sched.describe()], vl)
+
+
+def _plain_order(k: LoopKernel) -> list[E]:
+  return [v for v in k.vars if v.op == "VAR"]
 
 
 def render_gemm(k, nests: list, vl: int, blas_int: str) -> Rendered:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from ..kernels.nn import bn_affine, window_geometry
 from . import ir
@@ -428,10 +429,13 @@ def overlap(K, strides, dil) -> int:
 def padded_input(ctx, x: Lazy, pads_begin, pads_end, value):
   """x (N, C, *spatial) realized with the window padding filled with the reduction's identity (`value`), so the
   windows read it without gates and the inner loops stay vector code. Returns (x, pads_begin, pads_end) for
-  the windows over the result (no padding left). One pass over the input, which each window reads again."""
+  the windows over the result (no padding left). A value not yet in a buffer is computed straight into the
+  padded buffer (its kernel also fills the border); one in a buffer already is copied once."""
   if not any(pads_begin) and not any(pads_end):
     return x, pads_begin, pads_end
   nd = len(pads_begin)
+  if x.view is None:  # not in a buffer yet: its producer stores straight into the padded buffer's interior
+    return ctx.padded_home(x, list(pads_begin), list(pads_end), value), [0] * nd, [0] * nd
   padded = ctx.realize(x.pad([0, 0] + list(pads_begin), [0, 0] + list(pads_end), value),
                        tags={"ops": x.tags.get("ops", []) + ["pad"]})
   return padded, [0] * nd, [0] * nd
@@ -554,7 +558,6 @@ def pool(ctx, node, ins, specs, consts):
   is_max = node.op == "MaxPool"
   if not is_max and x.dtype.kind != "f":
     raise NotLowered("integer average pool")
-  x = ctx.prologue(x, overlap(K, strides, dil))
   dt = x.dtype
   recip = None
   if not is_max:
@@ -564,7 +567,6 @@ def pool(ctx, node, ins, specs, consts):
       mask[tuple(slice(0, b + s + e) for b, s, e in zip(pb, S, pe))] = 1
     else:
       mask[tuple(slice(b, b + s) for b, s in zip(pb, S))] = 1
-    from numpy.lib.stride_tricks import sliding_window_view  # noqa: PLC0415  (numpy submodule, not ours)
     win = sliding_window_view(mask, [(k - 1) * d + 1 for k, d in zip(K, dil)])
     win = win[tuple(slice(None, None, s) for s in strides)][tuple(slice(0, o) for o in out_sp)]
     win = win[(Ellipsis,) + tuple(slice(None, None, d) for d in dil)]
@@ -573,7 +575,8 @@ def pool(ctx, node, ins, specs, consts):
     recip = recip_arr.reshape(-1)[0].item() if np.all(recip_arr == recip_arr.reshape(-1)[0]) else \
         Lazy.of_buffer(ctx.const_buf(recip_arr), ir.View.contiguous(recip_arr.shape))
   fill = (-math.inf if dt.kind == "f" else int(np.iinfo(dt).min)) if is_max else 0
-  x, pb, need_end = padded_input(ctx, x, pb, need_end, fill)
+  x, pb, need_end = padded_input(ctx, x, pb, need_end, fill)   # padding: x is computed into a padded buffer
+  x = ctx.prologue(x, overlap(K, strides, dil))
   S = list(x.shape[2:])
   fn, uid = x.fn, ctx.uid()
 

@@ -127,9 +127,13 @@ def test_an_error_inside_a_fallback_kernel_surfaces_from_run(monkeypatch):
 @pytest.mark.parametrize("xs,ws,attrs,strategy", [
     ((1, 16, 20, 20), (16, 1, 3, 3), {"group": 16, "pads": [1, 1, 1, 1]}, "direct"),   # depthwise
     ((1, 1, 40, 60), (8, 1, 4, 4), {"strides": [2, 2], "pads": [1, 1, 1, 1]}, "direct"),  # tiny Cin
-    ((1, 40, 10, 10), (48, 40, 1, 1), {}, "pointwise"),                                   # short rows
+    ((1, 40, 12, 7), (48, 40, 1, 1), {}, "pointwise"),                                    # 1x1, short rows
+    ((1, 200, 5, 5), (48, 200, 1, 1), {}, "direct"),                                      # 1x1, tiny output
+    ((1, 96, 12, 20), (48, 96, 1, 1), {}, "pointwise"),                                   # 1x1, many channels
+    ((1, 40, 10, 10), (48, 40, 1, 1), {}, "direct"),                                      # 1x1, few channels
     ((1, 12, 64, 64), (16, 12, 4, 4), {"strides": [4, 4]}, "direct_cm"),                 # patchify
-    ((1, 24, 17, 19), (20, 6, 3, 3), {"group": 4, "pads": [1, 1, 1, 1]}, "im2col"),      # grouped, short rows
+    ((1, 24, 17, 13), (20, 6, 3, 3), {"group": 4, "pads": [1, 1, 1, 1]}, "im2col"),      # grouped, short rows
+    ((1, 24, 17, 19), (20, 6, 3, 3), {"group": 4, "pads": [1, 1, 1, 1]}, "direct"),      # one vector + overlap
     ((1, 24, 9, 40), (20, 24, 3, 3), {"pads": [1, 1, 1, 1]}, "direct"),                  # long rows
 ])
 def test_the_conv_chooser_picks_the_documented_strategy(xs, ws, attrs, strategy):
@@ -150,7 +154,7 @@ def test_batch_one_fully_connected_layers_are_gemv_loops_and_batched_ones_blas()
 def test_blas_conv_bands_with_a_short_last_band_match_onnxruntime(monkeypatch):
   import runtime.codegen.conv as conv
   monkeypatch.setattr(conv, "IM2COL_BAND_BYTES", 20 << 10)  # several bands, the last one short
-  x = f32(2, 16, 23, 30)
+  x = f32(2, 16, 23, 12)   # rows shorter than a vector: im2col
   consts = {"w": (R.standard_normal((24, 16, 3, 3)) * 0.2).astype(np.float32), "b": f32(24)}
   r = parity(tiny_model("Conv", {"x": x}, consts=consts, attrs={"pads": [1, 2, 1, 0], "dilations": [1, 2]}),
              {"x": x}, rtol=1e-4, atol=1e-4)
@@ -194,6 +198,20 @@ def test_padded_windows_vector_tiles_match_onnxruntime(shape, k, pads, strides):
   got, ref = OnnxRunner(m)(x=xn)["y0"], OnnxRunner(m, device="REF")(x=xn)["y0"]
   assert np.isnan(got).any()
   np.testing.assert_array_equal(got, ref)
+
+
+def test_a_padded_window_input_is_computed_in_place_with_its_border_filled():
+  """conv -> conv (zero padding) -> maxpool (-inf padding): each producer stores into the interior of its
+  consumer's padded buffer and fills the border in the same kernel; only the graph input is copied."""
+  x = f32(1, 3, 21, 37)
+  nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+           helper.make_node("Conv", ["c1", "w2", "b2"], ["c2"], pads=[2, 1, 0, 1], kernel_shape=[3, 3]),
+           helper.make_node("Neg", ["c2"], ["n"]),
+           helper.make_node("MaxPool", ["n"], ["y0"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2])]
+  consts = {"w1": f32(8, 3, 3, 3), "w2": f32(16, 8, 3, 3), "b2": np.abs(f32(16)) + 1}  # outputs mostly < 0
+  r = parity(node_model(nodes, {"x": x}, consts), {"x": x}, rtol=1e-4, atol=1e-4)
+  ops = [k.tags.get("ops") for k in r.program.kernels]
+  assert ops == [["pad"], ["Conv", "pad"], ["Conv", "Neg", "pad"], ["MaxPool"]], ops  # the input is copied once
 
 
 def test_direct_conv_tiles_upcast_the_output_channels():
