@@ -3,16 +3,16 @@
 Strategies (choose_conv, choose_matmul):
 - "direct": generated loops, out[n, m, o] = sum over (ci, taps) of x[...] * w[...] with vector lanes along the
   output columns and the output channels upcast (each input vector feeds several channels' accumulators, kept
-  in registers), over a padded copy of the input. Taken for depthwise convs, where the reduction per output is
-  short (Cg * taps <= DIRECT_MAX_K: a 1-channel 3x3, the DM model's 4x4 stride-2 stem), for windows of several
-  taps where output rows hold at least DIRECT_MIN_ROW_VECTORS vectors, for ungrouped 1x1 convs of at most
-  POINTWISE_DIRECT_MAX_CIN input channels per group over rows of at least POINTWISE_DIRECT_MIN_ROW or with
-  tiny outputs (TINY_OUTPUT positions, TINY_MAX_CIN input channels) (each
-  measured against im2col / pointwise + OpenBLAS on the daemons' and the standard CNNs' layers), and whenever
-  BLAS is unavailable.
+  in registers), over a padded copy of the input. Taken for depthwise convs; where the reduction per output is
+  short (Cg * taps <= DIRECT_MAX_K: a 1-channel 3x3, the DM model's 4x4 stride-2 stem); for ungrouped convs of
+  stride < PATCHIFY_MIN_STRIDE with windows of several taps whose output rows hold at least DIRECT_MIN_ROW_VECTORS
+  vectors; for ungrouped 1x1 convs of at most POINTWISE_DIRECT_MAX_CIN input channels over rows of at least
+  POINTWISE_DIRECT_MIN_ROW, or with tiny outputs (TINY_OUTPUT positions, TINY_MAX_CIN input channels); and
+  whenever BLAS is unavailable.
+  (Each threshold measured against im2col / pointwise + OpenBLAS on the daemons' and the standard CNNs' layers.)
 - "direct_cm": the same loops with the lanes along the output channels instead (the weights laid out channel-
   innermost, each input value broadcast, several output columns upcast): the register-blocked outer product of
-  NCHWc kernels, without changing the tensor layout. Taken for ungrouped patchify convs (stride >=
+  NCHWc kernels, without changing the tensor layout. Taken for ungrouped patchify convs (kernel = stride >=
   PATCHIFY_MIN_STRIDE) with at least one vector of output channels, where input vectors would be strided.
 - "pointwise": a 1x1 stride-1 unpadded conv with many input channels (or short rows) is one sgemm per image
   (and group) straight on the input buffer.
@@ -64,20 +64,24 @@ def applicable(strategy: str, *, G: int, pointwise_ok: bool, dtype, blas: bool) 
 
 
 def choose_conv(*, Cg: int, Mg: int, G: int, taps: int, strides, dtype, blas: bool, pointwise_ok: bool,
-                out_w: int, out_size: int = 1 << 30, vl: int = 16) -> str:
+                out_w: int, out_size: int = 1 << 30, vl: int = 16, kernel=None) -> str:
   if G > 1 and Cg == 1 and Mg == 1:
     return "direct"
   if Cg * taps <= DIRECT_MAX_K:
     return "direct"
-  if G == 1 and dtype == F32 and Mg >= vl and min(strides) >= PATCHIFY_MIN_STRIDE:
+  if G == 1 and dtype == F32 and Mg >= vl and min(strides) >= PATCHIFY_MIN_STRIDE and \
+          (kernel is None or tuple(kernel) == tuple(strides)):  # non-overlapping windows: a true patchify
     return "direct_cm"
   if not blas or dtype != F32:
     return "direct"
+  if G > 1 or min(strides) >= PATCHIFY_MIN_STRIDE:
+    # the input channel of a grouped conv depends on the output channel's group, so upcast output channels
+    # share no input loads: sgemm per group. Overlapping windows at stride >= 4 (AlexNet's 11x11 stem): the
+    # input vectors would be 4-strided gathers; im2col reads each window once
+    return "pointwise" if pointwise_ok else "im2col"
   if taps == 1:
-    # (ungrouped only: the input channel of a grouped conv depends on the output channel's group, so the
-    # upcast output channels share no input loads)
-    if G == 1 and ((Cg <= POINTWISE_DIRECT_MAX_CIN and out_w >= POINTWISE_DIRECT_MIN_ROW) or
-                   (out_size <= TINY_OUTPUT and Cg <= TINY_MAX_CIN)):
+    if (Cg <= POINTWISE_DIRECT_MAX_CIN and out_w >= POINTWISE_DIRECT_MIN_ROW) or \
+            (out_size <= TINY_OUTPUT and Cg <= TINY_MAX_CIN):
       return "direct"
     return "pointwise" if pointwise_ok else "im2col"
   return "direct" if out_w >= DIRECT_MIN_ROW_VECTORS * vl else "im2col"
@@ -137,7 +141,7 @@ def conv(ctx, node, ins, specs, consts):
   pointwise_ok = taps == 1 and not padded and all(s == 1 for s in strides)
   strategy = choose_conv(Cg=Cg, Mg=Mg, G=G, taps=taps, strides=strides, dtype=x.dtype, blas=ctx.target["blas"],
                          pointwise_ok=pointwise_ok, out_w=out_sp[-1], out_size=math.prod(out_sp),
-                         vl=ctx.target.get("vl", 16))
+                         vl=ctx.target.get("vl", 16), kernel=K)
   forced = ctx.target.get("force_conv", {}).get(node.outputs[0])  # a measured choice (search.py)
   if forced is not None and applicable(forced, G=G, pointwise_ok=pointwise_ok, dtype=x.dtype, blas=ctx.target["blas"]):
     strategy = forced
@@ -161,7 +165,9 @@ def _direct_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, ta
   S = list(x.shape[2:])
   if channel_lanes:  # weights (Cg, *K, M): one vector load gives a tap for consecutive output channels
     wb = ctx.const_buf(np.ascontiguousarray(np.moveaxis(W, 0, -1)).astype(x.dtype))
-    tags = dict(tags, tile_axis=1)
+    vl = ctx.target.get("vl", 16)
+    block = next((b for b in (2 * vl, vl) if Mg % b == 0 or G == 1 and M % b == 0), None)
+    tags = dict(tags, tile_axis=1, tile_block=block)
   else:
     wb = ctx.const_buf(W.astype(x.dtype))
   fn, uid, dt = x.fn, ctx.uid(), x.dtype
@@ -293,6 +299,23 @@ def _blas_operand(lz: Lazy):
   return None
 
 
+def _rows_of_weights(ctx, b: Lazy) -> Lazy | None:
+  """A constant 2-D B (K, N) as a view of an (N, K) row-major constant (copied once at build when it is laid
+  out otherwise); None when B is not a plain constant."""
+  if b.view is None or len(b.shape) != 2 or b.view[1].mask is not None:
+    return None
+  info = ctx.bufs.get(b.view[0].name)
+  if info is None or info.role != "const" or info.array is None:
+    return None
+  K, N = b.shape
+  if tuple(b.view[1].strides) == (1, K) and b.view[1].offset == 0:
+    return b
+  sk, sn = b.view[1].strides
+  idx = b.view[1].offset + np.arange(N)[:, None] * sn + np.arange(K)[None, :] * sk
+  nk = np.ascontiguousarray(np.asarray(info.array).reshape(-1)[idx])
+  return Lazy.of_buffer(ctx.const_buf(nk), View.contiguous((N, K))).permute([1, 0])
+
+
 def _matmul(ctx, a: Lazy, b: Lazy, shape, alpha: float, tags) -> Lazy:
   """a (..., M, K) @ b (..., K, N) with numpy broadcasting over the batch axes (both already that rank)."""
   dt = a.dtype
@@ -302,6 +325,9 @@ def _matmul(ctx, a: Lazy, b: Lazy, shape, alpha: float, tags) -> Lazy:
   strategy = choose_matmul(rows=rows, dtype=dt, blas=ctx.target["blas"])
   tags = dict(tags, strategy=strategy)
   if strategy == "gemv":
+    nk = _rows_of_weights(ctx, b)
+    if nk is not None:  # constant weights as (N, K) rows: each output is a contiguous dot product, the vector
+      b, tags = nk, dict(tags, vector_reduce=True)  # lanes along K (one sequential stream per upcast row)
     a, b = ctx.prologue(a, Nn), ctx.prologue(b, M)
     af, bf, uid = a.fn, b.fn, ctx.uid()
     ab, bb = a.shape[:-2], b.shape[:-2]
@@ -389,11 +415,7 @@ def gemm(ctx, node, ins, specs, consts):
   if int(attrs.get("transA", 0)):
     a = a.permute([1, 0])
   if int(attrs.get("transB", 0)):
-    if consts[1] is not None and consts[1].ndim == 2:  # lay constant weights out (K, N): the GEMV's vector
-      wt = np.ascontiguousarray(consts[1].T)          # loads along N are then contiguous, not gathers
-      b = Lazy.of_buffer(ctx.const_buf(wt), View.contiguous(wt.shape))
-    else:
-      b = b.permute([1, 0])
+    b = b.permute([1, 0])
   alpha, beta = float(attrs.get("alpha", 1.0)), float(attrs.get("beta", 1.0))
   shape = (a.shape[0], b.shape[1])
   out = _matmul(ctx, a, b, shape, alpha, {"op": "Gemm"})

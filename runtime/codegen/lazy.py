@@ -70,7 +70,7 @@ class Lazy:
     if view is not None and self.view is not None:
       return Lazy.of_buffer(self.view[0], view, self.view[2])
     fn = self.fn
-    tags = {k: v for k, v in self.tags.items() if k != "tile_axis"}  # axis numbers do not survive a move
+    tags = {k: v for k, v in self.tags.items() if k not in ("tile_axis", "tile_block")}  # axes do not survive a move
     return Lazy(shape, self.dtype, lambda idx: fn(mapping(idx)), red=self.red, cost=self.cost, reads=self.reads,
                 tags=tags)
 

@@ -172,9 +172,22 @@ class Lowerer:
       return
     vars_ = [self.new_var("i", d) for d in lazy.shape]
     ktags = {**lazy.tags, **(tags or {})}
+    loop_vars, shape = list(vars_), tuple(lazy.shape)
     if "tile_axis" in ktags:  # the rule's preferred vector axis, by variable (axes may merge later)
-      ktags["tile_var"] = vars_[ktags.pop("tile_axis")]
-    k = LoopKernel(f"k{len(self.kernels)}", vars_, lazy.shape, [Store(buf, view.index(vars_), lazy.at(vars_))], ktags)
+      ax, block = ktags.pop("tile_axis"), ktags.pop("tile_block", None)
+      if block and lazy.shape[ax] % block == 0 and lazy.shape[ax] > block:
+        # blocks of that axis run outermost (after the axes before it), the lanes within a block innermost:
+        # what the lanes read per block (a conv's weights for those output channels) stays in cache while
+        # the other axes sweep
+        hi, lo = self.new_var("ib", lazy.shape[ax] // block), self.new_var("il", block)
+        vars_[ax] = ir.add(ir.mul(hi, block), lo)
+        loop_vars = loop_vars[:ax] + [hi] + loop_vars[ax + 1:] + [lo]
+        shape = shape[:ax] + (lazy.shape[ax] // block,) + shape[ax + 1:] + (block,)
+        ktags["tile_var"] = lo
+      else:
+        ktags["tile_var"] = vars_[ax]
+    ktags.pop("tile_block", None)
+    k = LoopKernel(f"k{len(self.kernels)}", loop_vars, shape, [Store(buf, view.index(vars_), lazy.at(vars_))], ktags)
     self.add_kernel(k)
 
   def add_kernel(self, k):

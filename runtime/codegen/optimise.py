@@ -124,7 +124,7 @@ def schedule(k: LoopKernel, vl: int, narrow: bool = True) -> Schedule:
       return sched
   epilogue = ir.substitute(st.value, {r: ir.E("ACCR", F32, (), 0)})
   epilogue_ok = all(render_bound(c, t) is not None for c in render_gates(epilogue, t))
-  n = lanes_for(t.arg[1], vl, narrow)
+  n = 0 if k.tags.get("vector_reduce") else lanes_for(t.arg[1], vl, narrow)  # the lowering asked for "inner"
   if t not in k.dyn and ir.coef(st.index, t) == 1 and n and vectorizable(st.value, t) and epilogue_ok:
     chunks = max(1, min(4, t.arg[1] // n))
     sched.mode, sched.tile_var, sched.tile, sched.vl = "tile", t, chunks * n, n

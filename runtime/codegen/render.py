@@ -497,7 +497,7 @@ def vectorizable(value: E, t: E) -> bool:
     if n.op == "cast" and n.srcs[0].dtype.name in VEC_TYPES:
       continue
     if n.op in VEC_ARITH or n.op in VEC_LANEWISE or n.op in ("max", "min", "neg", "abs", "recip", "exp", "tanh",
-                                                              "WHERE", "ACC"):
+                                                              "WHERE", "ACC") or (n.op == "pow" and n.dtype == F32):
       continue
     return False
   return True
@@ -626,6 +626,14 @@ class VecEmitter:
       w(f"vf {t}; {{ const vf _s = {src}; for (int _j = 0; _j < {vl}; _j++) {t}[_j] = {VEC_LANEWISE[op]}(_s[_j]); }}")
       self.names[n] = t
       return t
+    elif op == "pow" and n.dtype == F32:  # the scalar powf per lane: the same results as the scalar path
+      args = []
+      for x in n.srcs:  # a lane-invariant operand stays a scalar
+        args.append(f"({self.get(x)})[_j]" if self.lane in ir.free_vars(x) else f"({self.get(x)})")
+      t = w.tmp("vl")
+      w(f"vf {t}; for (int _j = 0; _j < {vl}; _j++) {t}[_j] = powf({args[0]}, {args[1]});")
+      self.names[n] = t
+      return t
     else:
       raise NotImplementedError(f"vector op {op}")
     vt = VEC_TYPES.get(n.dtype.name, "vi") if n.dtype != BOOL else "vi"
@@ -688,6 +696,17 @@ def _bound(c: E, t: E) -> tuple[int, int] | None:
   return -(1 << 62), need // a + 1
 
 
+def upcast_widths(extent: int, U: int) -> list[int]:
+  """Block widths covering an upcast axis: U, then halves (rounded down) for what a full block leaves."""
+  out, rem, w = [U], extent % U, U
+  while rem and w > 1:
+    w = max(1, w // 2)
+    if rem >= w:
+      out.append(w)
+      rem %= w
+  return out
+
+
 class TileEmitter:
   """The vector schedules of a one-store, one-reduction LoopKernel (see Schedule and optimise.py)."""
 
@@ -713,12 +732,12 @@ class TileEmitter:
     body = self._tile if s.mode == "tile" else self._inner
     if up is None:
       body(em, dict(em.names), r, bname, index, value, None, 1)
-    else:  # blocks of U copies of the upcast axis, then the remainder one copy at a time
+    else:  # blocks of U copies of the upcast axis, then the remainder in blocks of U/2, U/4, ... copies
       u0 = ir.var(up.arg[0] + "_0", up.arg[1])
       un = vname(u0)
       self.w(f"i64 {un} = 0;")
       em.names[u0] = un
-      for width in ([U, 1] if up.arg[1] % U else [U]):
+      for width in upcast_widths(up.arg[1], U):
         self.w.open(f"for (; {un} + {width} <= {up.arg[1]}; {un} += {width})")
         sub = LoopEmitter(self.w, self.buf_name, {}, self.dyn)
         sub.names = dict(em.names)

@@ -11,6 +11,7 @@ import pytest
 from onnx import helper
 
 import runtime.artifact
+import runtime.codegen.render
 import runtime.compiler
 import runtime.jit
 import runtime.link
@@ -132,8 +133,10 @@ def test_an_error_inside_a_fallback_kernel_surfaces_from_run(monkeypatch):
     ((1, 96, 12, 20), (48, 96, 1, 1), {}, "pointwise"),                                   # 1x1, many channels
     ((1, 40, 10, 10), (48, 40, 1, 1), {}, "direct"),                                      # 1x1, few channels
     ((1, 12, 64, 64), (16, 12, 4, 4), {"strides": [4, 4]}, "direct_cm"),                 # patchify
-    ((1, 24, 17, 13), (20, 6, 3, 3), {"group": 4, "pads": [1, 1, 1, 1]}, "im2col"),      # grouped, short rows
-    ((1, 24, 17, 19), (20, 6, 3, 3), {"group": 4, "pads": [1, 1, 1, 1]}, "direct"),      # one vector + overlap
+    ((1, 24, 17, 40), (20, 6, 3, 3), {"group": 4, "pads": [1, 1, 1, 1]}, "im2col"),      # grouped
+    ((1, 24, 17, 13), (20, 24, 3, 3), {"pads": [1, 1, 1, 1]}, "im2col"),                 # short rows
+    ((1, 24, 17, 19), (20, 24, 3, 3), {"pads": [1, 1, 1, 1]}, "direct"),                 # one vector + overlap
+    ((1, 3, 64, 64), (24, 3, 5, 5), {"strides": [4, 4]}, "im2col"),                      # overlapping stride 4
     ((1, 24, 9, 40), (20, 24, 3, 3), {"pads": [1, 1, 1, 1]}, "direct"),                  # long rows
 ])
 def test_the_conv_chooser_picks_the_documented_strategy(xs, ws, attrs, strategy):
@@ -149,6 +152,11 @@ def test_batch_one_fully_connected_layers_are_gemv_loops_and_batched_ones_blas()
   for a, want in ((a1, "gemv"), (a8, "blas")):
     r = parity(tiny_model("Gemm", {"a": a}, consts=consts, attrs={"transB": 1}), {"a": a}, rtol=1e-4, atol=1e-4)
     assert [k.tags.get("strategy") for k in r.program.kernels] == [want]
+  # a GEMV over constant weights is a dot product per output row (lanes along K), whatever their layout
+  for transB, w in ((1, consts["w"]), (0, np.ascontiguousarray(consts["w"].T))):
+    r = parity(tiny_model("Gemm", {"a": a1}, consts={"w": w, "c": consts["c"]}, attrs={"transB": transB}),
+               {"a": a1}, rtol=1e-4, atol=1e-4)
+    assert schedules(r)[0].startswith("inner"), schedules(r)
 
 
 def test_blas_conv_bands_with_a_short_last_band_match_onnxruntime(monkeypatch):
@@ -212,6 +220,21 @@ def test_a_padded_window_input_is_computed_in_place_with_its_border_filled():
   r = parity(node_model(nodes, {"x": x}, consts), {"x": x}, rtol=1e-4, atol=1e-4)
   ops = [k.tags.get("ops") for k in r.program.kernels]
   assert ops == [["pad"], ["Conv", "pad"], ["Conv", "Neg", "pad"], ["MaxPool"]], ops  # the input is copied once
+
+
+def test_an_upcast_remainder_runs_in_halving_blocks():
+  assert runtime.codegen.render.upcast_widths(13, 8) == [8, 4, 1]
+  assert runtime.codegen.render.upcast_widths(24, 16) == [16, 8] and runtime.codegen.render.upcast_widths(16, 16) == [16]
+  x = f32(1, 24, 15, 13)   # 13 output columns upcast by 8: blocks of 8, 4 and 1
+  consts = {"w": f32(48, 24, 4, 4) * 0.2, "b": f32(48)}
+  parity(tiny_model("Conv", {"x": x}, consts=consts, attrs={"strides": [1, 1]}), {"x": x}, rtol=1e-4, atol=1e-4)
+
+
+def test_lanes_along_output_channels_sweep_the_image_per_block_of_channels():
+  x = f32(1, 6, 32, 48)
+  consts = {"w": f32(64, 6, 4, 4) * 0.2, "b": f32(64)}
+  r = parity(tiny_model("Conv", {"x": x}, consts=consts, attrs={"strides": [4, 4]}), {"x": x}, rtol=1e-4, atol=1e-4)
+  assert r.program.kernels[0].tags["strategy"] == "direct_cm" and schedules(r)[0].startswith("tile il"), schedules(r)
 
 
 def test_direct_conv_tiles_upcast_the_output_channels():
