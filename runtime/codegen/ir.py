@@ -35,7 +35,7 @@ ARG_OPS = ("argmax", "argmin", "argmax_last", "argmin_last")
 
 class E:
   """An interned IR node. op: CONST, VAR, LOAD, ACC, REDUCE, WHERE or an ALU op name (UNARY/BINARY)."""
-  __slots__ = ("op", "dtype", "srcs", "arg", "lin", "range", "free", "__weakref__")
+  __slots__ = ("op", "dtype", "srcs", "arg", "lin", "range", "free", "allv", "__weakref__")
   _table: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
   def __new__(cls, op: str, dtype: np.dtype, srcs: tuple = (), arg=None):
@@ -44,7 +44,7 @@ class E:
     if node is None:
       node = object.__new__(cls)
       node.op, node.dtype, node.srcs, node.arg = op, dtype, srcs, arg
-      node.lin = node.range = node.free = None   # caches of linear(), rng() and free_vars()
+      node.lin = node.range = node.free = node.allv = None   # caches of linear(), rng(), free_vars(), all_vars()
       cls._table[key] = node
     return node
 
@@ -480,9 +480,19 @@ def free_vars(e: E) -> frozenset:
   return out
 
 
+def all_vars(e: E) -> frozenset:
+  """Every variable appearing in e, bound by a REDUCE or not."""
+  out = e.allv
+  if out is None:
+    out = frozenset((e,)) if e.op == "VAR" else frozenset().union(*(all_vars(s) for s in e.srcs))
+    e.allv = out
+  return out
+
+
 def substitute(e: E, mapping: dict) -> E:
   """e with variables (or any nodes) replaced as mapping says; sums, products and ALU ops re-normalise."""
   memo: dict = {}
+  keys = frozenset(mapping) if all(k.op == "VAR" for k in mapping) else None  # subtrees without them stay
 
   def go(n: E) -> E:
     if n in mapping:
@@ -490,7 +500,7 @@ def substitute(e: E, mapping: dict) -> E:
     r = memo.get(n)
     if r is not None:
       return r
-    if not n.srcs:
+    if not n.srcs or (keys is not None and keys.isdisjoint(all_vars(n))):
       r = n
     else:
       srcs = tuple(go(s) for s in n.srcs)

@@ -794,6 +794,7 @@ class TileEmitter:
       tile(vl)
       w(f"{tn} = {stop};")
       w.close()
+      return  # the tiles reached the end of t: no scalar remainder
     self._scalar_range(em, bname, index, value, u0, U, t, tn, stop)
 
   def _scalar_range(self, em, bname, index, value, u0, U, t, start: str, stop: str):
