@@ -10,8 +10,8 @@ onnx package's light models with their ConstantOfShape weights turned into fixed
 Each engine runs the same random input. Timed runs are interleaved (ours, onnxruntime, OpenVINO, ours, ...) so a
 load change on this shared machine hits every engine alike; each figure is the median. "1 thread" runs every
 engine on one thread; "best" takes, per engine and model, the fastest of the thread counts in --threads. Our
-thread count is the BLAS thread count (generated loops run on the calling thread). The ratio is ours / peer;
-"rel err" is max |ours - onnxruntime| / max |onnxruntime| over the float outputs.
+thread count is OnnxRunner(threads=): sgemm's threads and the parts a large generated kernel's rows are cut into.
+The ratio is ours / peer; "rel err" is max |ours - onnxruntime| / max |onnxruntime| over the float outputs.
 
 --compile also measures, each in a fresh process, a cold compile (empty kernel cache) and a load from the
 disk cache, for the daemons' models. --per-kernel N prints our N slowest kernels per model.

@@ -27,8 +27,8 @@ import time
 from . import config
 from .errors import CompileError, CompilerUnavailable
 
-OPT_FLAGS = ("-O2", "-fPIC", "-shared", "-fno-math-errno", "-fno-plt", "-fvisibility=default", "-std=gnu11",
-             "-w")
+OPT_FLAGS = ("-O2", "-fPIC", "-shared", "-pthread", "-fno-math-errno", "-fno-plt", "-fvisibility=default",
+             "-std=gnu11", "-w")
 PROGRESS_AFTER_S = 2.0
 PROGRESS_EVERY_S = 1.0
 COMPILE_TIMEOUT_S = 120

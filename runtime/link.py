@@ -2,10 +2,13 @@
 
 link() allocates the arena (planned intermediates, outputs and the shared scratch region) and one staging
 buffer per input through `alloc(nbytes) -> uint8 array` (device memory), takes consts and held arrays by
-reference, and writes a call list: for each kernel its function address and the address of its argument
-array (the addresses of its buffers, already offset, and extern functions such as sgemm). Run is one ctypes
-call of the generated runner, which walks the list in C: Python is not entered per kernel. (A kernel that
-fell back to its reference implementation is a C-callable ctypes callback in the same list.)
+reference, and writes a call list: for each kernel its function address, the address of its argument
+array (the addresses of its buffers, already offset, and extern functions such as sgemm) and the rows of its
+split loop (0: not split). Run is one ctypes call of the generated runner, which walks the list in C: Python
+is not entered per kernel. With threads > 1 the runner cuts a split kernel's rows into parts run by its
+worker threads and the caller (the rows of one kernel are independent: it reads nothing it stores), and the
+next kernel starts when all parts are done. (A kernel that fell back to its reference implementation is a
+C-callable ctypes callback in the same list.)
 
 Invariants:
 - Every address handed to a kernel lies inside memory the Linked object keeps alive (the arena, staging
@@ -18,7 +21,7 @@ import ctypes
 
 import numpy as np
 
-from . import blas
+from . import blas, config
 from .cache import DEFAULT_KERNELS, KernelCache
 from .graph import Node, Spec
 from .kernels import build_kernel
@@ -26,9 +29,97 @@ from .memory_plan import ALIGN
 from .program import Program, compile_program
 
 RUNNER_SOURCE = r"""#include <stdint.h>
+#include <pthread.h>
+/* The call list: per kernel (function, argument array, rows). rows == 0: fn(args). rows > 0: fn(args, lo, hi)
+   computes rows [lo, hi) of its split loop; with threads > 1 the rows are cut into parts run by a pool of
+   worker threads (started on first use, sleeping on a condition variable between kernels) and the caller,
+   and the next kernel starts only when every part is done. A forked child starts with no workers. */
 typedef void (*pm_kernel_t)(void* const*);
-void pm_run(const uint64_t* list, int64_t n) {
-  for (int64_t i = 0; i < n; i++) ((pm_kernel_t)(uintptr_t)list[2 * i])((void* const*)(uintptr_t)list[2 * i + 1]);
+typedef void (*pm_par_t)(void* const*, int64_t, int64_t);
+#define PM_MAX_THREADS 64
+static pthread_mutex_t pm_mu = PTHREAD_MUTEX_INITIALIZER, pm_run_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t pm_go = PTHREAD_COND_INITIALIZER, pm_done = PTHREAD_COND_INITIALIZER;
+static int pm_workers = 0, pm_left = 0, pm_parts = 0, pm_atfork = 0;
+static uint64_t pm_gen = 0;
+static pm_par_t pm_fn;
+static void* const* pm_args;
+static int64_t pm_rows;
+
+static void pm_child(void) {
+  pm_workers = pm_left = pm_parts = 0;
+  pm_gen = 0;
+  pthread_mutex_init(&pm_mu, 0);
+  pthread_mutex_init(&pm_run_mu, 0);
+  pthread_cond_init(&pm_go, 0);
+  pthread_cond_init(&pm_done, 0);
+}
+
+static void* pm_worker(void* p) {
+  const int id = (int)(intptr_t)p;
+  uint64_t seen = 0;
+  pthread_mutex_lock(&pm_mu);
+  for (;;) {
+    while (pm_gen == seen) pthread_cond_wait(&pm_go, &pm_mu);
+    seen = pm_gen;
+    if (id < pm_parts) {
+      const pm_par_t fn = pm_fn;
+      void* const* args = pm_args;
+      const int64_t lo = pm_rows * id / pm_parts, hi = pm_rows * (id + 1) / pm_parts;
+      pthread_mutex_unlock(&pm_mu);
+      fn(args, lo, hi);
+      pthread_mutex_lock(&pm_mu);
+      if (--pm_left == 0) pthread_cond_signal(&pm_done);
+    }
+  }
+  return 0;
+}
+
+static int pm_pool(int want) {  /* parts that can run now: the caller plus the workers started */
+  if (!pm_atfork) {
+    pthread_atfork(0, 0, pm_child);
+    pm_atfork = 1;
+  }
+  while (pm_workers < want - 1 && pm_workers < PM_MAX_THREADS - 1) {
+    pthread_t t;
+    if (pthread_create(&t, 0, pm_worker, (void*)(intptr_t)(pm_workers + 1)) != 0) break;
+    pthread_detach(t);
+    pm_workers++;
+  }
+  return pm_workers + 1 < want ? pm_workers + 1 : want;
+}
+
+void pm_run(const uint64_t* list, int64_t n, int64_t threads) {
+  for (int64_t i = 0; i < n; i++) {
+    const uint64_t* e = list + 3 * i;
+    const int64_t rows = (int64_t)e[2];
+    void* const* args = (void* const*)(uintptr_t)e[1];
+    if (rows <= 0) {
+      ((pm_kernel_t)(uintptr_t)e[0])(args);
+      continue;
+    }
+    const pm_par_t fn = (pm_par_t)(uintptr_t)e[0];
+    int64_t want = threads < rows ? threads : rows;
+    if (want <= 1) {
+      fn(args, 0, rows);
+      continue;
+    }
+    pthread_mutex_lock(&pm_run_mu);  /* one parallel kernel at a time in this process */
+    pthread_mutex_lock(&pm_mu);
+    const int parts = pm_pool((int)(want < PM_MAX_THREADS ? want : PM_MAX_THREADS));
+    pm_fn = fn;
+    pm_args = args;
+    pm_rows = rows;
+    pm_parts = parts;
+    pm_left = parts - 1;
+    pm_gen++;
+    pthread_cond_broadcast(&pm_go);
+    pthread_mutex_unlock(&pm_mu);
+    fn(args, 0, rows / parts);
+    pthread_mutex_lock(&pm_mu);
+    while (pm_left > 0) pthread_cond_wait(&pm_done, &pm_mu);
+    pthread_mutex_unlock(&pm_mu);
+    pthread_mutex_unlock(&pm_run_mu);
+  }
 }
 """
 _HOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -40,7 +131,7 @@ def runner(kc: KernelCache | None = None):
   fn = _runner_cache.get(id(kc))
   if fn is None:
     (lk,), _ = kc.get_many([(RUNNER_SOURCE, "pm_run")], "runner")
-    fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(lk.address)
+    fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(lk.address)
     _runner_cache[id(kc)] = (fn, lk)
     return fn
   return fn[0]
@@ -58,13 +149,14 @@ class Linked:
 
   def __init__(self, program: Program, arena, inputs, outputs, calls, keep):
     self.program, self.arena, self.inputs, self.outputs = program, arena, inputs, outputs
-    self._list, self._n, self._keep = calls, len(calls) // 2, keep
+    self._list, self._n, self._keep = calls, len(calls) // 3, keep
     self._ptr = calls.ctypes.data
     self._run = runner(keep.get("kernel_cache"))
     self._errors: list = keep["errors"]
+    self.threads = config.runtime_threads()   # threads a run may split a kernel's rows across
 
-  def run(self) -> None:
-    self._run(self._ptr, self._n)
+  def run(self, threads: int | None = None) -> None:
+    self._run(self._ptr, self._n, self.threads if threads is None else max(1, int(threads)))
     if self._errors:  # a reference kernel raised inside the call list: re-raise it here
       err = self._errors[0]
       self._errors.clear()
@@ -76,7 +168,7 @@ class Linked:
     out = []
     run = self._run
     for i in range(self._n):
-      out.append(lambda i=i: run(self._ptr + 16 * i, 1))
+      out.append(lambda i=i: run(self._ptr + 24 * i, 1, self.threads))
     return out
 
 
@@ -123,14 +215,14 @@ def link(program: Program, alloc=None, held: dict | None = None, kernels: Kernel
       continue
     item = spec.dtype.itemsize
     outputs[o] = arrays[b][off * item:off * item + spec.nbytes].view(spec.dtype).reshape(spec.shape)
-  calls = np.zeros(2 * len(program.kernels), np.uint64)
+  calls = np.zeros(3 * len(program.kernels), np.uint64)
   keep: dict = {"arrays": arrays, "args": [], "host": [], "kernel_cache": kernels, "errors": []}
   sgemm = None
   for i, (k, lk) in enumerate(zip(program.kernels, loaded)):
     if k.kind == "host":
       fn = _host_call(k, arrays, program, keep["errors"])
       keep["host"].append(fn)
-      calls[2 * i] = ctypes.cast(fn, ctypes.c_void_p).value
+      calls[3 * i] = ctypes.cast(fn, ctypes.c_void_p).value
       continue
     args = np.zeros(max(1, len(k.params)), np.uint64)
     for j, (kind, what) in enumerate(k.params):
@@ -142,8 +234,9 @@ def link(program: Program, alloc=None, held: dict | None = None, kernels: Kernel
       else:
         raise ValueError(f"unknown extern {what!r}")
     keep["args"].append(args)
-    calls[2 * i] = lk.address
-    calls[2 * i + 1] = args.ctypes.data
+    calls[3 * i] = lk.address
+    calls[3 * i + 1] = args.ctypes.data
+    calls[3 * i + 2] = int(k.tags.get("par", 0))
   keep["loaded"] = loaded
   return Linked(program, arena, inputs, outputs, calls, keep)
 

@@ -250,7 +250,8 @@ def render_kernels(scheduled: list, target: Target, lowered: lowering.Lowered) -
     else:
       assert isinstance(k, GemmKernel)
       r = render.render_gemm(k, nests, target.vl, target.blas_int)
-    specs.append(KernelSpec("c", r.name, r.params, r.source, dict(tags, schedules=r.schedules)))
+    extra = {"par": r.par} if r.par else {}  # rows the runner may split across threads
+    specs.append(KernelSpec("c", r.name, r.params, r.source, dict(tags, schedules=r.schedules, **extra)))
   return specs
 
 

@@ -120,7 +120,7 @@ class OnnxRunner:
 
   def _compute(self):
     blas.set_threads(self.threads)
-    self.linked.run()
+    self.linked.run(self.threads)
 
   def __call__(self, **inputs) -> dict[str, np.ndarray]:
     arrays = self._check(inputs)

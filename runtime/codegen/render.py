@@ -154,6 +154,7 @@ class Writer:
     self.lines: list[str] = []
     self.depth = 1
     self.n = 0
+    self.par_var: E | None = None   # the loop that runs over [pm_lo, pm_hi) (split across threads)
 
   def __call__(self, line: str):
     self.lines.append("  " * self.depth + line)
@@ -342,6 +343,8 @@ class LoopEmitter:
   def open_loop(self, var: E, start: str = "0", step: int = 1, stop: str | None = None):
     n = vname(var)
     self.names[var] = n
+    if var is self.w.par_var and start == "0" and step == 1 and stop is None:
+      start, stop = "pm_lo", "pm_hi"
     if stop is None:
       stop = self.expr(self.dyn[var]) if var in self.dyn else str(var.arg[1])
     inc = f"{n}++" if step == 1 else f"{n} += {step}"
@@ -1009,6 +1012,7 @@ class Rendered:
   source: str
   params: list           # ("buf", buffer name) or ("extern", "sgemm")
   schedules: list        # Schedule.describe() of each loop nest
+  par: int = 0           # > 0: the function takes (args, lo, hi) and computes rows [lo, hi) of this many
 
 
 def _params(bufs_in_order, written: set):
@@ -1049,17 +1053,43 @@ def emit_nest(w: Writer, names: dict, lk: LoopKernel, sched: Schedule, bound: di
     TileEmitter(w, buf_name, bound, lk.dyn, sched).emit(stores[0])
 
 
+PAR_MIN_WORK = 1 << 22   # multiply-adds (or elements) below which a kernel is not split across threads
+
+
+def split_var(lk: LoopKernel, sched: Schedule) -> E | None:
+  """The loop a kernel may split across threads: its outermost output loop other than the vector and upcast
+  axes, when the kernel does not read what it stores (so rows are independent) and has enough work."""
+  if not sched.overlap_ok or lk.dyn:
+    return None
+  cands = [v for v in sched.order if v is not sched.tile_var and v is not sched.up_var and v.op == "VAR"]
+  if not cands or cands[0].arg[1] < 2:
+    return None
+  work = math.prod(lk.shape)
+  for r in dict.fromkeys(n for st in lk.stores for n in ir.walk(st.value) if n.op == "REDUCE"):
+    work *= math.prod(v.arg[1] for v in r.arg[1])
+  return cands[0] if work >= PAR_MIN_WORK else None
+
+
 def render_loop(lk: LoopKernel, sched: Schedule, vl: int) -> Rendered:
-  """A LoopKernel and its `after` nests (plain C loops: only the first nest sets the vector width)."""
+  """A LoopKernel and its `after` nests (plain C loops: only the first nest sets the vector width). A kernel
+  with a split_var takes the range of that loop as arguments; its `after` nests run in the part holding 0."""
   bufs, written = _collect([lk] + list(lk.after))
   names, decls = _params(bufs, written)
   w = Writer()
   for d in decls:
     w(d)
+  w.par_var = split_var(lk, sched)
   emit_nest(w, names, lk, sched, {})
-  for a in lk.after:
-    emit_nest(w, names, a, Schedule(_plain_order(a), vl=vl), {})
-  return _finish(w, [("buf", b.name) for b in bufs], [sched.describe()], vl)
+  par_var, w.par_var = w.par_var, None
+  if lk.after:
+    if par_var is not None:
+      w.open("if (pm_lo == 0)")
+    for a in lk.after:
+      emit_nest(w, names, a, Schedule(_plain_order(a), vl=vl), {})
+    if par_var is not None:
+      w.close()
+  par = par_var.arg[1] if par_var is not None else 0
+  return _finish(w, [("buf", b.name) for b in bufs], [sched.describe()], vl, par)
 
 
 def _plain_order(k: LoopKernel) -> list[E]:
@@ -1115,13 +1145,14 @@ def render_gemm(k, nests: list, vl: int, blas_int: str) -> Rendered:
   return _finish(w, [("buf", x.name) for x in bufs] + [("extern", "sgemm")], [s.describe() for _, s in nests], vl)
 
 
-def _finish(w: Writer, params, schedules, vl: int) -> Rendered:
+def _finish(w: Writer, params, schedules, vl: int, par: int = 0) -> Rendered:
   body = "\n".join(w.lines)
   needs_vec = "vf" in body or "vu8" in body or "vsel" in body
   head = PRELUDE + (vector_prelude(vl) if needs_vec else "")
-  name = kernel_name(head + body)
-  src = f"{head}\nvoid {name}(void* const* restrict args) {{\n{body}\n}}\n"
-  return Rendered(name, src, params, schedules)
+  sig = "void* const* restrict args, int64_t pm_lo, int64_t pm_hi" if par else "void* const* restrict args"
+  name = kernel_name(head + sig + body)
+  src = f"{head}\nvoid {name}({sig}) {{\n{body}\n}}\n"
+  return Rendered(name, src, params, schedules, par)
 
 
 def kernel_name(body: str) -> str:

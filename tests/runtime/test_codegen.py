@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -257,6 +258,48 @@ def test_merged_axes_elementwise_over_a_transposed_view():
   x = f32(3, 40, 17)
   nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[2, 0, 1]), helper.make_node("Sigmoid", ["t"], ["y0"])]
   parity(node_model(nodes, {"x": x}, {}), {"x": x}, rtol=1e-6, atol=1e-7)
+
+
+# ------------------------------------------------------------------------------------------------ threads
+
+def _split_model():
+  x = f32(1, 8, 96, 128)
+  nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["y0"])]
+  return node_model(nodes, {"x": x}, {"w": f32(32, 8, 3, 3), "b": f32(32)}), x
+
+
+def test_a_kernel_split_across_threads_computes_the_same_bits():
+  m, x = _split_model()
+  r = OnnxRunner(m, threads=1)
+  assert any(k.tags.get("par") for k in r.program.kernels)
+  one = r(x=x)["y0"]
+  for n in (2, 3, 7):
+    r.linked.run(n)
+    np.testing.assert_array_equal(r.linked.outputs["y0"], one)
+  np.testing.assert_array_equal(OnnxRunner(m, threads=2)(x=x)["y0"], one)
+
+
+def test_a_forked_child_runs_split_kernels_with_its_own_workers():
+  m, x = _split_model()
+  r = OnnxRunner(m, threads=2)
+  want = r(x=x)["y0"]   # the parent's worker threads exist now; a child does not inherit them
+  code = os.fork()
+  if code == 0:  # child: must not wait for workers it does not have
+    try:
+      r.linked.run(2)
+      os._exit(0 if np.array_equal(r.linked.outputs["y0"], want) else 1)
+    finally:
+      os._exit(2)
+  deadline = time.monotonic() + 60
+  while time.monotonic() < deadline:
+    pid, status = os.waitpid(code, os.WNOHANG)
+    if pid:
+      assert os.waitstatus_to_exitcode(status) == 0
+      return
+    time.sleep(0.05)
+  os.kill(code, 9)
+  os.waitpid(code, 0)
+  pytest.fail("the forked child hung in a split kernel")
 
 
 # ------------------------------------------------------------------------------------------------ semantics
