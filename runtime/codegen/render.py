@@ -749,6 +749,12 @@ class TileEmitter:
     for _ in range(opened):
       self.w.close()
 
+  def _copy_map(self, u0, j: int, mapping: dict) -> dict:
+    """mapping plus the upcast axis at copy j (when there is one)."""
+    if self.s.up_var is not None and u0 is not None:
+      mapping[self.s.up_var] = ir.add(u0, j)
+    return mapping
+
   def _ucopies(self, e: E, u0, U) -> list[E]:
     if self.s.up_var is None:
       return [e]
@@ -852,12 +858,12 @@ class TileEmitter:
     if checks:
       w.open(f"if ({' && '.join(rem.expr(x) for x in checks)})")
     ve = VecEmitter(rem, lane, vl)
-    for j, bj in enumerate(self._ucopies(fast_body, u0, U)):
+    for j in range(U):
       guard = ucond.get(j)
       if guard:
         w.open(f"if ({' && '.join(rem.expr(x) for x in guard)})")
-      for ch in range(chunks):
-        v = ve.get(ir.substitute(bj, {t: ir.add(t0, ch * vl, lane)}))
+      for ch in range(chunks):  # one substitution per copy: the upcast index and the lanes together
+        v = ve.get(ir.substitute(fast_body, self._copy_map(u0, j, {t: ir.add(t0, ch * vl, lane)})))
         a = accs[(j, ch)]
         w(f"{a} = {_combine(op, a, v, True)};")
       if guard:
@@ -891,10 +897,10 @@ class TileEmitter:
     accv = {(j, ch): E("ACCV", F32, (lane,), a) for (j, ch), a in accs.items()}
     placeholder = E("ACCR", F32, (), 0)
     epi = ir.substitute(ir.substitute(value, {r: placeholder}), fast)
-    for j, (vj, ij) in enumerate(zip(self._ucopies(epi, u0, U), self._ucopies(index, u0, U))):
+    for j in range(U):
       for ch in range(chunks):
-        sub = {t: ir.add(t0, ch * vl, lane), placeholder: accv[(j, ch)]}
-        self._store_vec(ep, ve2, bname, ir.substitute(ij, sub), ir.substitute(vj, sub), lane)
+        sub = self._copy_map(u0, j, {t: ir.add(t0, ch * vl, lane), placeholder: accv[(j, ch)]})
+        self._store_vec(ep, ve2, bname, ir.substitute(index, sub), ir.substitute(epi, sub), lane)
 
   def _map_body(self, em, bname, index, value, u0, U, t, t0, T, fast):
     """One tile of an elementwise nest: vector code if every remaining t-dependent gate holds across it."""
@@ -914,10 +920,10 @@ class TileEmitter:
     if checks:
       w.open(f"if ({' && '.join(body.expr(x) for x in checks)})")
     ve = VecEmitter(body, lane, vl)
-    for vj, ij in zip(self._ucopies(fast_value, u0, U), self._ucopies(index, u0, U)):
+    for j in range(U):
       for ch in range(chunks):
-        sub = {t: ir.add(t0, ch * vl, lane)}
-        self._store_vec(body, ve, bname, ir.substitute(ij, sub), ir.substitute(vj, sub), lane)
+        sub = self._copy_map(u0, j, {t: ir.add(t0, ch * vl, lane)})
+        self._store_vec(body, ve, bname, ir.substitute(index, sub), ir.substitute(fast_value, sub), lane)
     if checks:
       w.close()
       w.open("else")
@@ -978,8 +984,8 @@ class TileEmitter:
     w.open(f"for (; {rn} + {vl} <= {rt.arg[1]}; {rn} += {vl})")
     rem.names[r0] = rn
     ve = VecEmitter(rem, lane, vl)
-    for j, bj in enumerate(self._ucopies(body, u0, U)):
-      v = ve.get(ir.substitute(bj, {rt: ir.add(r0, lane)}))
+    for j in range(U):
+      v = ve.get(ir.substitute(body, self._copy_map(u0, j, {rt: ir.add(r0, lane)})))
       w(f"{accs[j]} = {_combine(op, accs[j], v, True)};")
     w.close()
     tailn = vname(rt)
