@@ -34,12 +34,15 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from cereal.messaging import sub_sock  # noqa: E402
 from daemons.common.realtime import stack_pins  # noqa: E402
-from msgq.namespace import Namespace  # noqa: E402
+from msgq.namespace import Namespace, runtime_dir  # noqa: E402
+from runtime import config as runtime_config  # noqa: E402
 from stacklib import drain, pct, start  # noqa: E402
 from daemons.modeld.model_state import MODEL_PATHS  # noqa: E402
 from daemons.modeld.runner import runtime_runner  # noqa: E402
 from runtime import usb_amd  # noqa: E402
 from runtime.device import Device  # noqa: E402
+
+runtime_config.set_runtime_dir(runtime_dir)  # the simulator's presence file, in the bench's namespace
 
 STAGES = ("warpMs", "uploadMs", "modelMs", "readbackMs", "parseMs")
 

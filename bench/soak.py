@@ -40,8 +40,11 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
 from cereal import messaging  # noqa: E402
-from msgq.namespace import Namespace  # noqa: E402
+from msgq.namespace import Namespace, runtime_dir  # noqa: E402
+from runtime import config as runtime_config  # noqa: E402
 from runtime import faults  # noqa: E402
+
+runtime_config.set_runtime_dir(runtime_dir)  # fault files go to the soak's namespace
 
 OUTPUTS = {"modeld": ("modelV2", "narrowRoadCameraState"), "dmonitoringmodeld": ("driverStateV2", "cabinCameraState")}
 READ = ["modelV2", "driverStateV2", "narrowRoadCameraState", "cabinCameraState", "selfdriveState",

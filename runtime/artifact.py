@@ -1,50 +1,60 @@
 """Versioned, pickle-free artifacts of a compiled program.
 
-Format: a zip file holding `header.json` (format name and version, runtime version, model hash, program
-key, device target, codegen config, and the declarative program: value specs, steps as node lists,
-storage aliases, memory plan) and one `.npy` member per constant (read with allow_pickle=False).
-Loading only parses JSON and raw arrays and rebuilds kernels from the op registry: nothing in the file is
-ever executed. A wrong format or version, or a model hash / device / config that differs from what the
-caller expects, raises ArtifactError naming the field."""
+Format: a zip file (stored, no compression) holding `header.json` and one `.npy` member per constant of the
+post-pass graph. The header records the format and runtime versions, the device target, the codegen config,
+the program key and the weights digest, the post-pass graph (nodes, inputs, outputs), and for reading by
+people and tools the rendered program (every kernel's C source and buffers, the memory plan).
+
+Loading trusts nothing in the file:
+- any damage (a flipped byte, truncation, a bad zip) is an ArtifactError, never a raw zipfile/zlib/JSON error;
+- constants are read with allow_pickle=False, so nothing is unpickled;
+- the program is rendered again from the stored graph by this runtime's own compiler (stored C is never
+  compiled), and its program key (which covers every kernel's source, the plan and the weights) must equal the
+  stored one, so a tampered graph, plan, source or weight is refused;
+- the device target must be the loading device's (a CPU artifact is refused on USB+AMD and vice versa);
+- with `model=`, the program that model compiles to must be the artifact's: same program key, same weights
+  (the real ones, not a header string).
+"""
 from __future__ import annotations
 
 import io
 import json
 import os
+import struct
 import tempfile
 import zipfile
+import zlib
 
 import numpy as np
 
 from .errors import ArtifactError
-from .graph import Node, Spec
-from .memory_plan import Plan
-from .program import Program
+from .graph import Graph, Node, Spec
+from .program import RUNTIME_VERSION, Program, build_program, target_for, weights_digest
 
 FORMAT = "pymodeld-runtime-artifact"
-FORMAT_VERSION = 2
-RUNTIME_VERSION = "0.1.0"
+FORMAT_VERSION = 3
+MAX_HEADER_BYTES = 256 << 20
+_DAMAGE = (zipfile.BadZipFile, zlib.error, OSError, EOFError, KeyError, ValueError, UnicodeDecodeError,
+           struct.error, NotImplementedError, RuntimeError, IndexError, TypeError)
 
 
-def save(program: Program, path: str, *, model_hash: str, program_key: str = "") -> None:
+def save(program: Program, path: str, *, model_hash: str = "") -> None:
   if program.held:
     raise ArtifactError(f"program references external mutable buffers {sorted(program.held)}; "
                         f"such state cannot be saved in an artifact")
-  names = sorted(program.consts)
+  g = program.graph
+  names = sorted(g.consts)
   header = {
       "format": FORMAT, "format_version": FORMAT_VERSION, "runtime_version": RUNTIME_VERSION,
-      "model_hash": model_hash, "program_key": program_key, "device_target": program.device,
+      "model_hash": model_hash, "program_key": program.program_key,
+      "weights_digest": weights_digest(program.consts), "device_target": program.target, "backend": program.backend,
       "codegen_config": program.config, "metadata": program.metadata,
-      "inputs": {n: s.to_json() for n, s in program.inputs.items()},
-      "outputs": program.outputs,
-      "specs": {n: s.to_json() for n, s in program.specs.items()},
-      "steps": [[n.to_json() for n in nodes] for nodes in program.steps],
-      "storage": program.storage,
-      "storage_offset": program.storage_offset,
-      "plan": {"offsets": {b: [d, o] for b, (d, o) in program.plan.offsets.items()},
-               "arena_bytes": program.plan.arena_bytes, "naive_bytes": program.plan.naive_bytes},
-      "scratch_bytes": program.scratch_bytes,
-      "consts": {n: f"c{i}.npy" for i, n in enumerate(names)},
+      "graph": {"inputs": {n: s.to_json() for n, s in g.inputs.items()}, "outputs": list(g.outputs),
+                "nodes": [n.to_json() for n in g.nodes], "opset": g.opset,
+                "consts": {n: f"c{i}.npy" for i, n in enumerate(names)}},
+      "program": {"kernels": [k.to_json() for k in program.kernels], "bufs": program.bufs,
+                  "plan": {b: [d, o] for b, (d, o) in program.plan.offsets.items()},
+                  "scratch_bytes": program.scratch_bytes},
   }
   d = os.path.dirname(os.path.abspath(path))
   os.makedirs(d, exist_ok=True)
@@ -54,7 +64,7 @@ def save(program: Program, path: str, *, model_hash: str, program_key: str = "")
       z.writestr("header.json", json.dumps(header))
       for i, n in enumerate(names):
         bio = io.BytesIO()
-        np.lib.format.write_array(bio, np.ascontiguousarray(program.consts[n]), allow_pickle=False)
+        np.lib.format.write_array(bio, np.ascontiguousarray(g.consts[n]), allow_pickle=False)
         z.writestr(f"c{i}.npy", bio.getvalue())
     os.replace(tmp, path)  # readers never see a half-written artifact
   except BaseException:
@@ -66,53 +76,76 @@ def save(program: Program, path: str, *, model_hash: str, program_key: str = "")
 def read_header(path: str) -> dict:
   try:
     with zipfile.ZipFile(path) as z:
+      info = z.getinfo("header.json")
+      if info.file_size > MAX_HEADER_BYTES:
+        raise ArtifactError(f"{path}: header of {info.file_size} bytes is over the limit")
       header = json.loads(z.read("header.json"))
-  except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, UnicodeDecodeError) as e:
-    raise ArtifactError(f"{path}: not a runtime artifact ({e})") from None
+  except ArtifactError:
+    raise
+  except _DAMAGE as e:
+    raise ArtifactError(f"{path}: not a runtime artifact, or damaged ({type(e).__name__}: {e})") from None
+  if not isinstance(header, dict):
+    raise ArtifactError(f"{path}: header is not an object")
   if header.get("format") != FORMAT:
     raise ArtifactError(f"{path}: format {header.get('format')!r} is not {FORMAT!r}")
   if header.get("format_version") != FORMAT_VERSION:
     raise ArtifactError(f"{path}: format_version {header.get('format_version')!r} is not supported "
                         f"(this runtime reads version {FORMAT_VERSION})")
+  if header.get("runtime_version") != RUNTIME_VERSION:
+    raise ArtifactError(f"{path}: runtime_version is {header.get('runtime_version')!r}, expected {RUNTIME_VERSION!r}")
   return header
 
 
-def load(path: str, *, model_hash: str | None = None, device: str | None = None,
-         config: dict | None = None) -> Program:
+def _graph(path: str, header: dict) -> Graph:
+  try:
+    gh = header["graph"]
+    consts = {}
+    with zipfile.ZipFile(path) as z:
+      for name, member in gh["consts"].items():
+        with z.open(member) as f:
+          try:
+            consts[name] = np.lib.format.read_array(f, allow_pickle=False)
+          except ValueError as e:
+            raise ArtifactError(f"{path}: constant {name!r} is not a plain array ({e})") from None
+    return Graph({n: Spec.from_json(s) for n, s in gh["inputs"].items()}, list(gh["outputs"]),
+                 [Node.from_json(n) for n in gh["nodes"]], consts, dict(header.get("metadata", {})), int(gh["opset"]))
+  except ArtifactError:
+    raise
+  except _DAMAGE as e:
+    raise ArtifactError(f"{path}: damaged ({type(e).__name__}: {e})") from None
+
+
+def load(path: str, *, device: str = "CPU", backend: str = "compiled", model=None) -> Program:
+  """The artifact's program for `device`, rendered again and checked (see the module docstring). model is
+  (model_hash, imported Graph) of the model the artifact must have been built from, or None."""
   header = read_header(path)
-  expect = {"runtime_version": RUNTIME_VERSION}
-  if model_hash is not None:
-    expect["model_hash"] = model_hash
-  if device is not None:
-    expect["device_target"] = device
-  if config is not None:
-    expect["codegen_config"] = config
-  for field, want in expect.items():
-    if header.get(field) != want:
-      raise ArtifactError(f"{path}: {field} is {header.get(field)!r}, expected {want!r}")
-  consts = {}
-  with zipfile.ZipFile(path) as z:
-    for name, member in header["consts"].items():
-      with z.open(member) as f:
-        try:
-          consts[name] = np.lib.format.read_array(f, allow_pickle=False)
-        except ValueError as e:
-          raise ArtifactError(f"{path}: constant {name!r} is not a plain array ({e})") from None
-  plan = header["plan"]
-  program = Program(
-      inputs={n: Spec.from_json(s) for n, s in header["inputs"].items()},
-      outputs=list(header["outputs"]),
-      specs={n: Spec.from_json(s) for n, s in header["specs"].items()},
-      consts=consts,
-      steps=[[Node.from_json(n) for n in nodes] for nodes in header["steps"]],
-      storage=dict(header["storage"]),
-      storage_offset={v: int(o) for v, o in header["storage_offset"].items()},
-      plan=Plan({b: (d, int(o)) for b, (d, o) in plan["offsets"].items()},
-                {d: int(v) for d, v in plan["arena_bytes"].items()}, int(plan["naive_bytes"])),
-      scratch_bytes=int(header["scratch_bytes"]),
-      config=dict(header["codegen_config"]),
-      device=header["device_target"],
-      metadata=dict(header["metadata"]),
-  )
-  program.build_kernels()
+  target = target_for(device, backend)
+  if header.get("device_target") != target.program_name or header.get("backend") != backend:
+    raise ArtifactError(f"{path}: device_target is {header.get('device_target')!r}, expected "
+                        f"{target.program_name!r} (an artifact runs only on the device it was built for)")
+  graph = _graph(path, header)
+  config = header.get("codegen_config")
+  if not isinstance(config, dict):
+    raise ArtifactError(f"{path}: codegen_config is not an object")
+  try:
+    program = build_program(graph, device, config, backend, passes=False)
+  except ArtifactError:
+    raise
+  except Exception as e:  # a tampered graph that no longer lowers
+    raise ArtifactError(f"{path}: the stored graph does not compile ({type(e).__name__}: {e})") from None
+  if weights_digest(program.consts) != header.get("weights_digest"):
+    raise ArtifactError(f"{path}: weights_digest differs from the weights it holds (tampered or damaged)")
+  if program.program_key != header.get("program_key"):
+    raise ArtifactError(f"{path}: program_key differs from the program this runtime renders from it "
+                        f"(tampered, damaged, or built by another runtime)")
+  if model is not None:
+    model_hash, model_graph = model
+    expect = build_program(model_graph, device, config, backend)
+    if weights_digest(expect.consts) != header.get("weights_digest"):
+      raise ArtifactError(f"{path}: model_hash / weights: the artifact's weights are not the given model's "
+                          f"(header claims model_hash {str(header.get('model_hash'))[:16]}..., the model is "
+                          f"{model_hash[:16]}...)")
+    if expect.program_key != program.program_key:
+      raise ArtifactError(f"{path}: model_hash: the artifact's program is not what the given model compiles to")
+  program.metadata = dict(header.get("metadata", {}))
   return program

@@ -1,8 +1,10 @@
-"""BLAS thread count for the numpy kernels (numpy's bundled OpenBLAS, reached through ctypes).
+"""numpy's bundled OpenBLAS reached through ctypes: its thread count, and sgemm for the numpy kernels and for
+the generated code (which gets the function pointer at link time).
 
 Why: on a 2-core machine shared with other processes, a multi-threaded BLAS waits for a descheduled
 worker thread on every call, which made whole models several times slower; the runtime therefore runs its
-kernels with an explicit thread count (default 1, env PYMODELD_RUNTIME_THREADS). Where the library cannot
+kernels with an explicit thread count (default 1, env PYMODELD_RUNTIME_THREADS, set when the library is first
+loaded; OnnxRunner(threads=) sets its own before each run). Where the library cannot
 be found, `set_threads` is a no-op and `available()` is False.
 
 `gemm_call` binds a float32 C = A @ B + beta * C on fixed arrays straight to cblas_sgemm: numpy's matmul
@@ -15,6 +17,8 @@ import glob
 import os
 
 import numpy as np
+
+from . import config
 
 _lib = None
 _set = _get = _sgemm = None
@@ -39,6 +43,7 @@ def _load():
       if s is not None and g is not None:
         s.argtypes, g.restype = [ctypes.c_int], ctypes.c_int
         _lib, _set, _get = lib, s, g
+        s(config.runtime_threads())  # from the first use on: never OpenBLAS's own default of one per core
         cblas = "scipy_cblas_sgemm" if prefix.startswith("scipy") else "cblas_sgemm"
         gemm = getattr(lib, cblas + ("64_" if suffix else ""), None)
         if gemm is not None:
@@ -53,17 +58,6 @@ def _load():
 def available() -> bool:
   _load()
   return bool(_lib)
-
-
-def default_threads() -> int:
-  v = os.environ.get("PYMODELD_RUNTIME_THREADS", "1")
-  try:
-    n = int(v)
-  except ValueError:
-    raise ValueError(f"PYMODELD_RUNTIME_THREADS must be a positive integer, got {v!r}") from None
-  if n < 1:
-    raise ValueError(f"PYMODELD_RUNTIME_THREADS must be a positive integer, got {v!r}")
-  return n
 
 
 def get_threads() -> int | None:
@@ -113,3 +107,17 @@ def gemm_call(A: np.ndarray, B: np.ndarray, C: np.ndarray, beta: float = 0.0):
           ctypes.c_void_p(A.ctypes.data), integer(ops[0][1]), ctypes.c_void_p(B.ctypes.data), integer(ops[1][1]),
           ctypes.c_float(beta), ctypes.c_void_p(C.ctypes.data), integer(ops[2][1]))
   return lambda: fn(*args)
+
+
+def sgemm_int_ctype() -> str | None:
+  """The C type of the found sgemm's integer arguments (ILP64 builds take int64), or None without sgemm."""
+  _load()
+  if _sgemm is None:
+    return None
+  return "int64_t" if _sgemm[1] is ctypes.c_int64 else "int"
+
+
+def sgemm_address() -> int:
+  """The address of cblas_sgemm, for generated code to call (the caller checked sgemm_int_ctype())."""
+  _load()
+  return ctypes.cast(_sgemm[0], ctypes.c_void_p).value

@@ -1,122 +1,242 @@
-"""Two compile-cache layers: an in-process dict and an on-disk directory of artifacts.
+"""Caches of compiled code: machine code per kernel (in-process and on disk) and built programs (in-process).
 
-Both are keyed by the program key: a digest of the kernel structure (ops, attributes, topology), every
-value's dtype and shape, the constants' bytes, the device target, the codegen config and the runtime
-version, so any change to one of these misses. Each layer counts its own hits and misses.
-Disk cache directory: env PYMODELD_CACHE_DIR, else ~/.cache/pymodeld/runtime; PYMODELD_DISK_CACHE=0
-turns the disk layer off."""
+Machine code. key = sha256(rendered C source, compiler identity, flags, device target). The in-process layer
+maps a key to the loaded object; the disk layer is one file per key under <cache dir>/kernels-v1/. A disk entry
+is loaded as machine code, so it is treated as hostile:
+- the cache dir and its versioned subdir must be directories owned by this user and not writable by group or
+  others; anything else raises CacheError saying why (they are created 0700);
+- entries are opened with O_NOFOLLOW (a planted symlink is never followed) and must be regular files owned by
+  this user, of bounded size;
+- an entry records its key and the sha256 of its payload; both are checked against the key asked for and the
+  bytes read, so a swapped, truncated or bit-flipped entry is reported (stderr, `stats.rejected`), recompiled
+  and rewritten, and never loaded;
+- verified bytes are written to a fresh file in a private 0700 directory and loaded from there, so the cache
+  entry cannot change between the check and the load.
+Each layer counts its own hits and misses. Env PYMODELD_DISK_CACHE=0 turns the disk layer off.
+
+Programs. `CompileCache.get` maps a program key (graph structure and weights, codegen config, device target,
+runtime source digest) to the built Program in process memory (bounded LRU); it never touches the disk.
+"""
 from __future__ import annotations
 
+import atexit
+import ctypes
 import hashlib
-import json
 import os
+import shutil
+import stat
+import sys
+import tempfile
 from dataclasses import dataclass, field
 
-import numpy as np
+from . import compiler, config
+from .errors import CacheError
 
-from . import artifact
-from .errors import ArtifactError
-from .graph import Graph
-from .program import CODEGEN_DEFAULTS, Program, lower
+KERNEL_DIR = "kernels-v1"
+MAGIC = b"PMKC1\n"
+MAX_ENTRY_BYTES = 64 << 20
 
 
-def _source_digest() -> str:
-  """Digest of this package's source, so a kernel or lowering change misses (a stale disk entry once linked
-  a conv whose im2col scratch had grown by a row)."""
+def kernel_key(source: str, target: str) -> str:
+  _, ident = compiler.compiler()
   h = hashlib.sha256()
-  root = os.path.dirname(os.path.abspath(__file__))
-  for dirpath, dirs, files in os.walk(root):
-    dirs.sort()
-    for f in sorted(f for f in files if f.endswith(".py")):
-      with open(os.path.join(dirpath, f), "rb") as fh:
-        h.update(os.path.relpath(os.path.join(dirpath, f), root).encode() + b"\0" + fh.read())
-  return h.hexdigest()[:16]
-
-
-SOURCE_DIGEST = _source_digest()
-
-
-def program_key(graph: Graph, config: dict, device: str) -> str:
-  h = hashlib.sha256()
-
-  def put(obj):
-    h.update(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode())
+  for part in (source, ident, " ".join(compiler.flags()), target):
+    h.update(part.encode())
     h.update(b"\0")
-  put(["runtime", artifact.RUNTIME_VERSION, SOURCE_DIGEST, device, config])
-  put({n: [list(s.shape), s.dtype.str] for n, s in graph.inputs.items()})
-  put(graph.outputs)
-  for n in graph.nodes:
-    put([n.op, n.inputs, n.outputs, n.attrs])
-  for name in sorted(graph.consts):
-    a = np.ascontiguousarray(graph.consts[name])
-    put([name, list(a.shape), a.dtype.str])
-    h.update(hashlib.sha256(a.view(np.uint8).reshape(-1) if a.size else b"").digest())
-  put({n: [list(s.shape), s.dtype.str] for n, s in sorted(graph.held.items())})
   return h.hexdigest()
 
 
-def default_cache_dir() -> str:
-  return os.environ.get("PYMODELD_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "pymodeld",
-                                                               "runtime")
+def safe_dir(path: str) -> str:
+  """Create path (0700) if missing; refuse it unless it is a real directory of ours, not group/world-writable."""
+  try:
+    os.makedirs(path, mode=0o700, exist_ok=True)
+  except OSError as e:
+    raise CacheError(f"cache dir {path} cannot be created: {e}") from None
+  st = os.lstat(path)
+  if stat.S_ISLNK(st.st_mode):
+    raise CacheError(f"cache dir {path} is a symlink; refusing to load machine code through it")
+  if not stat.S_ISDIR(st.st_mode):
+    raise CacheError(f"cache dir {path} is not a directory")
+  if st.st_uid != os.getuid():
+    raise CacheError(f"cache dir {path} is owned by uid {st.st_uid}, not this user ({os.getuid()}); "
+                     f"refusing to load machine code from it")
+  if st.st_mode & 0o022:
+    raise CacheError(f"cache dir {path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):o}); "
+                     f"refusing to load machine code from it (chmod 700 it, or set PYMODELD_CACHE_DIR)")
+  return path
+
+
+def pack_entry(key: str, payload: bytes) -> bytes:
+  digest = hashlib.sha256(payload).hexdigest()
+  return MAGIC + f"{key}\n{digest}\n{len(payload)}\n".encode() + payload
+
+
+def unpack_entry(data: bytes, key: str) -> tuple[bytes | None, str]:
+  """(payload, "") when data is a sound entry for key, else (None, why not)."""
+  if not data.startswith(MAGIC):
+    return None, "bad magic"
+  parts = data[len(MAGIC):].split(b"\n", 3)
+  if len(parts) != 4:
+    return None, "truncated header"
+  got_key, digest, length, payload = parts
+  if got_key.decode(errors="replace") != key:
+    return None, f"entry is for key {got_key[:16].decode(errors='replace')}..., not {key[:16]}..."
+  if not length.isdigit() or int(length) != len(payload):
+    return None, f"payload is {len(payload)} bytes, header says {length[:20].decode(errors='replace')}"
+  if hashlib.sha256(payload).hexdigest() != digest.decode(errors="replace"):
+    return None, "payload digest mismatch"
+  return payload, ""
+
+
+class LoadedKernel:
+  """A loaded shared object and the address of its one exported function."""
+  __slots__ = ("lib", "address", "key")
+
+  def __init__(self, lib, address: int, key: str):
+    self.lib, self.address, self.key = lib, address, key
+
+
+_load_dir: str | None = None
+_n_loaded = 0
+
+
+def load_object(payload: bytes, symbol: str, key: str) -> LoadedKernel:
+  """dlopen verified bytes: written to a fresh file in this process's private 0700 directory (a unique path,
+  since the dynamic loader reuses a library already loaded under the same name), loaded, then unlinked."""
+  global _load_dir, _n_loaded
+  if _load_dir is None or not os.path.isdir(_load_dir):
+    _load_dir = tempfile.mkdtemp(prefix="pymodeld-load-")
+    atexit.register(shutil.rmtree, _load_dir, True)
+  _n_loaded += 1
+  path = os.path.join(_load_dir, f"{_n_loaded}-{key[:16]}.so")
+  fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+  try:
+    with os.fdopen(fd, "wb") as f:
+      f.write(payload)
+    lib = ctypes.CDLL(path)
+  finally:
+    try:
+      os.unlink(path)
+    except OSError:
+      pass
+  fn = getattr(lib, symbol)
+  return LoadedKernel(lib, ctypes.cast(fn, ctypes.c_void_p).value, key)
 
 
 @dataclass
-class CacheStats:
+class KernelStats:
   memory_hits: int = 0
   memory_misses: int = 0
   disk_hits: int = 0
   disk_misses: int = 0
   compiles: int = 0
-  last: str = ""            # "memory", "disk" or "compile": where the last program came from
+  rejected: list = field(default_factory=list)   # (key, why) of disk entries refused
 
 
-@dataclass
-class CompileCache:
-  disk_dir: str | None = None
-  use_disk: bool = True
-  programs: dict[str, Program] = field(default_factory=dict)  # insertion order = least recently used first
-  stats: CacheStats = field(default_factory=CacheStats)
-  max_programs: int = 8  # programs hold their (folded) weights: keep the in-process layer bounded
+class KernelCache:
+  """Machine code by key: an in-process dict in front of the verified disk layer."""
 
-  def _disk_path(self, key: str) -> str:
-    return os.path.join(self.disk_dir or default_cache_dir(), f"{key}.pmart")
+  def __init__(self, disk_dir: str | None = None, use_disk: bool = True):
+    self.disk_dir, self.use_disk = disk_dir, use_disk
+    self.loaded: dict[str, LoadedKernel] = {}
+    self.stats = KernelStats()
 
-  def get(self, graph: Graph, config: dict | None = None, device: str = "CPU",
-          model_hash: str = "") -> tuple[Program, str]:
-    config = {**CODEGEN_DEFAULTS, **(config or {})}
-    key = program_key(graph, config, device)
-    if key in self.programs:
-      self.stats.memory_hits += 1
-      self.stats.last = "memory"
-      self.programs[key] = self.programs.pop(key)  # most recently used moves to the end
-      return self.programs[key], key
-    self.stats.memory_misses += 1
-    disk = self.use_disk and os.environ.get("PYMODELD_DISK_CACHE", "1") != "0" and not graph.held
-    program = None
-    if disk:
-      path = self._disk_path(key)
-      if os.path.exists(path):
-        try:
-          program = artifact.load(path, device=device, config=config)
-          self.stats.disk_hits += 1
-          self.stats.last = "disk"
-        except ArtifactError:
-          program = None  # stale or foreign file: recompile and overwrite
-      if program is None:
-        self.stats.disk_misses += 1
-    if program is None:
-      program = lower(graph, config, device)
-      self.stats.compiles += 1
-      self.stats.last = "compile"
-      if disk:
-        try:
-          artifact.save(program, self._disk_path(key), model_hash=model_hash, program_key=key)
-        except OSError:
-          pass  # a read-only or full cache dir must not stop the model from running
-    self.programs[key] = program
-    while len(self.programs) > self.max_programs:
-      self.programs.pop(next(iter(self.programs)))
-    return program, key
+  def _dir(self) -> str | None:
+    if not self.use_disk or not config.disk_cache_enabled():
+      return None
+    base = self.disk_dir or config.cache_dir()
+    safe_dir(base)
+    return safe_dir(os.path.join(base, KERNEL_DIR))
+
+  def _read(self, d: str, key: str) -> bytes | None:
+    path = os.path.join(d, key + ".so.entry")
+    try:
+      fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+      return None
+    except OSError as e:  # ELOOP: a symlink planted in the cache
+      self._reject(key, f"cannot open ({e.strerror})")
+      return None
+    try:
+      st = os.fstat(fd)
+      if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_size > MAX_ENTRY_BYTES:
+        self._reject(key, "not a regular file of ours within the size limit")
+        return None
+      chunks, left = [], st.st_size
+      while left > 0:
+        b = os.read(fd, min(left, 1 << 20))
+        if not b:
+          break
+        chunks.append(b)
+        left -= len(b)
+      data = b"".join(chunks)
+    finally:
+      os.close(fd)
+    payload, why = unpack_entry(data, key)
+    if payload is None:
+      self._reject(key, why)
+    return payload
+
+  def _reject(self, key: str, why: str):
+    self.stats.rejected.append((key, why))
+    print(f"runtime: kernel cache entry {key[:16]}... rejected ({why}); recompiling it", file=sys.stderr)
+
+  def _write(self, d: str, key: str, payload: bytes):
+    final = os.path.join(d, key + ".so.entry")
+    tmp = os.path.join(d, f".{key}.{os.getpid()}.tmp")
+    try:
+      fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+      with os.fdopen(fd, "wb") as f:
+        f.write(pack_entry(key, payload))
+      os.replace(tmp, final)
+    except OSError:  # a full or read-only cache must not stop the model from running
+      try:
+        os.unlink(tmp)
+      except OSError:
+        pass
+
+  def get_many(self, sources: list[tuple[str, str]], target: str) -> tuple[list[LoadedKernel], str]:
+    """sources: (C source, exported symbol). Returns the loaded kernels and where the slowest came from
+    ("memory", "disk" or "compile")."""
+    keys = [kernel_key(src, target) for src, _ in sources]
+    out: list = [None] * len(sources)
+    need: dict[str, list[int]] = {}
+    for i, k in enumerate(keys):
+      hit = self.loaded.get(k)
+      if hit is not None:
+        self.stats.memory_hits += 1
+        out[i] = hit
+      else:
+        self.stats.memory_misses += 1
+        need.setdefault(k, []).append(i)
+    source_of = "memory"
+    if not need:
+      return out, source_of
+    d = self._dir()
+    to_compile: list[str] = []
+    for k, idxs in need.items():
+      payload = self._read(d, k) if d else None
+      src, sym = sources[idxs[0]]
+      if payload is not None:
+        self.stats.disk_hits += 1
+        source_of = "disk"
+        self.loaded[k] = load_object(payload, sym, k)
+      else:
+        if d:
+          self.stats.disk_misses += 1
+        to_compile.append(k)
+    if to_compile:
+      source_of = "compile"
+      objs = compiler.compile_many([sources[need[k][0]][0] for k in to_compile])
+      self.stats.compiles += len(to_compile)
+      for k, payload in zip(to_compile, objs):
+        if d:
+          self._write(d, k, payload)
+        self.loaded[k] = load_object(payload, sources[need[k][0]][1], k)
+    for k, idxs in need.items():
+      for i in idxs:
+        out[i] = self.loaded[k]
+    return out, source_of
 
 
-DEFAULT_CACHE = CompileCache()
+DEFAULT_KERNELS = KernelCache()

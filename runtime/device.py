@@ -11,11 +11,14 @@ Invariants:
   `reopen()`. Memory allocated before a reopen is invalid afterwards (its generation is stale).
 - The CPU device runs commands inline (its timeline completes as submit returns); it has no asynchronous
   faults, and an exception inside a command propagates from `submit` unchanged.
+- A device names its compile backend: "compiled" (generated C, as on CPU and USB+AMD) or "reference" (the
+  numpy reference kernels, device REF: for parity tests and debugging, never a daemon's path). Programs are
+  built per device name, so each device's kernels have their own cache keys.
 """
 from __future__ import annotations
 
 import copy
-import os
+import importlib
 import threading
 import time
 from contextlib import contextmanager
@@ -24,6 +27,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from runtime import config
 from runtime.allocator import LRUAllocator
 
 
@@ -98,6 +102,8 @@ class Compiled:
 
   wait_timeout_ms: int = 30_000     # class default; modeld sets 3000 on the USB+AMD device (class or instance)
   host_visible = True               # device memory readable by the host outside the device queue
+  backend = "compiled"              # how programs for this device are built (see the module docstring)
+  inline = False                    # commands run on the submitting thread, in order, at submit (CPU)
 
   def __init__(self, name: str, allocator: LRUAllocator):
     self.name = name
@@ -264,10 +270,12 @@ class CPUAllocator(LRUAllocator):
 
 
 class CPUDevice(Compiled):
-  """Host memory and numpy kernels, run inline on the caller's thread."""
+  """Host memory and compiled kernels, run inline on the caller's thread."""
+
+  inline = True
 
   def __init__(self, name: str = "CPU"):
-    super().__init__(name, CPUAllocator(cap_bytes=int(os.environ.get("PYMODELD_CPU_LRU_BYTES", 64 << 20))))
+    super().__init__(name, CPUAllocator(cap_bytes=config.cpu_lru_bytes()))
 
   def _execute(self, cmd: Command) -> None:
     try:
@@ -293,6 +301,11 @@ class CPUDevice(Compiled):
       self.error_state = None
 
 
+class ReferenceDevice(CPUDevice):
+  """Host memory running every op on its numpy reference kernel (parity tests and debugging only)."""
+  backend = "reference"
+
+
 def canonical_name(name: str) -> str:
   """'cpu:0' -> 'CPU', 'usb+amd:llvm' -> 'USB+AMD' (the renderer part does not select a device here)."""
   if not isinstance(name, str) or not name.strip():
@@ -300,16 +313,21 @@ def canonical_name(name: str) -> str:
   return name.strip().split(":")[0].upper()
 
 
-def _open_usb_amd(name: str) -> Compiled:
-  from runtime.usb_amd import USBAMDDevice     # imported on first use only
-  return USBAMDDevice(name)
+def _by_module(path: str) -> Callable[[str], Compiled]:
+  """A device class named by 'module:Class', imported when first opened (as tinygrad finds runtime.ops_<name>):
+  a device module builds on this one (USBAMDDevice subclasses Compiled), so this one cannot import it."""
+  def open_device(name: str) -> Compiled:
+    module, cls = path.split(":")
+    return getattr(importlib.import_module(module), cls)(name)
+  return open_device
 
 
 class _Registry:
   """Device["CPU"], Device["USB+AMD"], Device.DEFAULT (env DEV, default CPU)."""
 
   def __init__(self):
-    self._factories: dict[str, Callable[[str], Compiled]] = {"CPU": CPUDevice, "USB+AMD": _open_usb_amd}
+    self._factories: dict[str, Callable[[str], Compiled]] = {"CPU": CPUDevice, "USB+AMD": _by_module("runtime.usb_amd:USBAMDDevice"),
+                                                             "REF": ReferenceDevice}
     self._opened: dict[str, Compiled] = {}
     self._lock = threading.Lock()
 
@@ -328,7 +346,7 @@ class _Registry:
 
   @property
   def DEFAULT(self) -> str:
-    return canonical_name(os.environ.get("DEV") or "CPU")
+    return canonical_name(config.default_device())
 
   def known(self) -> list[str]:
     return list(self._factories)

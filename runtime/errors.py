@@ -25,6 +25,18 @@ class ScheduleCycleError(RuntimeCoreError):
   """Kernel dependencies (RAW and WAR) form a cycle, so no order exists."""
 
 
+class CompilerUnavailable(RuntimeCoreError):
+  """No usable C compiler: the runtime compiles its kernels, so install gcc or clang, or set CC."""
+
+
+class CompileError(RuntimeCoreError):
+  """The C compiler rejected a generated kernel (a bug in the code generator, reported with the source)."""
+
+
+class CacheError(RuntimeCoreError):
+  """The machine-code cache directory is unsafe to load code from (owner or permissions)."""
+
+
 class JitError(RuntimeCoreError):
   """Capture or replay of a TinyJit-like function failed its contract."""
 

@@ -1,8 +1,9 @@
 """TinyJit: run once, capture once, then replay the linked program.
 
 Phases (counter `cnt`): call 0 runs the function eagerly; call 1 runs it while capturing (realizes are
-recorded, not run), compiles the captured graph like a model (passes, schedule, memory plan), links it and
-runs it on the capture inputs; later calls replay without running the Python body.
+recorded, not run), compiles the captured graph exactly like a model (program.build_program, then
+link.link), and runs it on the capture inputs; later calls replay the linked program (one C call list)
+without running the Python body.
 
 Contract (tinygrad's flaws fixed, each one tested):
 - Arguments are normalised with inspect.signature, so positional and keyword calls name inputs the same.
@@ -21,15 +22,16 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
 import weakref
 
 import numpy as np
 
+from . import config
 from .errors import JitError
 from .graph import Graph
-from .program import Program, lower, link
-from .tensor import CAPTURING, GraphBuilder, Tensor, realize
+from .link import link
+from .program import Program, build_program, compile_program
+from .tensor import CAPTURING, EAGER_CACHE, GraphBuilder, Tensor, realize
 
 
 def _flatten_args(bound: inspect.BoundArguments):
@@ -118,13 +120,13 @@ class CapturedJit:
                out_names: list[str], assigned_inputs: dict[str, str], reuse_outputs: bool):
     self.program, self.signature, self.fingerprint = program, signature, fingerprint
     self.held = held
-    self.linked = link(program, held=held)
+    self.linked = link(program, held=held, kernels=EAGER_CACHE.kernels)
     self.rebuild, self.out_names, self.reuse = rebuild, out_names, reuse_outputs
     self.assigned_inputs = assigned_inputs  # input name -> graph value holding its final content
 
   @property
   def kernel_count(self) -> int:
-    return len(self.program.steps)
+    return len(self.program.kernels)
 
   def free_intermediates(self) -> None:
     """Drop the arena and staging buffers (held state is untouched); the next replay relinks. Idempotent.
@@ -133,7 +135,7 @@ class CapturedJit:
 
   def __call__(self, tensors: dict[str, Tensor]):
     if self.linked is None:
-      self.linked = link(self.program, held=self.held)
+      self.linked = link(self.program, held=self.held, kernels=EAGER_CACHE.kernels)
     for name, t in tensors.items():
       np.copyto(self.linked.inputs[name], t._node.array)
     self.linked.run()
@@ -179,7 +181,7 @@ class TinyJit:
     bound.apply_defaults()
     tensors, fp = _flatten_args(bound)
     self._check_inputs(tensors)
-    if os.environ.get("JIT", "1") == "0":
+    if not config.jit_enabled():
       return self._eager(bound)
     self.cnt += 1
     if self.cnt == 1:
@@ -235,8 +237,9 @@ class TinyJit:
     held = dict(b.held)
     if self.prune:
       graph, held = _prune(graph, held)
-    program = lower(graph)
-    targets = {n.attrs["target"] for nodes in program.steps for n in nodes if n.op == "_Assign"}
+    program = build_program(graph)
+    compile_program(program, EAGER_CACHE.kernels)
+    targets = {n.attrs["target"] for n in program.graph.nodes if n.op == "_Assign"}
     assigned_inputs = {n: n for n in tensors if n in targets}
     self.captured = CapturedJit(program, held, sig, fp, rebuild, out_names, assigned_inputs,
                                 self.reuse_outputs)

@@ -5,31 +5,24 @@ size or a pad of 10^12 would otherwise reach an allocation of many GB (or an int
 a small size and reads out of bounds). Every size is checked in exact Python integers, before anything is
 allocated, and refused with MemoryBudgetError naming the sizes.
 
-The budget is env PYMODELD_MEMORY_BUDGET_BYTES (default 4 GiB), read here and nowhere else."""
+The budget is env PYMODELD_MEMORY_BUDGET_BYTES (default 4 GiB), read by runtime/config.py."""
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 
+from . import config
 from .errors import ConfigError, MemoryBudgetError
 
-BUDGET_ENV = "PYMODELD_MEMORY_BUDGET_BYTES"
-DEFAULT_BUDGET = 4 << 30
+BUDGET_ENV = config.MEMORY_BUDGET_ENV
 
 
 def memory_budget_bytes() -> int:
-  v = os.environ.get(BUDGET_ENV, "")
-  if not v.strip():
-    return DEFAULT_BUDGET
   try:
-    n = int(v.strip())
-  except ValueError:
-    raise ConfigError(f"{BUDGET_ENV} must be a positive integer number of bytes, got {v!r}") from None
-  if n < 1:
-    raise ConfigError(f"{BUDGET_ENV} must be a positive integer number of bytes, got {v!r}")
-  return n
+    return config.memory_budget_bytes()
+  except ValueError as e:
+    raise ConfigError(f"{e} (a positive integer number of bytes)") from None
 
 
 def tensor_bytes(shape, dtype) -> int:

@@ -1,297 +1,387 @@
-"""Lowering (graph -> scheduled steps with aliases and a memory plan) and linking (plan -> callables).
+"""The one compile pipeline: passes -> lower -> optimise -> render (here), then compile (compiler.py, cached by
+cache.py), link (link.py) and run. OnnxRunner, Tensor.realize and TinyJit all build their programs with
+build_program() and run them through link.link(); there is no other path.
 
-Invariants:
-- A step is one kernel, or an in-place elementwise chain fused behind the kernel that produced its input
-  (the chain writes into that kernel's output buffer; legal only when nothing else reads the old value).
-- View ops (Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout) never copy: their output aliases the
-  input's storage, and the storage lives as long as any alias is used.
-- Zero-copy concat: when a Concat input's only reader is the Concat and its slice of the output is one
-  contiguous byte range (every axis before the concat axis has length 1), the input's storage is placed
-  in that range (`storage_offset` gives its byte offset in the concat's root) and its producer writes
-  there directly; the Concat copies only the other inputs. Such a slice is not a planned buffer (only
-  planned roots are 256-byte aligned).
-- A linked program allocates everything once: one arena per device holds planned intermediates followed by
-  one scratch region shared by all steps (steps run one after another). `run()` allocates nothing apart
-  from the few rare ops that say so.
+A Program is the rendered program: C source per kernel (or the name of the reference kernel of an op that
+fell back), the buffers each kernel binds, the memory plan, the constants, and the post-pass graph it was
+lowered from. Its key (`program_key`) digests all of that with the device target, so it identifies what will
+run; artifacts store it and loading recomputes it.
+
+Backends: "compiled" devices (CPU, USB+AMD) lower every op they can to generated C; the "reference" device
+(REF) lowers every op to its numpy reference kernel, through the same lowering, plan, link and call list.
 """
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import blas, compiler, config, search
+from .cache import DEFAULT_KERNELS, KernelCache
+from .codegen import conv as _conv  # noqa: F401  (registers Conv, Gemm, MatMul)
+from .codegen import lower as lowering
+from .codegen import optimise as opt
+from .codegen import render
+from .codegen.ir import GemmKernel, HostKernel, LoopKernel
+from .codegen.rules import RULES
 from .graph import Graph, Node, Spec
-from .kernels import Kernel, build_kernel
-from .limits import check_arena
-from .memory_plan import ALIGN, Plan, align, plan_memory
-from .passes import optimize
-from .schedule import StepDeps, schedule
+from .memory_plan import Plan
+from .passes import fold_constants, optimize
 
-CODEGEN_DEFAULTS = {"fold_batchnorm": True, "fuse_elementwise": True, "zero_copy_concat": True}
-COMMUTATIVE = {"Add", "Mul", "Sum", "Max", "Min"}
+CODEGEN_DEFAULTS = {"fold_batchnorm": True, "zero_copy_concat": True}
+RUNTIME_VERSION = "0.2.0"
+
+
+def _source_digest() -> str:
+  """Digest of this package's source, so a change to any compiler stage misses the program cache."""
+  h = hashlib.sha256()
+  root = os.path.dirname(os.path.abspath(__file__))
+  for dirpath, dirs, files in os.walk(root):
+    dirs.sort()
+    for f in sorted(f for f in files if f.endswith(".py")):
+      with open(os.path.join(dirpath, f), "rb") as fh:
+        h.update(os.path.relpath(os.path.join(dirpath, f), root).encode() + b"\0" + fh.read())
+  return h.hexdigest()[:16]
+
+
+SOURCE_DIGEST = _source_digest()
+
+
+@dataclass
+class Target:
+  """What a device compiles for: its name in keys, its backend, vector width and BLAS binding."""
+  device: str
+  backend: str = "compiled"        # "compiled" or "reference"
+  vl: int = 16                     # float32 lanes of one vector register
+  blas: bool = True                # sgemm can be called from generated code
+  blas_int: str = "int64_t"        # the integer type of that sgemm's dimensions
+
+  @property
+  def program_name(self) -> str:
+    """What the rendered program depends on (programs and artifacts are keyed by it)."""
+    if self.backend == "reference":
+      return f"{self.device}:numpy"
+    return f"{self.device}:C:vl{self.vl}:{'blas-' + self.blas_int if self.blas else 'noblas'}"
+
+  @property
+  def name(self) -> str:
+    """What machine code depends on besides its source: the program target and this CPU (-march=native)."""
+    if self.backend == "reference":
+      return self.program_name
+    return f"{self.program_name}:{compiler.cpu_target()}"
+
+  def lowering(self) -> dict:
+    return {"blas": self.blas, "vl": self.vl}
+
+
+def target_for(device: str, backend: str = "compiled") -> Target:
+  if backend == "reference":
+    return Target(device, "reference", blas=False)
+  int_t = blas.sgemm_int_ctype()
+  return Target(device, "compiled", compiler.vector_bytes() // 4, int_t is not None, int_t or "int")
+
+
+@dataclass
+class KernelSpec:
+  """One step of a program: a generated C function, or an op's reference kernel (kind "host")."""
+  kind: str               # "c" or "host"
+  name: str               # C symbol, or the op
+  params: list            # ("buf", buffer name) / ("extern", "sgemm") for C; host: input and output buffer names
+  source: str = ""
+  tags: dict = field(default_factory=dict)
+  node: dict | None = None   # host kernels: the graph node (JSON) the reference kernel is built from
+
+  def to_json(self) -> dict:
+    return {"kind": self.kind, "name": self.name, "params": self.params, "source": self.source,
+            "tags": self.tags, "node": self.node}
 
 
 @dataclass
 class Program:
   inputs: dict[str, Spec]
   outputs: list[str]
-  specs: dict[str, Spec]
-  consts: dict[str, np.ndarray]
-  steps: list[list[Node]]
-  storage: dict[str, str]          # value -> root value whose buffer holds it
+  specs: dict[str, Spec]            # every value of the post-pass graph
+  bufs: dict[str, dict]             # buffer name -> {role, dtype, size, value}
+  consts: dict[str, np.ndarray]     # const buffer name -> array
+  input_bufs: dict[str, str]
+  held_bufs: dict[str, str]
+  output_place: dict[str, list]     # output -> [buffer name, offset (elements)] or ["const", const buffer name]
   plan: Plan
   scratch_bytes: int
+  scratch_offsets: dict[str, int]   # scratch buffer -> byte offset in the shared scratch region
+  kernels: list[KernelSpec]
+  target: str                       # Target.program_name
+  backend: str
   config: dict
-  device: str = "CPU"
+  graph: Graph                      # post-pass graph (artifacts rebuild the program from it)
   metadata: dict = field(default_factory=dict)
-  held: dict = field(default_factory=dict)  # name -> Spec of buffers bound at link time (mutable state)
-  kernels: list[list[Kernel]] = field(default_factory=list)
-  storage_offset: dict = field(default_factory=dict)  # value -> byte offset in its root (absent: 0)
-
-  @property
-  def arena_bytes(self) -> int:
-    return self.plan.arena_bytes.get(self.device, 0) + self.scratch_bytes
+  held: dict = field(default_factory=dict)   # held name -> Spec
+  machine_target: str = ""                   # Target.name: part of every kernel's machine-code key
+  program_key: str = ""
+  loaded: dict = field(default_factory=dict)  # kernel cache id -> loaded kernels (in process only)
 
   @property
   def output_specs(self) -> dict[str, Spec]:
     return {o: self.specs[o] for o in self.outputs}
 
-  def flops(self) -> int:
-    return sum(k.flops for ks in self.kernels for k in ks)
+  @property
+  def arena_bytes(self) -> int:
+    return self.plan.arena_bytes.get("arena", 0) + self.scratch_bytes
+
+  def touched(self) -> list[list[str]]:
+    """The buffers each kernel binds, in kernel order."""
+    out = []
+    for k in self.kernels:
+      if k.kind == "host":
+        out.append([p[0] for p in k.params[0] + k.params[1] if p is not None])
+      else:
+        out.append([what for kind, what in k.params if kind == "buf"])
+    return out
+
+  @property
+  def fallbacks(self) -> list[str]:
+    return [k.name for k in self.kernels if k.kind == "host"]
 
   def op_counts(self) -> dict[str, int]:
     counts: dict[str, int] = {}
-    for nodes in self.steps:
-      for n in nodes:
-        counts[n.op] = counts.get(n.op, 0) + 1
+    for n in self.graph.nodes:
+      counts[n.op] = counts.get(n.op, 0) + 1
     return counts
 
-  def build_kernels(self):
-    """(Re)build kernels from the declarative steps; deterministic given specs and consts. The scratch size
-    is recomputed from the kernels built now, never trusted from an older build."""
-    self.kernels = []
-    for nodes in self.steps:
-      ks = []
-      for n in nodes:
-        in_specs = [self.specs[i] if i else None for i in n.inputs]
-        in_consts = [self.consts.get(i) if i else None for i in n.inputs]
-        ks.append(build_kernel(n.op, n.attrs, in_specs, in_consts, n.describe()))
-      self.kernels.append(ks)
-    self.scratch_bytes = scratch_bytes(self.kernels)
+
+def program_key(p: Program) -> str:
+  h = hashlib.sha256()
+
+  def put(obj):
+    h.update(json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode())
+    h.update(b"\0")
+  put(["program", RUNTIME_VERSION, p.target, p.backend, p.config])
+  put({n: [list(s.shape), s.dtype.str] for n, s in p.inputs.items()})
+  put(p.outputs)
+  put(p.bufs)
+  put(p.input_bufs)
+  put(p.held_bufs)
+  put(p.output_place)
+  put({b: [d, o] for b, (d, o) in sorted(p.plan.offsets.items())})
+  put([p.scratch_bytes, p.scratch_offsets])
+  for k in p.kernels:
+    put(k.to_json())
+  h.update(weights_digest(p.consts).encode())
+  return h.hexdigest()
 
 
-def _kernel_for(node: Node, specs, consts) -> Kernel:
-  return build_kernel(node.op, node.attrs, [specs[i] if i else None for i in node.inputs],
-                      [consts.get(i) if i else None for i in node.inputs], node.describe())
+def weights_digest(consts: dict[str, np.ndarray]) -> str:
+  h = hashlib.sha256()
+  for name in sorted(consts):
+    a = np.ascontiguousarray(consts[name])
+    h.update(f"{name}:{a.dtype.str}:{list(a.shape)}\0".encode())
+    h.update(a.view(np.uint8).reshape(-1).tobytes() if a.size else b"")
+  return h.hexdigest()
 
 
-def lower(graph: Graph, config: dict | None = None, device: str = "CPU") -> Program:
+def graph_key(graph: Graph, config: dict, target: str) -> str:
+  """Key of the in-process program cache: graph structure and weights, config, target, runtime source."""
+  h = hashlib.sha256()
+
+  def put(obj):
+    h.update(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode())
+    h.update(b"\0")
+  put(["graph", RUNTIME_VERSION, SOURCE_DIGEST, target, config])
+  put({n: [list(s.shape), s.dtype.str] for n, s in graph.inputs.items()})
+  put(graph.outputs)
+  for n in graph.nodes:
+    put([n.op, n.inputs, n.outputs, n.attrs])
+  for name in sorted(graph.consts):
+    a = np.ascontiguousarray(graph.consts[name])
+    put([name, list(a.shape), a.dtype.str])
+    h.update(hashlib.sha256(a.view(np.uint8).reshape(-1) if a.size else b"").digest())
+  put({n: [list(s.shape), s.dtype.str] for n, s in sorted(graph.held.items())})
+  return h.hexdigest()
+
+
+# ------------------------------------------------------------------------------------------------ stages
+
+def run_passes(graph: Graph, config: dict) -> tuple[Graph, dict[str, Spec]]:
+  graph, specs, _ = optimize(graph, config)
+  return graph, specs
+
+
+def lower(graph: Graph, specs: dict[str, Spec], config: dict, target: Target,
+          force_conv: dict | None = None) -> lowering.Lowered:
+  rules = RULES if target.backend == "compiled" else {}
+  return lowering.lower(graph, specs, config, {**target.lowering(), "force_conv": force_conv or {}}, rules)
+
+
+def optimise(lowered: lowering.Lowered, target: Target, measure: bool = False) -> list:
+  """Per kernel: the kernel with its loop nests' schedules: (kernel, [(LoopKernel, Schedule), ...]).
+  measure=True lets the search (search.py) replace each loop kernel's heuristic schedule by a measured one."""
+  consts = {n: bi.array for n, bi in lowered.bufs.items() if bi.role == "const"} if measure else {}
+  out = []
+  for k in lowered.kernels:
+    if isinstance(k, HostKernel):
+      out.append((k, []))
+    elif isinstance(k, LoopKernel):
+      lk, sched = opt.optimise(k, target.vl)
+      if measure:
+        sched = search.best_schedule(lk, sched, target.name, consts)
+      out.append((lk, [(lk, sched)]))
+    else:
+      nests = [opt.optimise(lk, target.vl, narrow=False) for lk in list(k.packs) + ([k.epilogue] if k.epilogue else [])]
+      out.append((k, nests))
+  return out
+
+
+def render_kernels(scheduled: list, target: Target, lowered: lowering.Lowered) -> list[KernelSpec]:
+  specs = []
+  for k, nests in scheduled:
+    tags = {key: v for key, v in k.tags.items() if key in ("ops", "strategy", "band_rows")}
+    if isinstance(k, HostKernel):
+      ins = [[p[0].name, int(p[1])] if p is not None else None for p in k.ins]
+      outs = [[b.name, int(off)] for b, off in k.outs]
+      specs.append(KernelSpec("host", k.node.op, [ins, outs], tags=dict(tags, fallback=True), node=k.node.to_json()))
+      continue
+    if isinstance(k, LoopKernel):
+      r = render.render_loop(k, nests[0][1], nests[0][1].vl)
+    else:
+      assert isinstance(k, GemmKernel)
+      r = render.render_gemm(k, nests, target.vl, target.blas_int)
+    extra = {"par": r.par} if r.par else {}  # rows the runner may split across threads
+    specs.append(KernelSpec("c", r.name, r.params, r.source, dict(tags, schedules=r.schedules, **extra)))
+  return specs
+
+
+def build_program(graph: Graph, device: str = "CPU", config: dict | None = None, backend: str = "compiled",
+                  *, passes: bool = True, force_conv: dict | None = None, measure: bool | None = None) -> Program:
+  """passes -> lower -> optimise -> render. passes=False takes a graph the passes already ran on.
+  measure (default: env PYMODELD_SEARCH) times alternative conv strategies and loop schedules (search.py)."""
   config = {**CODEGEN_DEFAULTS, **(config or {})}
-  graph, specs, kernels = optimize(graph, config)
-  consts, held = graph.consts, graph.held  # held: name -> Spec of a buffer owned outside the program
-  external = set(graph.inputs) | set(consts) | set(held)
-  storage: dict[str, str] = {n: n for n in external}
-  view_root: dict[str, str] = {n: n for n in external}
-  # readers per view group: a value and all its view aliases share old content
-  readers: dict[str, int] = {}
-  steps: list[list[Node]] = []
-  step_kernels: list[list[Kernel]] = []
-  producer_step: dict[str, int] = {}
-
-  def group(v: str) -> str:
-    return view_root.get(v, v)
-  # first pass: view aliases (known statically) so reader counts can be taken per group
-  for n in graph.nodes:
-    if kernels[id(n)].view:
-      view_root[n.outputs[0]] = group(n.inputs[0])
-  for n in graph.nodes:
-    if kernels[id(n)].view:
-      continue
-    for i in set(n.inputs):
-      if i:
-        readers[group(i)] = readers.get(group(i), 0) + 1
-  for o in graph.outputs:
-    readers[group(o)] = readers.get(group(o), 0) + 1
-
-  def inplace_ok(node: Node, k: Kernel, idx: int) -> bool:
-    x = node.inputs[idx]
-    root = storage.get(x)
-    return (root is not None and root not in external and readers.get(group(x), 0) == 1
-            and specs[x].dtype == k.out_specs[0].dtype and specs[x].nbytes == k.out_specs[0].nbytes)
-
-  slices: dict[str, tuple[str, int]] = {}  # root placed inside a concat's root -> (that root, byte offset)
-
-  def place_in_concat(n: Node):
-    o = n.outputs[0]
-    shape = specs[o].shape
-    axis = int(n.attrs["axis"]) % max(len(shape), 1)
-    if any(d != 1 for d in shape[:axis]) or storage[o] != o:
-      return
-    roots = [storage[i] for i in n.inputs]
+  target = target_for(device, backend)
+  if passes:
+    graph, specs = run_passes(graph, config)
+  else:  # the passes already ran on this graph (an artifact's): only infer the specs again
+    graph, specs, _ = fold_constants(graph)
+  measure = search_enabled() if measure is None else measure
+  if measure and backend == "compiled" and force_conv is None:
+    force_conv = measured_conv_strategies(graph, specs, device, config)
+  lowered = lower(graph, specs, config, target, force_conv)
+  scheduled = optimise(lowered, target, measure and backend == "compiled")
+  kernels = render_kernels(scheduled, target, lowered)
+  bufs, consts, scratch_offsets = {}, {}, {}
+  used = {b.name for k, _ in scheduled for b in lowering.kernel_bufs(k)}
+  for name, bi in lowered.bufs.items():
+    if bi.role == "const" and name not in used:
+      continue  # a rule's operand it re-laid out (conv weights, a transposed Gemm B): not part of the program
+    bufs[name] = {"role": bi.role, "dtype": bi.buf.dtype.str, "size": bi.buf.size, "value": bi.value}
+    if bi.role == "const":
+      consts[name] = bi.array
+  for (k, _), spec in zip(scheduled, kernels):
     off = 0
-    for i, r in zip(n.inputs, roots):
-      if (r not in external and r not in slices and r != o and roots.count(r) == 1
-              and readers.get(group(i), 0) == 1 and specs[r].nbytes == specs[i].nbytes):
-        slices[r] = (o, off)
-      off += specs[i].nbytes
+    for b in lowering.kernel_bufs(k):
+      if lowered.bufs[b.name].role == "scratch":
+        scratch_offsets[b.name] = off
+        off += (b.nbytes + 255) // 256 * 256
+  output_place = {}
+  for o, place in lowered.output_place.items():
+    if place[0] == "const":
+      cname = f"out:{o}"
+      consts[cname] = place[1]
+      bufs[cname] = {"role": "const", "dtype": place[1].dtype.str, "size": int(place[1].size), "value": o}
+      output_place[o] = ["const", cname]
+    else:
+      output_place[o] = [place[0], int(place[1].offset)]
+  p = Program(dict(lowered.inputs), list(lowered.outputs), dict(specs), bufs, consts, dict(lowered.input_bufs),
+              dict(lowered.held_bufs), output_place, lowered.plan, lowered.scratch_bytes, scratch_offsets, kernels,
+              target.program_name, backend, config, graph, dict(graph.metadata), dict(graph.held), target.name)
+  p.program_key = program_key(p)
+  return p
 
-  # every value is (storage root, version): externals are version 0, each write makes version + 1
-  ver: dict[str, int] = {n: 0 for n in external}
-  deps: list[StepDeps] = []
 
-  def new_step(n: Node, k: Kernel):
-    steps.append([n])
-    step_kernels.append([k])
-    deps.append(StepDeps(label=n.describe()))
+def search_enabled() -> bool:
+  return config.search_enabled()
 
-  def note(step: int, n: Node):
-    d = deps[step]
-    produced = {(storage[o], ver[o]) for nodes in [steps[step]] for m in nodes for o in m.outputs if o}
-    for i in n.inputs:
-      if i and (storage[i], ver[i]) not in produced and (storage[i], ver[i]) not in d.reads:
-        d.reads.append((storage[i], ver[i]))
-    for o in n.outputs:
-      if o:
-        d.writes.append((storage[o], ver[o]))
 
+def measured_conv_strategies(graph: Graph, specs: dict, device: str, cfg: dict) -> dict:
+  """Per Conv (by output name): the strategy search.py measured fastest as a one-conv program."""
+  from .link import link  # noqa: PLC0415  (a real cycle: link builds on Program; only the search needs it here)
+  out = {}
   for n in graph.nodes:
-    k = kernels[id(n)]
-    if k.view:
-      storage[n.outputs[0]] = storage[n.inputs[0]]
-      ver[n.outputs[0]] = ver[n.inputs[0]]
+    if n.op != "Conv" or n.inputs[1] not in graph.consts:
       continue
-    if n.op == "_Assign":  # write into an existing (held) buffer: a new version of it
-      target = n.attrs["target"]
-      storage[n.outputs[0]] = storage[target]
-      ver[n.outputs[0]] = ver[target] + 1
-      new_step(n, k)
-      note(len(steps) - 1, n)
-      continue
-    fused = False
-    if config["fuse_elementwise"] and len(n.outputs) == 1 and n.inputs:
-      if not (k.elementwise and inplace_ok(n, k, 0)) and n.op in COMMUTATIVE and len(n.inputs) == 2:
-        swapped = Node(n.op, [n.inputs[1], n.inputs[0]], n.outputs, n.attrs, n.name)
-        ks = _kernel_for(swapped, specs, consts)
-        if ks.elementwise and inplace_ok(swapped, ks, 0):
-          n, k = swapped, ks
-      if k.elementwise and inplace_ok(n, k, 0):
-        storage[n.outputs[0]] = storage[n.inputs[0]]
-        ver[n.outputs[0]] = ver[n.inputs[0]] + 1
-        prev = producer_step.get(n.inputs[0])
-        if prev is not None and prev == len(steps) - 1:
-          steps[-1].append(n)
-          step_kernels[-1].append(k)
-          producer_step[n.outputs[0]] = prev
-          note(prev, n)
-          fused = True
-    if not fused:
-      for o in n.outputs:
-        if o and o not in storage:
-          storage[o] = o
-          ver[o] = 1
-      new_step(n, k)
-      for o in n.outputs:
-        producer_step[o] = len(steps) - 1
-      note(len(steps) - 1, n)
-      if n.op == "Concat" and config["zero_copy_concat"]:
-        place_in_concat(n)
-  # dependencies above name the original roots (a slice's producer writes it, the Concat reads it), which
-  # orders every access; storage itself now moves each slice into the root of its concat
-  storage_offset: dict[str, int] = {}
-  for v, r in list(storage.items()):
-    off = 0
-    while r in slices:
-      r, d = slices[r]
-      off += d
-    if off or r != storage[v]:
-      storage[v], storage_offset[v] = r, off
-  order = schedule(deps)
-  steps = [steps[i] for i in order]
-  step_kernels = [step_kernels[i] for i in order]
-  # memory plan over storage roots
-  step_buffers = [sorted({storage[v] for n in nodes for v in list(n.inputs) + list(n.outputs) if v})
-                  for nodes in steps]
-  sizes = {b: specs[b].nbytes for bufs in step_buffers for b in bufs}
-  plan = plan_memory(step_buffers, sizes, {b: device for b in sizes}, external,  # arena keyed by the target
-                     {storage[o] for o in graph.outputs})
-  scratch = scratch_bytes(step_kernels)
-  return Program(dict(graph.inputs), list(graph.outputs), specs, consts, steps, storage, plan, scratch,
-                 config, device, dict(graph.metadata), dict(held), step_kernels, storage_offset)
+    x, w = specs[n.inputs[0]], graph.consts[n.inputs[1]]
+    consts = {i: graph.consts[i] for i in n.inputs[1:] if i}
+    one = Graph({n.inputs[0]: x}, [n.outputs[0]], [n], consts, {}, graph.opset)
+    taps = int(np.prod(w.shape[2:]))
+    pointwise = taps == 1 and not any(n.attrs.get("pads", [])) and all(s == 1 for s in n.attrs.get("strides", [1]))
+    group = int(n.attrs.get("group", 1))
+    cands = ["direct"] + (["direct_cm"] if group == 1 and w.shape[0] >= 16 else []) + \
+        ["pointwise" if pointwise else "im2col"]
+    signature = {"x": [list(x.shape), x.dtype.str], "w": list(w.shape), "attrs": n.attrs, "device": device}
+
+    def measure(strategy, one=one, name=n.outputs[0], xin=n.inputs[0]):
+      p = build_program(one, device, cfg, passes=False, force_conv={name: strategy}, measure=False)
+      linked = link(p)
+      linked.inputs[xin][...] = np.random.default_rng(0).standard_normal(linked.inputs[xin].shape)
+      linked.run()
+      best = float("inf")
+      for _ in range(search.RUNS):
+        t0 = time.perf_counter()
+        linked.run()
+        best = min(best, time.perf_counter() - t0)
+      return best
+    out[n.outputs[0]] = search.conv_strategy(signature, "", cands, measure)
+  return out
 
 
-def scratch_bytes(step_kernels: list[list[Kernel]]) -> int:
-  """Steps run one after another, so they share one scratch region sized for the hungriest kernel."""
-  return max([sum(align(s.nbytes) for s in k.scratch_specs) for ks in step_kernels for k in ks] + [0])
+def compile_program(program: Program, kernels: KernelCache | None = None) -> tuple[list, str]:
+  """The loaded machine code of each C kernel (None for host kernels), and where it came from."""
+  kc = kernels or DEFAULT_KERNELS
+  got = program.loaded.get(id(kc))
+  if got is not None:
+    return got[0], "memory"
+  c = [(i, k) for i, k in enumerate(program.kernels) if k.kind == "c"]
+  loaded, source = kc.get_many([(k.source, k.name) for _, k in c], program.machine_target)
+  out: list = [None] * len(program.kernels)
+  for (i, _), lk in zip(c, loaded):
+    out[i] = lk
+  program.loaded[id(kc)] = (out, source)
+  return out, source
 
 
-def aligned_bytes(nbytes: int, alloc=None) -> np.ndarray:
-  """A uint8 array of nbytes whose data pointer is ALIGN-aligned."""
-  raw = alloc(nbytes + ALIGN) if alloc else np.empty(nbytes + ALIGN, np.uint8)
-  shift = (-raw.ctypes.data) % ALIGN
-  return raw[shift:shift + nbytes]
+class CompileCache:
+  """Programs built in this process, by graph key (a bounded LRU), in front of the machine-code cache."""
+
+  def __init__(self, disk_dir: str | None = None, use_disk: bool = True, max_programs: int = 8):
+    self.programs: OrderedDict[str, Program] = OrderedDict()
+    self.max_programs = max_programs
+    self.kernels = KernelCache(disk_dir, use_disk) if (disk_dir is not None or not use_disk) else DEFAULT_KERNELS
+    self.stats = self.kernels.stats
+    self.program_hits = self.program_misses = 0
+    self.last = ""
+
+  def get(self, graph: Graph, config: dict | None = None, device: str = "CPU", backend: str = "compiled") -> Program:
+    config = {**CODEGEN_DEFAULTS, **(config or {})}
+    key = graph_key(graph, config, target_for(device, backend).name)
+    p = self.programs.get(key)
+    if p is not None:
+      self.program_hits += 1
+      self.programs.move_to_end(key)
+    else:
+      self.program_misses += 1
+      p = build_program(graph, device, config, backend)
+      self.programs[key] = p
+      while len(self.programs) > self.max_programs:
+        self.programs.popitem(last=False)
+    _, self.last = compile_program(p, self.kernels)
+    return p
 
 
-def view_as(mem: np.ndarray, spec: Spec) -> np.ndarray:
-  return mem[:spec.nbytes].view(spec.dtype).reshape(spec.shape)
+DEFAULT_CACHE = CompileCache()
 
 
-@dataclass
-class Linked:
-  inputs: dict[str, np.ndarray]    # staging buffers the caller copies inputs into
-  outputs: dict[str, np.ndarray]   # views the caller copies results out of
-  calls: list
-  arena: np.ndarray
-
-  def run(self):
-    for c in self.calls:
-      c()
-
-
-def link(program: Program, alloc=None, held: dict | None = None) -> Linked:
-  """Allocate the arena and input buffers (via `alloc(nbytes) -> uint8 array`, e.g. device memory) and bind
-  every kernel. `held` maps each held name to the caller's array (referenced, never copied)."""
-  if not program.kernels:
-    program.build_kernels()
-  planned = max(program.plan.arena_bytes.values(), default=0)  # one arena holds every planned offset
-  check_arena(planned, program.scratch_bytes, sum(s.nbytes for s in program.inputs.values()))
-  arena = aligned_bytes(planned + program.scratch_bytes, alloc)
-  scratch_mem = arena[planned:]
-  arrays: dict[str, np.ndarray] = {}
-  inputs = {}
-  for name, spec in program.inputs.items():
-    inputs[name] = view_as(aligned_bytes(spec.nbytes, alloc), spec)
-    arrays[name] = inputs[name]
-  for name, a in program.consts.items():
-    arrays[name] = a if a.flags.c_contiguous else a.copy()  # keeps 0-d shapes
-  held = held or {}
-  for name, spec in program.held.items():
-    a = held.get(name)
-    if a is None or a.shape != spec.shape or a.dtype != spec.dtype or not a.flags.c_contiguous:
-      raise ValueError(f"held buffer {name!r} must be a C-contiguous {spec.dtype} array of shape {spec.shape}")
-    arrays[name] = a
-  roots: dict[str, np.ndarray] = {}
-  for b, (_, off) in program.plan.offsets.items():
-    roots[b] = arena[off:off + program.specs[b].nbytes]
-
-  def value(v: str) -> np.ndarray:
-    if v not in arrays:
-      root = program.storage[v]
-      spec = program.specs[v]
-      if root in roots:
-        arrays[v] = view_as(roots[root][program.storage_offset.get(v, 0):], spec)
-      else:  # alias of an input, const or held buffer
-        arrays[v] = value(root).reshape(spec.shape)
-    return arrays[v]
-  calls = []
-  for nodes, ks in zip(program.steps, program.kernels):
-    for n, k in zip(nodes, ks):
-      ins = [value(i) if i else None for i in n.inputs]
-      outs = [value(o) if o else np.empty(s.shape, s.dtype) for o, s in zip(n.outputs, k.out_specs)]
-      outs += [np.empty(s.shape, s.dtype) for s in k.out_specs[len(outs):]]
-      scratch, off = [], 0
-      for s in k.scratch_specs:
-        scratch.append(view_as(scratch_mem[off:off + s.nbytes], s))
-        off += align(s.nbytes)
-      calls.append(k.bind(ins, outs, scratch))
-  outputs = {o: value(o) for o in program.outputs}
-  return Linked(inputs, outputs, calls, arena)
+def node_from_json(d: dict) -> Node:
+  return Node.from_json(d)

@@ -1,8 +1,8 @@
-"""OnnxRunner: compile (or fetch from cache) an ONNX model, link it on a device, run it by input name.
+"""OnnxRunner: an ONNX front end of the runtime's one pipeline (program.build_program -> compile -> link.link).
 
 Per call: inputs are validated (names, shape, dtype) and uploaded into the linked input buffers, the whole
-program is submitted to the device as one command, and every output is read back into a fresh array
-(readback is the synchronisation point). `last_timings` holds the device-side seconds per stage."""
+program runs on the device as one command (one call of its C call list), and every output is read back into a
+fresh array (readback is the synchronisation point). `last_timings` holds the device-side seconds per stage."""
 from __future__ import annotations
 
 import hashlib
@@ -11,13 +11,13 @@ import time
 
 import numpy as np
 
-from . import artifact, blas
-from .cache import DEFAULT_CACHE, CompileCache
-from .device import Device
+from . import artifact, blas, config
 from .buffer import LinkedMemory
+from .device import Device
 from .errors import InputError
+from .link import link
 from .onnx_import import import_onnx, load_model_proto
-from .program import link
+from .program import DEFAULT_CACHE, CompileCache
 
 
 def model_digest(proto_bytes: bytes) -> str:
@@ -30,47 +30,57 @@ class OnnxRunner:
     proto = load_model_proto(path)
     self.path = os.fspath(path) if isinstance(path, (str, os.PathLike)) else None
     self.model_hash = model_digest(proto.SerializeToString())
-    graph = import_onnx(proto, input_shapes)
+    self.graph = import_onnx(proto, input_shapes)
     dev = Device[device or Device.DEFAULT]
     self.cache = cache or DEFAULT_CACHE
-    program, key = self.cache.get(graph, config, dev.name, self.model_hash)
-    self._setup(program, key, dev, threads)
-    self.cache_source = self.cache.stats.last
+    program = self.cache.get(self.graph, config, dev.name, dev.backend)
+    self.cache_source = self.cache.last
+    self._setup(program, dev, threads)
 
-  def _setup(self, program, key, device, threads):
-    self.program, self.program_key, self.device = program, key, device
-    self.threads = blas.default_threads() if threads is None else threads  # BLAS threads while running
+  def _setup(self, program, device, threads):
+    self.program, self.program_key, self.device = program, program.program_key, device
+    self.threads = config.runtime_threads() if threads is None else threads  # BLAS threads while running
     self._link()
     self.last_timings: dict[str, float] = {}
 
   def save(self, path: str) -> None:
     """Write the compiled program as a versioned, pickle-free artifact (see runtime.artifact)."""
-    artifact.save(self.program, path, model_hash=self.model_hash, program_key=self.program_key)
+    artifact.save(self.program, path, model_hash=self.model_hash)
 
   @classmethod
-  def load(cls, path: str, device: str | None = None, *, model=None, threads: int | None = None) -> "OnnxRunner":
-    """Run a saved artifact without compiling. With `model` (path or bytes), the artifact must have been
-    built from exactly that model; any mismatch of model, device target or version raises ArtifactError."""
+  def load(cls, path: str, device: str | None = None, *, model=None, threads: int | None = None,
+           cache: CompileCache | None = None) -> "OnnxRunner":
+    """Run a saved artifact (its C is rendered again and must equal the stored program; machine code comes
+    from the kernel cache or is compiled). With `model` (path, bytes or proto), the artifact's program and
+    weights must be exactly what that model compiles to; any mismatch raises ArtifactError."""
     dev = Device[device or Device.DEFAULT]
-    expect = model_digest(load_model_proto(model).SerializeToString()) if model is not None else None
-    program = artifact.load(path, model_hash=expect, device=dev.name)
+    expect = None
+    if model is not None:
+      proto = load_model_proto(model)
+      expect = (model_digest(proto.SerializeToString()), import_onnx(proto))
+    program = artifact.load(path, device=dev.name, backend=dev.backend, model=expect)
     self = cls.__new__(cls)
-    header = artifact.read_header(path)
-    self.path, self.model_hash, self.cache, self.cache_source = None, header["model_hash"], None, "artifact"
-    self._setup(program, header.get("program_key", ""), dev, threads)
+    self.path, self.model_hash, self.cache, self.cache_source = None, artifact.read_header(path)["model_hash"], \
+        cache or DEFAULT_CACHE, "artifact"
+    self.graph = program.graph
+    self._setup(program, dev, threads)
     return self
 
   def _link(self):
     mem = LinkedMemory(self.device)
     self._memory = mem
     done = []
+    kernels = self.cache.kernels if self.cache is not None else None
     # binding touches device memory, so it runs as a command on the device queue
-    self.device.wait(self.device.submit(lambda: done.append(link(self.program, alloc=mem.alloc)),
+    self.device.wait(self.device.submit(lambda: done.append(link(self.program, alloc=mem.alloc, kernels=kernels)),
                                         stage="copy"))
     self.linked = done[0]
-    self._in_bufs = {n: mem.buffer_for(a) for n, a in self.linked.inputs.items() if a.nbytes}  # nothing to upload
+    self._in_bufs = {n: mem.buffer_for(a) for n, a in self.linked.inputs.items() if a.nbytes}
     self._out_read = {}
     for n, a in self.linked.outputs.items():
+      if not a.nbytes:
+        self._out_read[n] = a
+        continue
       try:
         self._out_read[n] = mem.buffer_for(a)
       except ValueError:  # a constant output lives on the host
@@ -110,10 +120,12 @@ class OnnxRunner:
 
   def _compute(self):
     blas.set_threads(self.threads)
-    self.linked.run()
+    self.linked.run(self.threads)
 
   def __call__(self, **inputs) -> dict[str, np.ndarray]:
     arrays = self._check(inputs)
+    if self.device.inline:
+      return self._call_inline(arrays)
     t0 = time.perf_counter()
     with self.device.stage_timer() as t:
       for n, a in arrays.items():
@@ -129,4 +141,20 @@ class OnnxRunner:
           results[n] = src.numpy().reshape(spec.shape)
     self.last_timings = {"upload_s": t.upload_s, "compute_s": t.compute_s, "readback_s": t.readback_s,
                          "total_s": time.perf_counter() - t0}
+    return results
+
+  def _call_inline(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The same stages on a device whose commands would run inline anyway (host memory): the copies and the
+    program run here directly, without a command object per stage."""
+    self.device.check_usable()
+    t0 = time.perf_counter()
+    for n, a in arrays.items():
+      if a.nbytes:
+        np.copyto(self.linked.inputs[n], a)
+    t1 = time.perf_counter()
+    self._compute()
+    t2 = time.perf_counter()
+    results = {n: self.linked.outputs[n].copy().reshape(spec.shape) for n, spec in self.program.output_specs.items()}
+    t3 = time.perf_counter()
+    self.last_timings = {"upload_s": t1 - t0, "compute_s": t2 - t1, "readback_s": t3 - t2, "total_s": t3 - t0}
     return results

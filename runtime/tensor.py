@@ -3,7 +3,7 @@
 Invariants:
 - A Tensor wraps a node: a buffer node (a C-contiguous numpy array: realized) or an op node over source
   nodes (lazy). Ops only build nodes; `realize()` compiles the pending graph through the same pipeline as
-  ONNX models (passes, schedule, memory plan, kernels) and runs it.
+  ONNX models (program.build_program: passes, lower, optimise, render; then compile and link.link) and runs it.
 - `Tensor(ndarray)` wraps the array without copying, so in-place changes to it are seen by later runs.
 - `x.assign(y)` writes y into x's buffer when realized; nodes built before the assign keep reading the old
   version (the schedule orders them before the write: WAR).
@@ -15,13 +15,13 @@ import weakref
 
 import numpy as np
 
-from .cache import CompileCache
 from .errors import JitError
-from .graph import Graph, Node, Spec, spec_of
+from .graph import Graph, Node, Spec, dtype_to_onnx, spec_of
 from .kernels import build_kernel
-from .program import link
+from .link import link
+from .program import CompileCache
 
-EAGER_CACHE = CompileCache(use_disk=False)
+EAGER_CACHE = CompileCache()
 CAPTURING: list = []  # stack of active captures (TinyJit sets it while the function body runs)
 
 
@@ -152,7 +152,6 @@ def _shape_arg(shape):
 
 
 def _onnx_code(dtype) -> int:
-  from .graph import dtype_to_onnx
   return dtype_to_onnx(np.dtype(dtype))
 
 
@@ -215,8 +214,8 @@ def realize(*tensors: Tensor) -> None:
            if r.op != "BUFFER" and id(r) not in b.names]
   nodes = pending + extra
   outs = [b.name(n) for n in nodes]
-  program, _ = EAGER_CACHE.get(b.graph(outs))
-  linked = link(program, held=b.held)
+  program = EAGER_CACHE.get(b.graph(outs))
+  linked = link(program, held=b.held, kernels=EAGER_CACHE.kernels)
   linked.run()
   for n, o in zip(nodes, outs):
     if n.op != "_Assign":

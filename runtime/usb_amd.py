@@ -2,13 +2,15 @@
 
 It keeps the contract a real HCQ device has, so the runtime and modeld are written against it honestly:
 - Enumeration: present iff env PYMODELD_USB_AMD is 1/present, or (env unset) the presence file
-  `usb_amd.present` exists in the namespace's runtime dir (`plug()` / `unplug()` / the faults CLI). An
-  injected disconnect removes the presence file and marks the device gone in this process until plug().
+  `usb_amd.present` exists in the runtime dir the caller named (runtime.config.set_runtime_dir, env
+  PYMODELD_RUNTIME_DIR; `plug()` / `unplug()` / the faults CLI). An injected disconnect removes the presence
+  file and marks the device gone in this process until plug().
 - "VRAM" is a host array owned by the simulator, carved by a range allocator that really frees. It is
-  host-visible only inside commands running on the device's queue (kernels get numpy views there);
-  everyone else goes through copyin/copyout over the modelled USB link.
+  host-visible only inside commands running on the device's queue (compiled kernels get its addresses
+  there); everyone else goes through copyin/copyout over the modelled USB link.
 - Commands go to a FIFO queue run by one worker thread; submit returns a timeline value at once and the
-  worker signals it on completion. Kernels are the CPU backend's callables, so results are bit-identical.
+  worker signals it on completion. Kernels are the same generated C as on CPU (compiled under this device's
+  own target, so their cache keys differ), so results are bit-identical.
 - The USB link moves bytes in chunks like the bridge's bounce buffer (uploads: one SRAM half minus its
   512-byte sentinel per transfer; readbacks: a two-chunk window), and costs latency per transfer plus
   bytes / bandwidth of wall time, so uploads and readbacks take time as they would.
@@ -27,12 +29,12 @@ from typing import Any
 
 import numpy as np
 
-from runtime import faults
+from runtime import config, faults
 from runtime.allocator import LRUAllocator, RangeAllocator
 from runtime.device import (Command, Compiled, DeviceDisconnected, DeviceError, DeviceUnavailable,
                             TransferError, without_traceback)
 
-PRESENCE_ENV = "PYMODELD_USB_AMD"
+PRESENCE_ENV = config.USB_PRESENT_ENV
 PRESENCE_FILE = "usb_amd.present"
 SRAM_HALF = 0x40000                  # one half of the bridge's double-buffered staging SRAM
 CHUNK = SRAM_HALF - 512              # payload per upload transfer (each half keeps a sentinel block)
@@ -41,20 +43,22 @@ _gone_in_process = False             # set by an injected disconnect, cleared by
 
 # ---- enumeration ---------------------------------------------------------------------------------
 def presence_path() -> str:
-  from msgq.namespace import runtime_dir
-  return os.path.join(runtime_dir(), PRESENCE_FILE)
+  return os.path.join(config.runtime_dir(), PRESENCE_FILE)
 
 
 def presence() -> tuple[bool, str]:
   """(present, why) for the simulated USB+AMD device."""
   if _gone_in_process:
     return False, "disconnected (injected fault); plug it in again with runtime.usb_amd.plug()"
-  env = os.environ.get(PRESENCE_ENV)
+  env = config.usb_presence_env()
   if env is not None:
     if env.lower() in ("1", "present", "yes", "true"):
       return True, f"{PRESENCE_ENV}={env}"
     return False, f"{PRESENCE_ENV}={env} (not 1/present)"
-  path = presence_path()
+  try:
+    path = presence_path()
+  except FileNotFoundError as e:
+    return False, str(e)
   if os.path.exists(path):
     return True, f"presence file {path}"
   return False, f"no presence file {path} and {PRESENCE_ENV} unset (python -m runtime.faults plug)"
@@ -88,8 +92,7 @@ class UsbLink:
 
   @classmethod
   def from_env(cls) -> UsbLink:
-    return cls(bandwidth_bytes_s=float(os.environ.get("PYMODELD_USB_BANDWIDTH_MBPS", 350)) * 1e6,
-               latency_s=float(os.environ.get("PYMODELD_USB_LATENCY_US", 100)) * 1e-6)
+    return cls(bandwidth_bytes_s=config.usb_bandwidth_bytes_s(), latency_s=config.usb_latency_s())
 
   def window(self, direction: str) -> int:
     return self.chunk_bytes if direction == "upload" else 2 * self.chunk_bytes
@@ -136,18 +139,18 @@ class USBAMDDevice(Compiled):
     if not present:
       raise DeviceUnavailable(f"{name} is not present: {why}")
     self.link = link or UsbLink.from_env()
-    self.vram_bytes = vram_bytes or int(os.environ.get("PYMODELD_USB_VRAM_MB", 256)) << 20
+    self.vram_bytes = vram_bytes or config.usb_vram_bytes()
     self._fault_watch = faults.FaultFileWatcher()
     self._armed: list[tuple[Any, int, bool]] = []      # (fault, compute count when armed, from file)
     self._compute_submitted = 0
     super().__init__(name, self._new_allocator())
     self._boot()
-    env = os.environ.get(faults.FAULT_ENV)
+    env = config.usb_fault_env()
     for f in faults.parse_faults(env) if env else []:
       self.inject_fault(f)
 
   def _new_allocator(self) -> VramAllocator:
-    cap = int(os.environ.get("PYMODELD_USB_LRU_BYTES", 64 << 20))
+    cap = config.usb_lru_bytes()
     return VramAllocator(self.vram_bytes, cap, lambda: self.completed_value)
 
   def _boot(self) -> None:

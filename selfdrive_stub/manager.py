@@ -49,6 +49,7 @@ from daemons.modeld.model_state import ROAD_CONTRACT, model_path
 from msgq.env import MSGQ_ENV
 from msgq.namespace import PREFIX_ENV, SHM_ROOT, runtime_dir, runtime_dir_path, shm_dir, shm_dir_path
 from msgq.namespace import prefix as namespace_prefix
+from runtime import config as runtime_config
 from runtime import faults, usb_amd
 from runtime.faults import FAULT_KINDS
 from selfdrive_stub.car import SCENARIOS
@@ -616,6 +617,7 @@ def clean_namespace(prefix: str | None, out=sys.stdout) -> int:
 
 def main(argv=None) -> int:
   opts = parse_args(argv)
+  runtime_config.set_runtime_dir(runtime_dir)   # the USB+AMD simulator's files live in the run's namespace
   if opts.clean is not None:
     return clean_namespace(opts.clean)
   check_model_files(opts)

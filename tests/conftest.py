@@ -6,7 +6,12 @@ import textwrap
 
 import pytest
 
-from msgq.namespace import Namespace
+from msgq.namespace import Namespace, runtime_dir
+from runtime import config as runtime_config
+
+# the runtime does not import msgq: tests name the simulator's runtime dir as the daemons do (it follows
+# OPENPILOT_PREFIX, so each test's namespace has its own presence and fault files)
+runtime_config.set_runtime_dir(runtime_dir)
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

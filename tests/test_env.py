@@ -9,6 +9,7 @@ import pytest
 from cereal.env import CEREAL_ENV
 from daemons.common.env import DAEMONS_ENV, send_raw_pred
 from msgq.env import MSGQ_ENV, EnvError, EnvTable
+from runtime import config as runtime_config
 from selfdrive_stub.env import SELFDRIVE_ENV
 from visionipc.env import VISIONIPC_ENV
 
@@ -17,12 +18,9 @@ TABLES = (MSGQ_ENV, CEREAL_ENV, VISIONIPC_ENV, DAEMONS_ENV, SELFDRIVE_ENV)
 # package -> the one module allowed to read os.environ
 ENV_MODULES = {"msgq": "msgq/env.py", "cereal": "cereal/env.py", "visionipc": "visionipc/env.py",
                "daemons": "daemons/common/env.py", "selfdrive_stub": "selfdrive_stub/env.py",
-               "process_replay": None}
-# the runtime imports nothing of ours, so its variables are listed here until it declares its own table
-RUNTIME_VARIABLES = {"DEV", "JIT", "PYMODELD_USB_AMD", "PYMODELD_USB_FAULT", "PYMODELD_USB_BANDWIDTH_MBPS",
-                     "PYMODELD_USB_LATENCY_US", "PYMODELD_USB_VRAM_MB", "PYMODELD_USB_LRU_BYTES", "PYMODELD_CPU_LRU_BYTES",
-                     "PYMODELD_RUNTIME_THREADS", "PYMODELD_CACHE_DIR", "PYMODELD_DISK_CACHE",
-                     "PYMODELD_MEMORY_BUDGET_BYTES"}
+               "process_replay": None, "runtime": "runtime/config.py"}
+# the runtime imports nothing of ours, so it keeps its own list of what it reads
+RUNTIME_VARIABLES = set(runtime_config.VARIABLES)
 
 
 def environ_reads(path: pathlib.Path) -> list[int]:

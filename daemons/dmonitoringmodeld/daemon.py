@@ -23,6 +23,8 @@ from daemons.common.metadata import ModelMetadataError
 from daemons.common.realtime import SCHEDULING_HELP, scheduling_plan
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH, Calibration, ModelState
 from daemons.dmonitoringmodeld.runner import RunnerUnavailable, make_runner
+from msgq.namespace import runtime_dir
+from runtime import config as runtime_config
 from visionipc import VisionIpcClient, VisionStreamType
 
 PROCESS_NAME = "dmonitoringmodeld"
@@ -55,6 +57,7 @@ def main(argv=None) -> int:
   except ValueError as e:
     ap.error(str(e))
   setproctitle(PROCESS_NAME)
+  runtime_config.set_runtime_dir(runtime_dir)   # the USB+AMD simulator's files live in this run's namespace
   stop = Stop()
 
   log(f"loading model {args.model}")

@@ -32,6 +32,8 @@ from daemons.modeld.car_inputs import CarInputReader
 from daemons.modeld.core import Frame, Modeld
 from daemons.modeld.model_state import ModelState, model_path
 from daemons.modeld.runner import runtime_runner, warmup
+from msgq.namespace import runtime_dir
+from runtime import config as runtime_config
 from runtime.device import Device, DeviceError, DeviceUnavailable
 from visionipc import VisionIpcClient, VisionStreamType, available_streams
 
@@ -135,6 +137,7 @@ def main(argv=None) -> int:
   except ValueError as e:
     parser.error(str(e))
   setproctitle.setproctitle("modeld")
+  runtime_config.set_runtime_dir(runtime_dir)   # the USB+AMD simulator's files live in this run's namespace
   stop = threading.Event()
   for sig in (signal.SIGINT, signal.SIGTERM):
     signal.signal(sig, lambda *_: stop.set())

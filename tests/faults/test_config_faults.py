@@ -3,7 +3,6 @@ artifact built for another device, an unknown camera geometry. Each must stop th
 error naming the mismatch (shown by the supervisor), and nothing may run on the wrong assumption."""
 import io
 import json
-import os
 import shutil
 
 import numpy as np
@@ -13,9 +12,10 @@ import pytest
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH as DM_MODEL_PATH
 from daemons.modeld.model_state import MODEL_PATHS
 from runtime import artifact, usb_amd
-from runtime.cache import CompileCache
+from runtime.cache import KERNEL_DIR, kernel_key
 from runtime.device import Device
 from runtime.errors import ArtifactError
+from runtime.program import CompileCache
 from runtime.runner import OnnxRunner
 from selfdrive_stub import manager as manager_mod
 from selfdrive_stub.process import ProcessConfig
@@ -116,25 +116,26 @@ def test_unknown_camera_geometry_is_a_startup_error(tmp_path):
 
 
 @pytest.mark.timeout(240)
-def test_artifact_built_for_another_device_is_never_run(tmp_path, monkeypatch):
-  """A CPU-built artifact planted where the USB+AMD program of the DM model is cached: loading it for USB+AMD
-  is refused naming the field; the daemon on USB+AMD recompiles (never runs the foreign program), publishes
-  valid outputs, and the cache then holds a USB+AMD artifact."""
+def test_code_built_for_another_device_is_never_run(tmp_path, monkeypatch):
+  """A CPU artifact of the DM model is refused for USB+AMD naming the field. CPU machine code planted under the
+  USB+AMD keys of the same kernels is rejected (its entries name the CPU keys); the daemon on USB+AMD
+  recompiles (never runs the foreign code), publishes valid outputs, and the cache then holds USB+AMD code."""
   cache_dir = tmp_path / "cache"
   monkeypatch.setenv("PYMODELD_CACHE_DIR", str(cache_dir))
   usb_amd.plug()
   Device.close("USB+AMD")
   try:
-    OnnxRunner(DM_MODEL_PATH, "CPU", cache=CompileCache())
-    cpu_file = set(os.listdir(cache_dir))
-    OnnxRunner(DM_MODEL_PATH, "USB+AMD", cache=CompileCache())
-    usb_file = set(os.listdir(cache_dir)) - cpu_file
-    assert len(cpu_file) == 1 and len(usb_file) == 1
-    cpu_path, usb_path = (str(cache_dir / next(iter(f))) for f in (cpu_file, usb_file))
-    assert artifact.read_header(usb_path)["device_target"] == "USB+AMD"
-    shutil.copyfile(cpu_path, usb_path)                              # the foreign artifact
-    with pytest.raises(ArtifactError, match="device_target is 'CPU', expected 'USB\\+AMD'"):
-      artifact.load(usb_path, device="USB+AMD")
+    cpu = OnnxRunner(DM_MODEL_PATH, "CPU", cache=CompileCache(disk_dir=str(cache_dir)))
+    usb = OnnxRunner(DM_MODEL_PATH, "USB+AMD", cache=CompileCache(disk_dir=str(cache_dir)))
+    saved = str(tmp_path / "dm_cpu.pmart")
+    cpu.save(saved)
+    with pytest.raises(ArtifactError, match="device_target is 'CPU:.*', expected 'USB\\+AMD:"):
+      artifact.load(saved, device="USB+AMD")
+    usb_path = ""
+    for k in usb.program.kernels:                                     # the foreign code, key by key
+      cpu_path = cache_dir / KERNEL_DIR / f"{kernel_key(k.source, cpu.program.machine_target)}.so.entry"
+      usb_path = cache_dir / KERNEL_DIR / f"{kernel_key(k.source, usb.program.machine_target)}.so.entry"
+      shutil.copyfile(cpu_path, usb_path)
   finally:
     Device.close("USB+AMD")
 
@@ -146,8 +147,8 @@ def test_artifact_built_for_another_device_is_never_run(tmp_path, monkeypatch):
     rec.wait(lambda r: len(r["driverStateV2"]) >= 3,
              what=lambda: f"driverStateV2 from the USB+AMD daemon:\n{stack.log('dmonitoringmodeld')[-3000:]}")
     assert stack.alive("dmonitoringmodeld")
-    assert artifact.read_header(usb_path)["device_target"] == "USB+AMD", (   # recompiled and rewritten
-      f"cache: {sorted(os.listdir(cache_dir))}\n{stack.log('dmonitoringmodeld')[-3000:]}")
+    assert "rejected (entry is for key" in stack.log("dmonitoringmodeld"), stack.log("dmonitoringmodeld")[-3000:]
+    assert usb_path.name[:-len(".so.entry")] in usb_path.read_bytes()[:200].decode(errors="replace")  # rewritten
     outs = rec["driverStateV2"]
     assert all(np.isfinite(m.driverStateV2.wheelOnRightProb) for m in outs)
     assert any(m.valid for m in outs) or all("calibration" in m.invalidReason for m in outs)

@@ -1,8 +1,11 @@
-"""Runtime core tests: each test gets its own disk compile cache."""
+"""Runtime tests share one machine-code cache directory per session (entries are content-addressed and
+verified, so what one test compiled is exactly what another would); tests of the cache itself use their own
+directories."""
 import pytest
 
 
 @pytest.fixture(autouse=True)
-def _private_cache_dir(tmp_path, monkeypatch):
-  # results never depend on what earlier tests (or runs) left in the cache
-  monkeypatch.setenv("PYMODELD_CACHE_DIR", str(tmp_path / "cache"))
+def _session_cache_dir(tmp_path_factory, monkeypatch):
+  root = tmp_path_factory.getbasetemp() / "runtime-cache"
+  root.mkdir(mode=0o700, exist_ok=True)
+  monkeypatch.setenv("PYMODELD_CACHE_DIR", str(root))

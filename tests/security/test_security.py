@@ -31,6 +31,7 @@ from msgq import namespace as ns_mod
 from msgq.zmq_backend import port_for
 from runtime import artifact
 from runtime.errors import ArtifactError
+from runtime.program import target_for
 from repo_paths import REPO_ROOT
 from runtime.runner import OnnxRunner
 
@@ -234,10 +235,9 @@ def test_runtime_artifact_with_pickled_constant_is_refused(tmp_path):
   """An artifact whose constant is an object array (a pickle inside .npy) is refused; nothing runs."""
   path = str(tmp_path / "a.zip")
   header = {"format": artifact.FORMAT, "format_version": artifact.FORMAT_VERSION,
-            "runtime_version": artifact.RUNTIME_VERSION, "model_hash": "h", "program_key": "", "device_target": "CPU",
-            "codegen_config": {}, "metadata": {}, "inputs": {}, "outputs": [], "specs": {}, "steps": [],
-            "storage": {}, "plan": {"offsets": {}, "arena_bytes": {}, "naive_bytes": 0}, "scratch_bytes": 0,
-            "consts": {"w": "c0.npy"}}
+            "runtime_version": artifact.RUNTIME_VERSION, "model_hash": "h", "program_key": "", "weights_digest": "",
+            "device_target": target_for("CPU").program_name, "backend": "compiled", "codegen_config": {},
+            "metadata": {}, "graph": {"inputs": {}, "outputs": [], "nodes": [], "opset": 17, "consts": {"w": "c0.npy"}}}
   marker = tmp_path / "pwned"
   bio = io.BytesIO()
   np.lib.format.write_array(bio, np.array([_Evil(str(marker))], dtype=object), allow_pickle=True)
@@ -264,7 +264,7 @@ def test_runtime_artifact_has_no_pickle_inside(tmp_path):
         assert hdr[0] >= 1
         arr = np.lib.format.read_array(z.open(name), allow_pickle=False)
         assert arr.dtype != object
-  artifact.load(path, model_hash="x", device=program.device)
+  artifact.load(path, device="CPU")
 
 
 # -- decoding limits -----------------------------------------------------------------------------------------

@@ -1,10 +1,12 @@
 """Device registry: lazy open, caching, names, DEFAULT, and presence (enumeration) of the simulator."""
+import os
 import subprocess
 import sys
 
 import pytest
 
 from runtime import faults, usb_amd
+from runtime.faults import __main__ as faults_cli
 from runtime.device import CPUDevice, Device, DeviceUnavailable
 
 
@@ -58,16 +60,34 @@ def test_wait_timeout_is_class_and_instance_settable(usb, monkeypatch):
   assert usb.wait_timeout_ms == 3000 and usb_amd.USBAMDDevice.wait_timeout_ms == 1234
 
 
-def test_faults_cli_plugs_and_reports_status(capsys):
+def test_faults_cli_plugs_and_reports_status(capsys, namespace):
+  where = ["--runtime-dir", namespace.runtime_dir]
   run = lambda *a: subprocess.run([sys.executable, "-m", "runtime.faults", *a], capture_output=True, text=True,
                                   timeout=60)
-  assert run("plug").returncode == 0                 # another process plugs it into this namespace
+  assert run(*where, "plug").returncode == 0          # another process plugs it into this namespace
   assert usb_amd.presence()[0]
-  assert faults.main(["status"]) == 0 and "USB+AMD present" in capsys.readouterr().out
-  assert faults.main(["unplug"]) == 0 and not usb_amd.presence()[0]
-  bad = run("inject", "explode")
-  assert bad.returncode != 0 and "unknown fault kind 'explode'" in bad.stderr
-  assert faults.main(["frobnicate"]) == 2 and faults.main(["inject"]) == 2
+  assert faults_cli.main(["status"]) == 0 and "USB+AMD present" in capsys.readouterr().out
+  assert faults_cli.main(["unplug"]) == 0 and not usb_amd.presence()[0]
+  bad = run(*where, "inject", "explode")
+  assert bad.returncode == 2 and "unknown fault kind 'explode'" in bad.stderr and bad.stderr.count("\n") == 1
+  for argv in (["frobnicate"], ["inject"]):
+    with pytest.raises(SystemExit) as e:
+      faults_cli.main(argv)
+    assert e.value.code == 2
+
+
+def test_faults_cli_without_a_runtime_dir_says_how_to_name_one():
+  env = {k: v for k, v in os.environ.items() if k != "PYMODELD_RUNTIME_DIR"}
+  r = subprocess.run([sys.executable, "-m", "runtime.faults", "status"], capture_output=True, text=True, timeout=60,
+                     env=env)
+  assert r.returncode == 2 and "PYMODELD_RUNTIME_DIR" in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_faults_cli_help_explains_the_spec_grammar():
+  r = subprocess.run([sys.executable, "-m", "runtime.faults", "-h"], capture_output=True, text=True, timeout=60)
+  assert r.returncode == 0
+  for needle in ("KIND[@PARAM", "after=N", "factor=F", "hang", "disconnect", "transfer_error", "plug", "inject"):
+    assert needle in r.stdout, needle
 
 
 def test_fault_spec_grammar():

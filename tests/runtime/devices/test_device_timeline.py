@@ -164,8 +164,9 @@ def test_kernel_exception_on_the_device_becomes_a_sticky_device_error(usb):
   assert isinstance(usb.error_state, DeviceError)
 
 
-def test_fault_file_from_another_process_is_armed_once(usb):
-  subprocess.run([sys.executable, "-m", "runtime.faults", "inject", "hang"], check=True, timeout=60)
+def test_fault_file_from_another_process_is_armed_once(usb, namespace):
+  cli = [sys.executable, "-m", "runtime.faults", "--runtime-dir", namespace.runtime_dir]
+  subprocess.run(cli + ["inject", "hang"], check=True, timeout=60)
   usb.wait_timeout_ms = 200
   usb.submit(lambda: None)
   with pytest.raises(DeviceTimeout):
@@ -173,7 +174,7 @@ def test_fault_file_from_another_process_is_armed_once(usb):
   usb.reopen()                                          # the same file version does not fire again
   usb.submit(lambda: None)
   usb.synchronize()
-  subprocess.run([sys.executable, "-m", "runtime.faults", "clear"], check=True, timeout=60)
+  subprocess.run(cli + ["clear"], check=True, timeout=60)
 
 
 def test_removing_the_fault_file_disarms_a_pending_file_fault(usb):

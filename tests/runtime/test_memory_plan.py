@@ -7,7 +7,8 @@ import pytest
 
 from runtime.memory_plan import ALIGN, lifetimes, plan_memory
 from runtime.onnx_import import import_onnx
-from runtime.program import link, lower
+from runtime.link import link
+from runtime.program import build_program
 
 from rt_helpers import ONNX_DATA
 
@@ -18,7 +19,7 @@ def assert_plan_sound(step_buffers, sizes, held, live_out, plan):
   assert set(plan.offsets) == set(life)
   for b, (_, off) in plan.offsets.items():
     assert off % ALIGN == 0
-    assert off + sizes[b] <= plan.arena_bytes["CPU"]
+    assert off + sizes[b] <= max(plan.arena_bytes.values())
   items = sorted(plan.offsets)
   for i, a in enumerate(items):
     for b in items[i + 1:]:
@@ -58,13 +59,13 @@ def test_adjacent_lifetimes_share_memory():
 
 @pytest.mark.parametrize("model", ["light_squeezenet", "light_inception_v1"])
 def test_compiled_model_plan_is_sound_and_smaller_than_naive(model):
-  p = lower(import_onnx(os.path.join(ONNX_DATA, "light", model + ".onnx")))
-  step_buffers = [sorted({p.storage[v] for n in nodes for v in list(n.inputs) + list(n.outputs) if v})
-                  for nodes in p.steps]
-  held = set(p.inputs) | set(p.consts)
-  sizes = {b: p.specs[b].nbytes for b in p.plan.offsets}
-  assert_plan_sound(step_buffers, sizes, held, {p.storage[o] for o in p.outputs}, p.plan)
-  assert p.plan.arena_bytes["CPU"] < p.plan.naive_bytes / 2
+  p = build_program(import_onnx(os.path.join(ONNX_DATA, "light", model + ".onnx")))
+  step_buffers = [sorted(set(bufs)) for bufs in p.touched()]
+  held = {b for b, info in p.bufs.items() if info["role"] in ("input", "const", "held", "scratch")}
+  sizes = {b: p.bufs[b]["size"] * np.dtype(p.bufs[b]["dtype"]).itemsize for b in p.plan.offsets}
+  outputs = {b for b, info in p.bufs.items() if info["role"] == "output"}
+  assert_plan_sound(step_buffers, sizes, held, outputs, p.plan)
+  assert p.plan.arena_bytes["arena"] < p.plan.naive_bytes / 2
   linked = link(p)
   assert linked.arena.ctypes.data % ALIGN == 0
   for name, a in linked.inputs.items():  # inputs live outside the arena

@@ -9,7 +9,7 @@ import pytest
 from onnx import numpy_helper
 
 from runtime import OnnxRunner, UnsupportedOpError
-from runtime.cache import CompileCache
+from runtime.program import CompileCache
 
 from rt_helpers import ONNX_DATA, ort_run
 

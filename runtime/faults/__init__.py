@@ -1,4 +1,4 @@
-"""Fault injection for the simulated USB+AMD device: the spec grammar, the fault file and a CLI.
+"""Fault injection for the simulated USB+AMD device: the spec grammar and the fault file.
 
 Invariants:
 - A fault spec is `KIND[@after=N][,factor=F]`, KIND one of hang, disconnect, slow, nan, transfer_error;
@@ -9,17 +9,20 @@ Invariants:
   PYMODELD_USB_FAULT at device open (once per process), and the fault file in the namespace's runtime
   dir, polled on every submission, so another process (the manager) can inject into a running modeld.
   One version of the fault file is armed once; a reopen does not re-arm it.
+- The fault file lives in the runtime dir the caller named (runtime.config.set_runtime_dir or env
+  PYMODELD_RUNTIME_DIR); this package imports nothing else of ours.
 
-CLI (`python -m runtime.faults ...`): `inject SPEC`, `clear`, `plug`, `unplug`, `status`.
+The command line (`python -m runtime.faults plug|unplug|inject SPEC|clear|status`) is faults/__main__.py.
 """
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
 
+from runtime import config
+
 FAULT_KINDS = ("hang", "disconnect", "slow", "nan", "transfer_error")
-FAULT_ENV = "PYMODELD_USB_FAULT"
+FAULT_ENV = config.USB_FAULT_ENV
 FAULT_FILE = "usb_amd.fault"
 
 
@@ -64,8 +67,7 @@ def parse_faults(text: str) -> list[Fault]:
 
 
 def fault_file_path() -> str:
-  from msgq.namespace import runtime_dir   # the namespace of this run (OPENPILOT_PREFIX)
-  return os.path.join(runtime_dir(), FAULT_FILE)
+  return os.path.join(config.runtime_dir(), FAULT_FILE)
 
 
 def inject(spec: str | Fault) -> str:
@@ -108,30 +110,3 @@ class FaultFileWatcher:
     self._seen = sig
     with open(fault_file_path()) as f:
       return parse_faults(f.read())
-
-
-def main(argv: list[str]) -> int:
-  from runtime import usb_amd
-  commands = ("inject", "clear", "plug", "unplug", "status")
-  if not argv or argv[0] not in commands or len(argv) != (2 if argv[0] == "inject" else 1):
-    print("usage: python -m runtime.faults inject SPEC | clear | plug | unplug | status", file=sys.stderr)
-    return 2
-  cmd = argv[0]
-  if cmd == "inject":
-    print(inject(argv[1]))
-  elif cmd == "clear":
-    clear()
-  elif cmd == "plug":
-    print(usb_amd.plug())
-  elif cmd == "unplug":
-    usb_amd.unplug()
-  else:
-    present, why = usb_amd.presence()
-    print(f"USB+AMD {'present' if present else 'absent'}: {why}")
-    path = fault_file_path()
-    print(f"fault file {path}: {open(path).read().strip() if os.path.exists(path) else '(none)'}")
-  return 0
-
-
-if __name__ == "__main__":
-  sys.exit(main(sys.argv[1:]))

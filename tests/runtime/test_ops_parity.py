@@ -1,4 +1,5 @@
-"""Every supported op against onnxruntime on random shapes and attribute values (tiny one-node models)."""
+"""Every supported op against onnxruntime on random shapes and attribute values (tiny one-node models), on both
+backends: the compiled one (CPU: generated C) and the reference one (REF: the numpy kernels)."""
 import numpy as np
 import pytest
 from onnx import numpy_helper
@@ -278,10 +279,14 @@ def _other_values(a):
   return np.asarray(b if a.dtype.kind in "iu" else b * 2 + 1, dtype=a.dtype)
 
 
+BACKENDS = ["CPU", "REF"]
+
+
+@pytest.mark.parametrize("device", BACKENDS)
 @pytest.mark.parametrize("op,inputs,consts,attrs,opset,n_out,rtol,atol", CASES)
-def test_op_matches_onnxruntime(op, inputs, consts, attrs, opset, n_out, rtol, atol):
+def test_op_matches_onnxruntime(op, inputs, consts, attrs, opset, n_out, rtol, atol, device):
   model = tiny_model(op, inputs, attrs, n_outputs=n_out, consts=consts, opset=opset)
-  runner = OnnxRunner(model)
+  runner = OnnxRunner(model, device=device)
   runner(**{n: _other_values(a) for n, a in inputs.items()})  # a kernel must not freeze its first call
   ours = runner(**inputs)
   ref = ort_run(model, inputs)
@@ -317,8 +322,9 @@ def _random_window_attrs(rng, nd, with_dil=True):
   return attrs
 
 
+@pytest.mark.parametrize("device", BACKENDS)
 @pytest.mark.parametrize("seed", range(12))
-def test_random_conv_configurations(seed):
+def test_random_conv_configurations(seed, device):
   rng = np.random.default_rng(100 + seed)
   nd = int(rng.choice([1, 2, 2, 3]))
   G = int(rng.choice([1, 1, 2, 3]))
@@ -332,13 +338,14 @@ def test_random_conv_configurations(seed):
     consts["b"] = rng.standard_normal(G * Mg).astype(np.float32)
   inputs = {"x": x.astype(np.float32)}
   model = tiny_model("Conv", inputs, attrs, consts=consts)
-  runner = OnnxRunner(model)
+  runner = OnnxRunner(model, device=device)
   runner(x=inputs["x"] * 2 + 1)
   np.testing.assert_allclose(runner(**inputs)["y0"], ort_run(model, inputs)[0], rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("device", BACKENDS)
 @pytest.mark.parametrize("seed", range(12))
-def test_random_pool_configurations(seed):
+def test_random_pool_configurations(seed, device):
   rng = np.random.default_rng(200 + seed)
   nd = int(rng.choice([1, 2, 2, 3]))
   op = str(rng.choice(["MaxPool", "AveragePool"]))
@@ -349,14 +356,16 @@ def test_random_pool_configurations(seed):
     attrs["count_include_pad"] = int(rng.integers(0, 2))
   x = rng.standard_normal((1, 3) + tuple(int(rng.integers(6, 10)) for _ in range(nd))).astype(np.float32)
   model = tiny_model(op, {"x": x}, attrs)
-  runner = OnnxRunner(model)
+  runner = OnnxRunner(model, device=device)
   runner(x=x * 2 + 1)
   np.testing.assert_allclose(runner(x=x)["y0"], ort_run(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("device", BACKENDS)
 @pytest.mark.parametrize("op,k", [("AveragePool", [1, 8]), ("AveragePool", [2, 2]), ("MaxPool", [1, 4]),
                                   ("MaxPool", [3, 2]), ("AveragePool", [8, 1])])
-def test_non_overlapping_pools(op, k):
+def test_non_overlapping_pools(op, k, device):
   x = f32(2, 3, 24, 16)
   model = tiny_model(op, {"x": x}, {"kernel_shape": k, "strides": k})
-  np.testing.assert_allclose(OnnxRunner(model)(x=x)["y0"], ort_run(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(OnnxRunner(model, device=device)(x=x)["y0"], ort_run(model, {"x": x})[0], rtol=1e-5,
+                             atol=1e-6)

@@ -1,11 +1,14 @@
-"""The speed paths of the CPU kernels compute exactly what the plain numpy call (and onnxruntime) computes:
-vectorised max/min against a constant row, and the ops that use it, at sizes that cross the row length."""
+"""The speed paths of the reference (numpy) kernels compute exactly what the plain numpy call (and
+onnxruntime) computes: vectorised max/min against a constant row, whole-plane pools, the conv layouts. These
+kernels run on the REF device (they are the reference backend), so every runner here is on REF."""
 import numpy as np
 import pytest
 
 from runtime import OnnxRunner
-from runtime.cache import CompileCache
+from runtime.graph import Spec
+from runtime.kernels import build_kernel
 from runtime.kernels.rowconst import ROW, bound_const_op, const_row
+from runtime.program import CompileCache
 
 from rt_helpers import ort_run, tiny_model
 
@@ -59,7 +62,7 @@ def test_const_rows_are_shared_and_read_only():
 
 
 def _parity(model, feeds, rtol=0, atol=0):
-  ours = OnnxRunner(model)(**feeds)
+  ours = OnnxRunner(model, device="REF")(**feeds)
   ref = ort_run(model, feeds)
   for r, name in zip(ref, sorted(ours)):
     np.testing.assert_allclose(ours[name], r, rtol=rtol, atol=atol)
@@ -129,9 +132,9 @@ def test_flat_pools_agree_with_the_per_axis_taps(op, shape, attrs, monkeypatch):
   if op == "MaxPool":
     x.reshape(-1)[:3] = [np.nan, np.inf, -np.inf]  # max propagates NaN on both paths
   model = tiny_model(op, {"x": x}, attrs=attrs)
-  flat = OnnxRunner(model, cache=CompileCache(use_disk=False))(x=x)["y0"]
+  flat = OnnxRunner(model, device="REF", cache=CompileCache(use_disk=False))(x=x)["y0"]
   monkeypatch.setattr(pool, "FLAT_POOL", False)
-  taps = OnnxRunner(model, cache=CompileCache(use_disk=False))(x=x)["y0"]
+  taps = OnnxRunner(model, device="REF", cache=CompileCache(use_disk=False))(x=x)["y0"]
   if op == "MaxPool":
     assert flat.tobytes() == taps.tobytes()
   else:
@@ -140,7 +143,8 @@ def test_flat_pools_agree_with_the_per_axis_taps(op, shape, attrs, monkeypatch):
 
 def test_flat_pool_reads_new_input_values_on_every_call():
   x = R.standard_normal((1, 8, 20, 20)).astype(np.float32)
-  runner = OnnxRunner(tiny_model("MaxPool", {"x": x}, attrs={"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}))
+  runner = OnnxRunner(tiny_model("MaxPool", {"x": x}, attrs={"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+                      device="REF")
   first = runner(x=x)["y0"]
   second = runner(x=-x)["y0"]
   ref = ort_run(tiny_model("MaxPool", {"x": x}, attrs={"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}), {"x": -x})
@@ -198,8 +202,8 @@ def test_shifted_conv_in_bands_of_output_rows_matches_onnxruntime(bias, monkeypa
   if bias:
     consts["b"] = R.standard_normal(12).astype(np.float32)
   model = tiny_model("Conv", {"x": x}, consts=consts, attrs={"pads": [1, 2, 1, 0], "dilations": [1, 2]})
-  runner = OnnxRunner(model, cache=CompileCache(use_disk=False))
-  assert runner.program.kernels[0][0].scratch_specs[0].shape[0] == 24  # the per-tap (shifted) strategy
+  runner = OnnxRunner(model, device="REF", cache=CompileCache(use_disk=False))
+  assert _conv_scratch(x, consts, {"pads": [1, 2, 1, 0], "dilations": [1, 2]})[0].shape[0] == 24  # per-tap strategy
   np.testing.assert_allclose(runner(x=x)["y0"], ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
 
 
@@ -209,9 +213,15 @@ def test_banded_im2col_agrees_with_the_whole_column_matrix(monkeypatch):
   consts = {"w": (R.standard_normal((32, 16, 3, 3)) * 0.2).astype(np.float32),
             "b": R.standard_normal(32).astype(np.float32)}
   model = tiny_model("Conv", {"x": x}, consts=consts, attrs={"pads": [1, 1, 1, 1]})
-  banded = OnnxRunner(model, cache=CompileCache(use_disk=False))
-  assert banded.program.kernels[0][0].scratch_specs[-1].shape[-1] < 64 * 64  # a band, not all columns
+  banded = OnnxRunner(model, device="REF", cache=CompileCache(use_disk=False))
+  assert _conv_scratch(x, consts, {"pads": [1, 1, 1, 1]})[-1].shape[-1] < 64 * 64  # a band, not all columns
   monkeypatch.setattr(nn, "BLOCKED_IM2COL", False)
-  whole = OnnxRunner(model, cache=CompileCache(use_disk=False))
-  assert whole.program.kernels[0][0].scratch_specs[-1].shape[-1] == 64 * 64
+  whole = OnnxRunner(model, device="REF", cache=CompileCache(use_disk=False))
+  assert _conv_scratch(x, consts, {"pads": [1, 1, 1, 1]})[-1].shape[-1] == 64 * 64
   np.testing.assert_allclose(banded(x=x)["y0"], whole(x=x)["y0"], rtol=1e-5, atol=1e-5)
+
+
+def _conv_scratch(x, consts, attrs):
+  """The scratch specs of the reference Conv kernel for these shapes (which strategy it chose)."""
+  specs = [Spec(x.shape, x.dtype)] + [Spec(a.shape, a.dtype) for a in consts.values()]
+  return build_kernel("Conv", attrs, specs, [None] + list(consts.values()), "Conv").scratch_specs

@@ -1,5 +1,6 @@
-"""Optimisation passes: constant folding (incl. shape arithmetic), BatchNorm folded into Conv, in-place
-elementwise chains, view ops that never copy; and the inspect CLI."""
+"""Passes and fusion: constant folding (incl. shape arithmetic), BatchNorm folded into Conv, elementwise
+prologues and epilogues fused into the kernel of their reduction, concat inputs stored in place, views that
+never copy; and the inspect CLI."""
 import os
 import subprocess
 import sys
@@ -9,14 +10,18 @@ from onnx import helper, numpy_helper
 
 from runtime import OnnxRunner
 from runtime.onnx_import import import_onnx
-from runtime.program import lower
+from runtime.program import build_program
 
 from rt_helpers import ONNX_DATA, node_model, ort_run
 
 rng = np.random.default_rng(3)
 
 
-def test_shape_arithmetic_and_constants_fold_away():
+def kernel_ops(program) -> list[list[str]]:
+  return [k.tags.get("ops", []) for k in program.kernels]
+
+
+def test_shape_arithmetic_folds_away_and_a_reshape_is_only_the_output_copy():
   x = rng.standard_normal((2, 3, 4)).astype(np.float32)
   nodes = [helper.make_node("Shape", ["x"], ["s"]),
            helper.make_node("Constant", [], ["k"], value=numpy_helper.from_array(np.array([0], np.int64))),
@@ -25,13 +30,13 @@ def test_shape_arithmetic_and_constants_fold_away():
            helper.make_node("Concat", ["n", "m1"], ["shape"], axis=0),
            helper.make_node("Reshape", ["x", "shape"], ["y0"])]
   model = node_model(nodes, {"x": x}, {})
-  p = lower(import_onnx(model))
-  assert p.steps == []  # shape arithmetic ran at compile time; the reshape needs no kernel
-  assert p.storage["y0"] == "x"  # and the reshape is a view of the input, not a copy
+  p = build_program(import_onnx(model))
+  assert p.op_counts() == {"Reshape": 1}  # shape arithmetic ran at compile time
+  assert len(p.kernels) == 1              # the output's own buffer is the one copy; the reshape is a view
   np.testing.assert_array_equal(OnnxRunner(model)(x=x)["y0"], x.reshape(2, 12))
 
 
-def test_batchnorm_folds_into_conv_with_same_result():
+def test_batchnorm_folds_into_conv_and_the_relu_fuses_into_its_kernel():
   x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
   consts = {"w": rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "s": rng.uniform(0.5, 2, 4).astype(np.float32),
             "b": rng.standard_normal(4).astype(np.float32), "m": rng.standard_normal(4).astype(np.float32),
@@ -42,44 +47,54 @@ def test_batchnorm_folds_into_conv_with_same_result():
   model = node_model(nodes, {"x": x}, consts)
   r = OnnxRunner(model)
   assert r.program.op_counts() == {"Conv": 1, "Relu": 1}
-  assert len(r.program.steps) == 1  # relu runs in place behind the conv
+  assert kernel_ops(r.program) == [["pad"], ["Conv", "Relu"]]  # the padded input, then one fused kernel
   np.testing.assert_allclose(r(x=x)["y0"], ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-5)
   unfolded = OnnxRunner(model, config={"fold_batchnorm": False})
   assert unfolded.program.op_counts()["BatchNormalization"] == 1
+  assert kernel_ops(unfolded.program) == [["pad"], ["Conv", "BatchNormalization", "Relu"]]  # still one kernel
   np.testing.assert_allclose(unfolded(x=x)["y0"], r(x=x)["y0"], rtol=1e-4, atol=1e-5)
 
 
-def test_residual_add_relu_chain_runs_in_place():
+def test_residual_add_and_relu_fuse_into_the_conv_epilogue():
   x = rng.standard_normal((1, 4, 5, 5)).astype(np.float32)
   w = rng.standard_normal((4, 4, 1, 1)).astype(np.float32)
   nodes = [helper.make_node("Conv", ["x", "w"], ["c"]),
-           helper.make_node("Add", ["x", "c"], ["a"]),  # conv output second: the pass swaps the operands
+           helper.make_node("Add", ["x", "c"], ["a"]),
            helper.make_node("Relu", ["a"], ["y0"])]
   model = node_model(nodes, {"x": x}, {"w": w})
   r = OnnxRunner(model)
-  assert len(r.program.steps) == 1
-  assert r.program.storage["y0"] == r.program.storage["c"]
+  assert kernel_ops(r.program) == [["Conv", "Add", "Relu"]]
   np.testing.assert_allclose(r(x=x)["y0"], ort_run(model, {"x": x})[0], rtol=1e-5, atol=1e-5)
 
 
-def test_value_read_twice_is_not_overwritten_in_place():
+def test_a_pure_elementwise_chain_is_one_kernel():
+  x = rng.standard_normal((3, 40)).astype(np.float32)
+  nodes = [helper.make_node("Mul", ["x", "k"], ["a"]), helper.make_node("Sigmoid", ["a"], ["b"]),
+           helper.make_node("Sub", ["b", "x"], ["c"]), helper.make_node("Tanh", ["c"], ["y0"])]
+  model = node_model(nodes, {"x": x}, {"k": np.float32(0.5) * np.ones((1, 40), np.float32)})
+  r = OnnxRunner(model)
+  assert kernel_ops(r.program) == [["Mul", "Sigmoid", "Sub", "Tanh"]]
+  np.testing.assert_allclose(r(x=x)["y0"], ort_run(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+def test_a_value_read_twice_gets_its_own_buffer():
   x = rng.standard_normal((3, 4)).astype(np.float32)
   nodes = [helper.make_node("Exp", ["x"], ["e"]),
-           helper.make_node("Relu", ["e"], ["r"]),      # e is read again below: r needs its own buffer
+           helper.make_node("Relu", ["e"], ["r"]),
            helper.make_node("Sub", ["r", "e"], ["y0"])]
   model = node_model(nodes, {"x": x}, {})
   r = OnnxRunner(model)
-  assert r.program.storage["r"] != r.program.storage["e"]
+  assert kernel_ops(r.program) == [["Exp"], ["Relu", "Sub"]]
   np.testing.assert_allclose(r(x=x)["y0"], np.zeros_like(x), atol=1e-6)
 
 
-def test_inspect_cli_prints_the_summary():
+def test_inspect_cli_prints_kernels_strategies_and_fallbacks():
   model = os.path.join(ONNX_DATA, "light", "light_squeezenet.onnx")
   out = subprocess.run([sys.executable, "-m", "runtime.inspect", model], capture_output=True, text=True,
-                       timeout=120, check=True).stdout
-  for needle in ("inputs:", "data_0: [1, 3, 224, 224] float32", "outputs:", "Conv=26", "FLOPs:",
-                 "planned arena:"):
-    assert needle in out
+                       timeout=300, check=True).stdout
+  for needle in ("inputs:", "data_0: [1, 3, 224, 224] float32", "outputs:", "Conv=26", "kernels:",
+                 "fallback ops: none", "Conv+Relu", "im2col", "planned arena:"):
+    assert needle in out, needle
 
 
 def test_per_channel_mul_and_add_fold_into_conv():
@@ -98,40 +113,45 @@ def test_per_channel_mul_and_add_fold_into_conv():
   np.testing.assert_allclose(r(x=x)["y0"], ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-5)
 
 
-def test_concat_inputs_are_written_in_place_when_only_the_concat_reads_them():
+def _writer_of(program, value: str) -> list[str]:
+  """The ops of the kernels whose first (written) buffer holds `value` (a concat's buffer holds its output)."""
+  buf = next(b for b, info in program.bufs.items() if info["value"] == value)
+  return [op for k in program.kernels if k.kind == "c" and k.params[0] == ("buf", buf) for op in k.tags.get("ops", ["copy"])]
+
+
+def test_concat_inputs_are_stored_in_place_by_their_producers():
   x = rng.standard_normal((1, 3, 6, 6)).astype(np.float32)
   w1 = rng.standard_normal((4, 3, 1, 1)).astype(np.float32)
   w2 = rng.standard_normal((5, 3, 3, 3)).astype(np.float32)
   nodes = [helper.make_node("Conv", ["x", "w1"], ["a"]),
            helper.make_node("Relu", ["a"], ["ar"]),
            helper.make_node("Conv", ["x", "w2"], ["b"], pads=[1, 1, 1, 1]),
-           helper.make_node("Exp", ["b"], ["e"]),           # b is read twice: it keeps its own buffer
+           helper.make_node("Exp", ["b"], ["e"]),           # b is also read here: still placed, read in place
            helper.make_node("Concat", ["ar", "b", "x"], ["c"], axis=1),
            helper.make_node("Sub", ["c", "c"], ["z"]),
            helper.make_node("Concat", ["c", "e"], ["y0"], axis=1)]
   model = node_model(nodes, {"x": x}, {"w1": w1, "w2": w2})
   r = OnnxRunner(model)
   p = r.program
-  assert p.storage["ar"] == p.storage["a"] != "a"            # relu's buffer moved into a concat output
-  assert p.storage_offset["ar"] == 0
-  assert p.storage["b"] == "b" and p.storage["x"] == "x"      # read twice / graph input: copied
-  assert p.storage["e"] == p.storage["y0"] and p.storage_offset["e"] == 12 * 36 * 4
+  assert len(p.kernels) == 5  # the padded x, two convs, the copy of x and exp (all but the first into the output)
+  assert _writer_of(p, "y0") == ["Conv", "Conv", "Relu", "Concat", "Exp"]  # Concat: the copy of x
   want = ort_run(model, {"x": x})[0]
   for _ in range(2):  # the second run sees the first run's arena contents
     np.testing.assert_allclose(r(x=x)["y0"], want, rtol=1e-4, atol=1e-5)
   off = OnnxRunner(model, config={"zero_copy_concat": False})
-  assert off.program.storage_offset == {} and off.program.storage["ar"] == "a"
+  assert len(off.program.kernels) > len(p.kernels)
   np.testing.assert_allclose(off(x=x)["y0"], want, rtol=1e-4, atol=1e-5)
 
 
-def test_concat_on_a_later_axis_copies_its_inputs():
+def test_concat_on_a_later_axis_stores_strided_slices():
   x = rng.standard_normal((2, 3, 4)).astype(np.float32)
   nodes = [helper.make_node("Exp", ["x"], ["e"]), helper.make_node("Neg", ["x"], ["n"]),
-           helper.make_node("Concat", ["e", "n"], ["y0"], axis=1)]  # slices of axis 1 are strided when N=2
+           helper.make_node("Concat", ["e", "n"], ["c"], axis=1),  # slices of axis 1 are strided when N=2
+           helper.make_node("Relu", ["c"], ["y0"])]
   model = node_model(nodes, {"x": x}, {})
   r = OnnxRunner(model)
-  assert r.program.storage_offset == {}
-  np.testing.assert_allclose(r(x=x)["y0"], np.concatenate([np.exp(x), -x], axis=1), rtol=1e-6)
+  assert _writer_of(r.program, "c") == ["Exp", "Neg"]
+  np.testing.assert_allclose(r(x=x)["y0"], np.maximum(np.concatenate([np.exp(x), -x], axis=1), 0), rtol=1e-6)
 
 
 def _bn_relu_conv(scale, extra_reader=False, group=1):

@@ -4,7 +4,7 @@ import pytest
 from onnx import helper
 
 from runtime import InputError, OnnxRunner, UnsupportedDtypeError, UnsupportedOpError
-from runtime.cache import CompileCache
+from runtime.program import CompileCache
 
 from rt_helpers import node_model, ort_run, tiny_model
 

@@ -1,0 +1,435 @@
+"""Conv, Gemm and MatMul: the strategy chooser, generated-loop convolutions and BLAS-backed kernels.
+
+Strategies (choose_conv, choose_matmul):
+- "direct": generated loops, out[n, m, o] = sum over (ci, taps) of x[...] * w[...] with vector lanes along the
+  output columns and the output channels upcast (each input vector feeds several channels' accumulators, kept
+  in registers), over a padded copy of the input. Taken for depthwise convs; where the reduction per output is
+  short (Cg * taps <= DIRECT_MAX_K: a 1-channel 3x3, the DM model's 4x4 stride-2 stem); for ungrouped convs of
+  stride < PATCHIFY_MIN_STRIDE with windows of several taps whose output rows hold at least DIRECT_MIN_ROW_VECTORS
+  vectors; for ungrouped 1x1 convs of at most POINTWISE_DIRECT_MAX_CIN input channels over rows of at least
+  POINTWISE_DIRECT_MIN_ROW, or with tiny outputs (TINY_OUTPUT positions, TINY_MAX_CIN input channels); and
+  whenever BLAS is unavailable.
+  (Each threshold measured against im2col / pointwise + OpenBLAS on the daemons' and the standard CNNs' layers.)
+- "direct_cm": the same loops with the lanes along the output channels instead (the weights laid out channel-
+  innermost, each input value broadcast, several output columns upcast): the register-blocked outer product of
+  NCHWc kernels, without changing the tensor layout. Taken for ungrouped patchify convs (kernel = stride >=
+  PATCHIFY_MIN_STRIDE) with at least one vector of output channels, where input vectors would be strided.
+- "pointwise": a 1x1 stride-1 unpadded conv with many input channels (or short rows) is one sgemm per image
+  (and group) straight on the input buffer.
+- "im2col": otherwise (short rows, many channels: the late layers of the standard CNNs); per image and band of
+  output rows, generated loops copy the windows (padding and any fused prologue such as a uint8 cast included)
+  into a scratch matrix small enough to stay in cache, and sgemm multiplies the weights by it.
+- Gemm/MatMul: "gemv" (generated loops) when the output has one row per batch (batch-1 fully connected layers),
+  else "blas".
+In every strategy the bias, activation, residual add, clip and cast after the op are fused: in the loop's
+epilogue, or in the epilogue loop that runs on each band right after its sgemm, while it is still in cache.
+The opt-in measured search (search.py) may override the choice per kernel.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..kernels.nn import window_geometry
+from . import ir
+from .ir import F32, INDEX, GemmCall, GemmKernel, LoopKernel, Store, View
+from .lazy import Lazy, gate_loads
+from .lower import NotLowered
+from .rules import ew, overlap, padded_input, rule, window_gate
+
+DIRECT_MAX_K = 32            # reduction length per output at or below which generated loops beat im2col + sgemm
+IM2COL_BAND_BYTES = 1 << 20   # one band of im2col columns: stays in the per-core L2 until its sgemm read it
+EPILOGUE_BAND_BYTES = 2 << 20  # one band of sgemm output that the epilogue revisits while it is in the L2
+# (each band is one more sgemm call that repacks the weights: bands only pay for outputs well past the L2)
+GEMV_MAX_ROWS = 1
+DIRECT_MIN_ROW_VECTORS = 1   # output rows of at least this many vectors (the rest an overlapping vector): the
+#                              generated loops beat im2col + sgemm for windows of several taps
+POINTWISE_DIRECT_MAX_CIN = 64  # 1x1 convs: with more input channels per group sgemm wins (each step of the
+#                                generated loop reads a new channel plane; BLAS blocks them)
+POINTWISE_DIRECT_MIN_ROW = 8   # 1x1 convs: output rows at least this long (one 8-lane vector)
+TINY_OUTPUT = 64               # 1x1 convs with at most this many output positions and at most TINY_MAX_CIN input
+TINY_MAX_CIN = 512             # channels: a BLAS call's own overhead (packing) outweighs its faster inner loop
+PATCHIFY_MIN_STRIDE = 4      # from this stride, lanes along the output channels beat strided input vectors
+
+
+def applicable(strategy: str, *, G: int, pointwise_ok: bool, dtype, blas: bool) -> bool:
+  """Whether a strategy computes this conv at all (a forced or cached choice that does not is ignored)."""
+  if strategy == "direct":
+    return True
+  if strategy == "direct_cm":
+    return G == 1
+  blas_ok = blas and dtype == F32
+  return blas_ok and (strategy == "im2col" or (strategy == "pointwise" and pointwise_ok))
+
+
+def choose_conv(*, Cg: int, Mg: int, G: int, taps: int, strides, dtype, blas: bool, pointwise_ok: bool,
+                out_w: int, out_size: int = 1 << 30, vl: int = 16, kernel=None) -> str:
+  if G > 1 and Cg == 1 and Mg == 1:
+    return "direct"
+  if Cg * taps <= DIRECT_MAX_K:
+    return "direct"
+  if G == 1 and dtype == F32 and Mg >= vl and min(strides) >= PATCHIFY_MIN_STRIDE and \
+          (kernel is None or tuple(kernel) == tuple(strides)):  # non-overlapping windows: a true patchify
+    return "direct_cm"
+  if not blas or dtype != F32:
+    return "direct"
+  if G > 1 or min(strides) >= PATCHIFY_MIN_STRIDE:
+    # the input channel of a grouped conv depends on the output channel's group, so upcast output channels
+    # share no input loads: sgemm per group. Overlapping windows at stride >= 4 (AlexNet's 11x11 stem): the
+    # input vectors would be 4-strided gathers; im2col reads each window once
+    return "pointwise" if pointwise_ok else "im2col"
+  if taps == 1:
+    if (Cg <= POINTWISE_DIRECT_MAX_CIN and out_w >= POINTWISE_DIRECT_MIN_ROW) or \
+            (out_size <= TINY_OUTPUT and Cg <= TINY_MAX_CIN):
+      return "direct"
+    return "pointwise" if pointwise_ok else "im2col"
+  return "direct" if out_w >= DIRECT_MIN_ROW_VECTORS * vl else "im2col"
+
+
+def choose_matmul(*, rows: int, dtype, blas: bool) -> str:
+  if not blas or dtype != F32 or rows <= GEMV_MAX_ROWS:
+    return "gemv"
+  return "blas"
+
+
+class GemmPending:
+  """A BLAS reduction whose result is still a Lazy: the value holds ACC placeholders at output indices, and
+  the elementwise ops applied since are its epilogue. emit() builds the kernel once a buffer is chosen."""
+
+  def __init__(self, ctx, shape, dtype, builder, tags: dict):
+    self.tag = ctx.uid()
+    self.shape, self.dtype, self.builder, self.tags = tuple(shape), np.dtype(dtype), builder, tags
+
+  def lazy(self, reads) -> Lazy:
+    tag, dt = self.tag, self.dtype
+    return Lazy(self.shape, dt, lambda idx: ir.acc(tag, dt, idx), red=self, cost=1, reads=reads, tags=self.tags)
+
+  def emit(self, ctx, lazy: Lazy, buf, view: View) -> GemmKernel:
+    assert lazy.shape == self.shape, (lazy.shape, self.shape)
+    return self.builder(ctx, lazy, buf, view)
+
+
+def _replace_acc(e: ir.E, tag: int, at) -> ir.E:
+  mapping = {n: at(list(n.srcs)) for n in ir.walk(e) if n.op == "ACC" and n.arg == tag}
+  return ir.substitute(e, mapping) if mapping else e
+
+
+def _weights_finite(*arrays) -> bool:
+  return all(a is None or bool(np.all(np.isfinite(a))) for a in arrays)
+
+
+# ------------------------------------------------------------------------------------------------------ Conv
+
+@rule("Conv")
+def conv(ctx, node, ins, specs, consts):
+  attrs = node.attrs
+  W = consts[1]
+  if W is None:
+    raise NotLowered("Conv with run-time weights")
+  x = ins[0]
+  N, C, *S = x.shape
+  M, Cg, *K = W.shape
+  G = int(attrs.get("group", 1))
+  Mg = M // G
+  out_sp, pb, pe, need_end, strides, dil = window_geometry("Conv", attrs, S, K)
+  bias = consts[2] if len(consts) > 2 else None
+  if len(ins) > 2 and ins[2] is not None and bias is None:
+    raise NotLowered("Conv with a run-time bias")
+  taps = math.prod(K)
+  padded = any(pb) or any(need_end)
+  pointwise_ok = taps == 1 and not padded and all(s == 1 for s in strides)
+  strategy = choose_conv(Cg=Cg, Mg=Mg, G=G, taps=taps, strides=strides, dtype=x.dtype, blas=ctx.target["blas"],
+                         pointwise_ok=pointwise_ok, out_w=out_sp[-1], out_size=math.prod(out_sp),
+                         vl=ctx.target.get("vl", 16), kernel=K)
+  forced = ctx.target.get("force_conv", {}).get(node.outputs[0])  # a measured choice (search.py)
+  if forced is not None and applicable(forced, G=G, pointwise_ok=pointwise_ok, dtype=x.dtype, blas=ctx.target["blas"]):
+    strategy = forced
+  tags = {"op": "Conv", "strategy": strategy}
+  if strategy in ("direct", "direct_cm"):
+    out = _direct_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, tags, strategy == "direct_cm")
+  else:
+    out = _blas_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, strategy, tags)
+  if bias is not None:
+    lb = Lazy.of_buffer(ctx.const_buf(bias.astype(x.dtype)), View.contiguous((M,))).reshape((M,) + (1,) * len(S))
+    out = ew(ctx, lambda a, b: ir.alu("add", a, b), [out, lb])
+  return [out]
+
+
+def _direct_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, tags, channel_lanes: bool) -> Lazy:
+  N, C, *S = x.shape
+  M = W.shape[0]
+  # with lanes along the channels each input value is computed as a scalar: a prologue costs a vector's worth
+  x, pb, need_end = padded_input(ctx, x, pb, need_end, 0)   # padding: x is computed into a padded buffer
+  x = ctx.prologue(x, overlap(K, strides, dil) * (ctx.target.get("vl", 16) if channel_lanes else 1))
+  S = list(x.shape[2:])
+  if channel_lanes:  # weights (Cg, *K, M): one vector load gives a tap for consecutive output channels
+    wb = ctx.const_buf(np.ascontiguousarray(np.moveaxis(W, 0, -1)).astype(x.dtype))
+    vl = ctx.target.get("vl", 16)
+    block = next((b for b in (2 * vl, vl) if Mg % b == 0 or G == 1 and M % b == 0), None)
+    tags = dict(tags, tile_axis=1, tile_block=block)
+  else:
+    wb = ctx.const_buf(W.astype(x.dtype))
+  fn, uid, dt = x.fn, ctx.uid(), x.dtype
+  skip = _weights_finite(W)
+  kk = math.prod(K)
+  kstr = [math.prod(K[d + 1:]) for d in range(len(K))]
+
+  def f(idx):
+    n, m, *o = idx
+    rc = ir.var(f"r{uid}_c", Cg)
+    rk = [ir.var(f"r{uid}_k{d}", k) for d, k in enumerate(K)]
+    ci = ir.add(ir.mul(ir.idiv(m, Mg), Cg), rc) if G > 1 else rc
+    pos = [ir.add(ir.mul(od, s), ir.mul(r, dl), -p) for od, r, s, dl, p in zip(o, rk, strides, dil, pb)]
+    gate = window_gate(pos, S, pb, need_end)
+    xv = gate_loads(fn([n, ci] + pos), gate)
+    if channel_lanes:
+      widx = ir.add(ir.mul(ir.add(ir.mul(rc, kk), *[ir.mul(r, s) for r, s in zip(rk, kstr)]), M), m)
+    else:
+      widx = ir.add(ir.mul(m, Cg * kk), ir.mul(rc, kk), *[ir.mul(r, s) for r, s in zip(rk, kstr)])
+    wv = ir.load(wb, widx)
+    if skip:
+      return ir.reduce("sum", [rc] + rk, ir.alu("mul", xv, wv), gate)
+    return ir.reduce("sum", [rc] + rk, ir.alu("mul", ir.where(gate, xv, ir.const(0, dt)), wv))
+  shape = (N, M) + tuple(out_sp)
+  return Lazy(shape, dt, f, red="reduce", cost=x.cost + 2, reads=x.reads | {wb}, tags=tags)
+
+
+def _blas_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, strategy, tags) -> Lazy:
+  N, C, *S = x.shape
+  M = W.shape[0]
+  kk = math.prod(K)
+  kred = Cg * kk
+  dt = x.dtype
+  wb = ctx.const_buf(np.ascontiguousarray(W.reshape(G, Mg, kred)).astype(dt))
+  x_in = ctx.prologue(x, overlap(K, strides, dil) if strategy == "im2col" else 1)
+  if strategy == "pointwise":
+    xv = x_in.view
+    rest = math.prod(S)
+    ok = xv is not None and xv[1].mask is None and x_in.view is not None and \
+        tuple(xv[1].strides[2:]) == ir.contiguous_strides(S) and (xv[1].strides[1] == rest or C == 1)
+    if not ok:
+      x_in = ctx.realize(x_in)
+  O0, rest = out_sp[0], math.prod(out_sp[1:])
+  O = O0 * rest
+  if strategy == "im2col":
+    band_rows = max(1, min(O0, IM2COL_BAND_BYTES // max(1, kred * rest * dt.itemsize)))
+  else:
+    band_rows = max(1, min(O0, EPILOGUE_BAND_BYTES // max(1, M * rest * dt.itemsize)))
+  n_bands = -(-O0 // band_rows)
+  band_rows = -(-O0 // n_bands)  # balanced: no short last band (a narrow sgemm is a slow one)
+  shape = (N, M) + tuple(out_sp)
+  fn = x_in.fn
+
+  def build(ctx, lazy, buf, view):
+    bvar = ctx.new_var("band", -(-O0 // band_rows))
+    nvar = ctx.new_var("n", N)
+    gvar = ctx.new_var("g", G)
+    rows = ir.alu("min", ir.const(band_rows), ir.add(O0, ir.mul(bvar, -band_rows)))
+    o0 = ir.mul(bvar, band_rows)
+    bcols = band_rows * rest
+    packs, scratch = [], []
+    if strategy == "im2col":
+      cols = ctx.scratch(kred * bcols, dt)
+      scratch.append(cols)
+      pv = [ctx.new_var("pc", Cg)] + [ctx.new_var("pk", k) for k in K] + [ctx.new_var("pr", band_rows)] + \
+          [ctx.new_var("po", o) for o in out_sp[1:]]
+      rc, rk, rr, ro = pv[0], pv[1:1 + len(K)], pv[1 + len(K)], pv[2 + len(K):]
+      o_full = [ir.add(o0, rr)] + ro
+      pos = [ir.add(ir.mul(od, s), ir.mul(r, dl), -p) for od, r, s, dl, p in zip(o_full, rk, strides, dil, pb)]
+      gate = window_gate(pos, S, pb, need_end)
+      val = ir.where(gate, gate_loads(fn([nvar, ir.add(ir.mul(gvar, Cg), rc)] + pos), gate), ir.const(0, dt))
+      kidx = ir.add(ir.mul(rc, kk), *[ir.mul(r, math.prod(K[d + 1:])) for d, r in enumerate(rk)])
+      cidx = ir.add(ir.mul(kidx, bcols), ir.mul(rr, rest),
+                    *[ir.mul(r, math.prod(out_sp[2 + d:])) for d, r in enumerate(ro)])
+      pk = LoopKernel("pack", pv, tuple(v.arg[1] if v.op == "VAR" else 1 for v in pv), [Store(cols, cidx, val)],
+                      {}, {rr: rows})
+      packs.append(pk)
+      b_op = (cols, ir.const(0), bcols, False)
+    else:
+      xb, xview = x_in.view[0], x_in.view[1]
+      base = xview.index([nvar, ir.mul(gvar, Cg)] + [ir.const(0)] * len(S))
+      b_op = (xb, ir.add(base, ir.mul(o0, rest)), O, False)
+    a_op = (wb, ir.mul(gvar, Mg * kred), kred, False)
+    direct_c = view.mask is None and tuple(view.strides[2:]) == ir.contiguous_strides(out_sp) and \
+        (view.strides[1] == O or M == 1)
+    if direct_c:
+      c_base = view.index([nvar, ir.mul(gvar, Mg)] + [ir.const(0)] * len(out_sp))
+      c_op = (buf, ir.add(c_base, ir.mul(o0, rest)), O)
+
+      def c_at(idx):
+        return ir.load(buf, view.index(idx))
+    else:
+      cs = ctx.scratch(M * bcols, dt)
+      scratch.append(cs)
+      c_op = (cs, ir.mul(gvar, Mg * bcols), bcols)
+
+      def c_at(idx):
+        n, m, *o = idx
+        return ir.load(cs, ir.add(ir.mul(m, bcols), ir.mul(ir.add(o[0], ir.mul(o0, -1)), rest),
+                                  *[ir.mul(v, math.prod(out_sp[2 + d:])) for d, v in enumerate(o[1:])]))
+    gemm = GemmCall([nvar, gvar], Mg, ir.mul(rows, rest), kred, a_op, b_op, c_op)
+    ev = [ctx.new_var("em", M), ctx.new_var("er", band_rows)] + [ctx.new_var("eo", o) for o in out_sp[1:]]
+    e_idx = [nvar, ev[0], ir.add(o0, ev[1])] + ev[2:]
+    value = _replace_acc(lazy.at(e_idx), pending.tag, c_at)
+    identity = direct_c and value.op == "LOAD" and value.arg == buf and value.srcs[0] is view.index(e_idx)
+    epi = None
+    if not identity:
+      epi = LoopKernel("epilogue", ev, (M, band_rows) + tuple(out_sp[1:]), [Store(buf, view.index(e_idx), value)],
+                       {}, {ev[1]: rows})
+    return GemmKernel(f"k{len(ctx.kernels)}", gemm, packs, epi, bvar, band_rows, scratch,
+                      dict(tags, band_rows=band_rows, outer=[nvar], inner=[gvar]))
+  pending = GemmPending(ctx, shape, dt, build, tags)
+  return pending.lazy(x_in.reads | {wb})
+
+
+# --------------------------------------------------------------------------------------------- Gemm / MatMul
+
+def _blas_operand(lz: Lazy):
+  """(buf, view, transposed, ld) when the 2-D trailing part of lz's view is one BLAS can read in place."""
+  if lz.view is None or lz.view[1].mask is not None or lz.dtype != F32:
+    return None
+  v = lz.view[1]
+  r, cdim = v.shape[-2], v.shape[-1]
+  sr, sc = v.strides[-2], v.strides[-1]
+  if (sc == 1 or cdim == 1) and (sr >= max(cdim, 1) or r == 1):
+    return lz.view[0], v, False, max(sr, cdim, 1)
+  if (sr == 1 or r == 1) and (sc >= max(r, 1) or cdim == 1):
+    return lz.view[0], v, True, max(sc, r, 1)
+  return None
+
+
+def _rows_of_weights(ctx, b: Lazy) -> Lazy | None:
+  """A constant 2-D B (K, N) as a view of an (N, K) row-major constant (copied once at build when it is laid
+  out otherwise); None when B is not a plain constant."""
+  if b.view is None or len(b.shape) != 2 or b.view[1].mask is not None:
+    return None
+  info = ctx.bufs.get(b.view[0].name)
+  if info is None or info.role != "const" or info.array is None:
+    return None
+  K, N = b.shape
+  if tuple(b.view[1].strides) == (1, K) and b.view[1].offset == 0:
+    return b
+  sk, sn = b.view[1].strides
+  idx = b.view[1].offset + np.arange(N)[:, None] * sn + np.arange(K)[None, :] * sk
+  nk = np.ascontiguousarray(np.asarray(info.array).reshape(-1)[idx])
+  return Lazy.of_buffer(ctx.const_buf(nk), View.contiguous((N, K))).permute([1, 0])
+
+
+def _matmul(ctx, a: Lazy, b: Lazy, shape, alpha: float, tags) -> Lazy:
+  """a (..., M, K) @ b (..., K, N) with numpy broadcasting over the batch axes (both already that rank)."""
+  dt = a.dtype
+  M, K, Nn = a.shape[-2], a.shape[-1], b.shape[-1]
+  batch = shape[:-2]
+  rows = M
+  strategy = choose_matmul(rows=rows, dtype=dt, blas=ctx.target["blas"])
+  tags = dict(tags, strategy=strategy)
+  if strategy == "gemv":
+    nk = _rows_of_weights(ctx, b)
+    if nk is not None:  # constant weights as (N, K) rows: each output is a contiguous dot product, the vector
+      b, tags = nk, dict(tags, vector_reduce=True)  # lanes along K (one sequential stream per upcast row)
+    a, b = ctx.prologue(a, Nn), ctx.prologue(b, M)
+    af, bf, uid = a.fn, b.fn, ctx.uid()
+    ab, bb = a.shape[:-2], b.shape[:-2]
+
+    def f(idx):
+      *bi, m, n = idx
+      k = ir.var(f"r{uid}_k", K)
+      ai = [i if s != 1 else ir.const(0) for i, s in zip(bi[len(bi) - len(ab):], ab)]
+      bj = [i if s != 1 else ir.const(0) for i, s in zip(bi[len(bi) - len(bb):], bb)]
+      v = ir.alu("mul", af(ai + [m, k]), bf(bj + [k, n]))
+      r = ir.reduce("sum", [k], v)
+      return ir.alu("mul", r, ir.const(alpha, dt)) if alpha != 1.0 else r
+    return Lazy(shape, dt, f, red="reduce", cost=a.cost + b.cost + 2, reads=a.reads | b.reads, tags=tags)
+  ops = []
+  for lz in (a, b):
+    lz = ctx.prologue(lz, 1)
+    opnd = _blas_operand(lz)
+    if opnd is None:
+      lz = ctx.realize(lz)
+      opnd = _blas_operand(lz)
+    ops.append(opnd)
+  nb = len(batch)
+
+  def build(ctx, lazy, buf, view):
+    bvars = [ctx.new_var("mb", s) for s in batch]
+
+    def opnd_at(opnd, lz_shape):
+      b_, v, tr, ld = opnd
+      bidx = [i if s != 1 else ir.const(0) for i, s in zip(bvars[nb - (len(lz_shape) - 2):], lz_shape[:-2])]
+      return b_, v.index(bidx + [ir.const(0), ir.const(0)]), ld, tr
+    a_op = opnd_at(ops[0], a.shape)
+    b_op = opnd_at(ops[1], b.shape)
+    direct_c = view.mask is None and view.strides[-1] == 1 and (view.strides[-2] >= Nn or M == 1)
+    scratch = []
+    if direct_c:
+      c_op = (buf, view.index(bvars + [ir.const(0), ir.const(0)]), max(view.strides[-2], Nn))
+
+      def c_at(idx):
+        return ir.load(buf, view.index(idx))
+    else:
+      cs = ctx.scratch(M * Nn, dt)
+      scratch.append(cs)
+      c_op = (cs, ir.const(0), Nn)
+
+      def c_at(idx):
+        return ir.load(cs, ir.add(ir.mul(idx[-2], Nn), idx[-1]))
+    gemm = GemmCall(bvars, M, ir.const(Nn), K, a_op, b_op, c_op, alpha=alpha)
+    ev = [ctx.new_var("em", M), ctx.new_var("en", Nn)]
+    e_idx = bvars + ev
+    value = _replace_acc(lazy.at(e_idx), pending.tag, c_at)
+    identity = direct_c and value.op == "LOAD" and value.arg == buf and value.srcs[0] is view.index(e_idx)
+    epi = None if identity else LoopKernel("epilogue", ev, (M, Nn), [Store(buf, view.index(e_idx), value)])
+    return GemmKernel(f"k{len(ctx.kernels)}", gemm, [], epi, None, 0, scratch,
+                      dict(tags, outer=bvars, inner=[]))
+  pending = GemmPending(ctx, shape, dt, build, tags)
+  return pending.lazy(a.reads | b.reads)
+
+
+def _rank2(lz: Lazy, rank: int) -> Lazy:
+  return lz.reshape((1,) * (rank - len(lz.shape)) + lz.shape) if len(lz.shape) < rank else lz
+
+
+@rule("MatMul")
+def matmul(ctx, node, ins, specs, consts):
+  a, b = ins[0], ins[1]
+  if a.dtype.kind != "f":
+    raise NotLowered("integer MatMul")
+  out = ctx.specs[node.outputs[0]].shape
+  a2 = a.reshape((1,) + a.shape) if len(a.shape) == 1 else a
+  b2 = b.reshape(b.shape + (1,)) if len(b.shape) == 1 else b
+  rank = max(len(a2.shape), len(b2.shape))
+  a2, b2 = _rank2(a2, rank), _rank2(b2, rank)
+  batch = tuple(np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2]))
+  shape = batch + (a2.shape[-2], b2.shape[-1])
+  r = _matmul(ctx, a2, b2, shape, 1.0, {"op": "MatMul"})
+  return [ctx.realize(r).reshape(out) if r.shape != tuple(out) else r]
+
+
+@rule("Gemm")
+def gemm(ctx, node, ins, specs, consts):
+  a, b = ins[0], ins[1]
+  if a.dtype != F32:
+    raise NotLowered("non-float32 Gemm")
+  attrs = node.attrs
+  if int(attrs.get("transA", 0)):
+    a = a.permute([1, 0])
+  if int(attrs.get("transB", 0)):
+    b = b.permute([1, 0])
+  alpha, beta = float(attrs.get("alpha", 1.0)), float(attrs.get("beta", 1.0))
+  shape = (a.shape[0], b.shape[1])
+  out = _matmul(ctx, a, b, shape, alpha, {"op": "Gemm"})
+  if len(ins) > 2 and ins[2] is not None and beta != 0.0:
+    cz = ins[2]
+    if consts[2] is not None:
+      arr = (consts[2] * np.float32(beta)).astype(np.float32)
+      cz = Lazy.of_buffer(ctx.const_buf(arr), View.contiguous(arr.shape)) if arr.size > 1 else \
+          Lazy.constant(arr.reshape(-1)[0].item(), np.float32, arr.shape)
+      out = ew(ctx, lambda p, q: ir.alu("add", p, q), [out, cz])
+    else:
+      bt = ir.const(beta, F32)
+      out = ew(ctx, lambda p, q: ir.alu("add", p, ir.alu("mul", q, bt) if beta != 1.0 else q), [out, cz])
+  return [out]
+
+
+_ = INDEX

@@ -1,0 +1,179 @@
+"""Optimise: choose each loop nest's schedule (loop order, merged axes, vector axis, tile, upcast).
+
+Deterministic heuristics, in this order:
+1. Loop order: a kernel whose reductions depend on only some output axes runs those axes outermost, so each
+   reduction (a softmax's max and sum, a norm's mean) is computed once per output row, not per element.
+2. Merge adjacent axes whose every index stays affine after the merge (no div/mod appears): elementwise work
+   over contiguous buffers becomes one flat loop.
+3. Vectorise a reduction kernel ("tile") along the innermost output axis when that axis is contiguous in the
+   store and every load is affine in it, with the reduction loops outside the tile and accumulators in
+   registers; upcast (unroll) another output axis that some loads do not depend on (the output channels of a
+   convolution), so each input load feeds several accumulators. Otherwise vectorise along the innermost
+   reduction axis when the loads are contiguous in it ("inner": a global pool, a row reduction, a GEMV).
+4. Everything else is scalar C, which the C compiler vectorises where it can (plain elementwise loops).
+The measured search (search.py) may replace a schedule by a measured better one; its choice is cached.
+"""
+from __future__ import annotations
+
+from . import ir
+from .ir import F32, INDEX, E, LoopKernel, Store
+from .render import Schedule, vectorizable
+from .render import _bound as render_bound
+from .render import _gate_conjuncts as render_gates
+
+MAX_ACCUMULATORS = 16      # vector accumulators kept in registers per tile (AVX-512 has 32 vector registers)
+VECTOR_MATH = ("exp", "tanh", "log", "sqrt", "erf", "sin", "cos", "tan", "floor", "ceil", "rint", "log1p")
+
+
+def merge_axes(k: LoopKernel) -> LoopKernel:
+  """Merge adjacent iteration axes where every store index and value stays free of div/mod in the merged
+  variable. Returns a new kernel (or k itself)."""
+  vars_, shape = list(k.vars), list(k.shape)
+  stores = list(k.stores)
+  i = len(vars_) - 2
+  while i >= 0:
+    a, b = vars_[i], vars_[i + 1]
+    if a.op != "VAR" or b.op != "VAR" or a in k.dyn or b in k.dyn:
+      i -= 1
+      continue
+    eb = b.arg[1]
+    u = ir.var(f"{a.arg[0]}m", a.arg[1] * eb)
+    mapping = {a: ir.idiv(u, eb), b: ir.imod(u, eb)}
+    new = [Store(s.buf, ir.substitute(s.index, mapping), ir.substitute(s.value, mapping)) for s in stores]
+    if all(not _has_divmod(x, u) for s in new for x in (s.index, s.value)):
+      stores = new
+      vars_[i:i + 2] = [u]
+      shape[i:i + 2] = [a.arg[1] * eb]
+      i = min(i, len(vars_) - 2)
+      continue
+    i -= 1
+  # drop extent-1 axes (their variable is the constant 0)
+  keep = [(v, s) for v, s in zip(vars_, shape) if v.op == "VAR"]
+  after = [merge_axes(a) for a in k.after]
+  if len(keep) == len(k.vars) and stores is k.stores and all(a is b for a, b in zip(after, k.after)):
+    return k
+  return LoopKernel(k.name, [v for v, _ in keep], tuple(s for _, s in keep), stores, k.tags, k.dyn, after)
+
+
+def _has_divmod(e: E, v: E) -> bool:
+  return any(n.op in ("DIV", "MOD") and v in ir.free_vars(n) for n in ir.walk(e))
+
+
+def reduces_of(k: LoopKernel) -> list[E]:
+  return [n for s in k.stores for n in ir.walk(s.value) if n.op == "REDUCE"]
+
+
+def loop_order(k: LoopKernel) -> list[E]:
+  order = [v for v in k.vars if v.op == "VAR"]
+  rs = reduces_of(k)
+  if not rs:
+    return order
+  free = set().union(*(ir.free_vars(r) for r in rs))
+  outer = [v for v in order if v in free]
+  inner = [v for v in order if v not in free]
+  return outer + inner
+
+
+MIN_LANES = 4  # the narrowest vector a short axis is tiled with
+
+
+def lanes_for(extent: int, vl: int, narrow: bool) -> int:
+  """Vector lanes for an axis of this extent: the native vl, or (narrow) the widest power of two down to
+  MIN_LANES that fits a shorter axis (a 13-wide row takes 8 lanes and one overlapping tile), else 0."""
+  if extent >= vl:
+    return vl
+  if not narrow:
+    return 0
+  n = vl // 2
+  while n >= MIN_LANES and n > extent:
+    n //= 2
+  return n if n >= MIN_LANES else 0
+
+
+def schedule(k: LoopKernel, vl: int, narrow: bool = True) -> Schedule:
+  """narrow=False keeps the native vector width (the nests of one GemmKernel share one vector type)."""
+  order = loop_order(k)
+  sched = Schedule(order, vl=vl)
+  if len(k.stores) != 1 or not order:
+    return sched
+  st = k.stores[0]
+  sched.overlap_ok = all(n.arg != st.buf for n in ir.walk(st.value) if n.op == "LOAD")
+  rs = list(dict.fromkeys(reduces_of(k)))
+  t = order[-1]
+  if not rs:
+    # elementwise: plain C loops vectorise well, except strided or gated loads along the inner axis
+    # (and math functions: the C compiler does not vectorise a loop calling exp)
+    n = lanes_for(t.arg[1], vl, narrow)
+    if st.value.dtype == F32 and n and ir.coef(st.index, t) == 1 and vectorizable(st.value, t) and \
+            any((n.op == "LOAD" and (ir.coef(n.srcs[0], t) not in (0, 1) or len(n.srcs) > 1)) or n.op in VECTOR_MATH
+                or (n.op == "cast" and n.srcs[0].dtype.itemsize == 1)  # nor byte -> float widening
+                for n in ir.walk(st.value) if t in ir.free_vars(n)):
+      sched.mode, sched.tile_var, sched.tile, sched.vl = "tile", t, max(1, min(4, t.arg[1] // n)) * n, n
+    return sched
+  if len(rs) != 1 or rs[0].arg[0] not in ("sum", "max", "min", "prod") or rs[0].dtype != F32:
+    return sched
+  r = rs[0]
+  hint = k.tags.get("tile_var")
+  if hint is not None and hint in order and hint.arg[1] >= vl:
+    t = hint   # the lowering asked for lanes along this axis (the output channels of a conv)
+    if vectorizable(st.value, t):
+      chunks = max(1, min(4, t.arg[1] // vl))
+      sched.mode, sched.tile_var, sched.tile = "tile", t, chunks * vl
+      sched.order = [v for v in order if v is not t] + [t]
+      _upcast(k, sched, r, sched.order, chunks, shrink=False)
+      return sched
+  epilogue = ir.substitute(st.value, {r: ir.E("ACCR", F32, (), 0)})
+  epilogue_ok = all(render_bound(c, t) is not None for c in render_gates(epilogue, t))
+  n = 0 if k.tags.get("vector_reduce") else lanes_for(t.arg[1], vl, narrow)  # the lowering asked for "inner"
+  if t not in k.dyn and ir.coef(st.index, t) == 1 and n and vectorizable(st.value, t) and epilogue_ok:
+    chunks = max(1, min(4, t.arg[1] // n))
+    sched.mode, sched.tile_var, sched.tile, sched.vl = "tile", t, chunks * n, n
+    _upcast(k, sched, r, order, chunks)
+    return sched
+  rt = r.arg[1][-1]
+  body = r.srcs[0]
+  loads = [n for n in ir.walk(body) if n.op == "LOAD"]
+  if rt.arg[1] >= vl and loads and any(ir.coef(n.srcs[0], rt) == 1 for n in loads) and vectorizable(st.value, rt):
+    sched.mode, sched.tile_var, sched.tile = "inner", rt, vl
+    _upcast(k, sched, r, order, 1)
+  return sched
+
+
+UPCASTS = (16, 8, 12, 6, 4, 2)  # preferred first: more copies per vector load, fewer loads per FMA
+
+
+def _upcast(k: LoopKernel, sched: Schedule, r: E, order: list[E], chunks: int, shrink: bool = True):
+  """Unroll the output axis (other than the tile axis) that the most loads of the reduction body do not
+  depend on (vector loads count double), by the first of UPCASTS that divides its extent (else the first
+  that fits), and shrink the tile to the vectors that keep the accumulators in registers (chunks * up <=
+  MAX_ACCUMULATORS): a vector load then feeds up to 16 FMAs, so the loop issues fewer loads per FMA.
+  shrink=False keeps the tile (lanes along output channels: the chunks are the channels) and upcasts within
+  the registers left. A remainder of the upcast axis runs one copy at a time."""
+  body = r.srcs[0]
+  loads = [n for n in ir.walk(body) if n.op == "LOAD"]
+  t = sched.tile_var
+  best, best_n = None, 0
+  for v in order:
+    if v is t or v in k.dyn:
+      continue
+    # a vector load (one that depends on the tile axis) shared by the copies saves the most
+    n = sum(2 if t in ir.free_vars(ld) else 1 for ld in loads if v not in ir.free_vars(ld))
+    if n > 0 and n >= best_n:  # ties go to the inner axis (its copies' scalar loads are neighbours)
+      best, best_n = v, n
+  if best is None or best_n == 0:
+    return
+  ext = best.arg[1]
+  fits = [u for u in UPCASTS if u <= ext and (shrink or u * chunks <= MAX_ACCUMULATORS)]
+  u = next((u for u in fits if ext % u == 0), fits[0] if fits else 1)
+  if u > 1:
+    sched.up_var, sched.up = best, u
+    if shrink:
+      sched.tile = max(1, min(chunks, MAX_ACCUMULATORS // u)) * sched.vl
+
+
+def optimise(k: LoopKernel, vl: int, narrow: bool = True) -> tuple[LoopKernel, Schedule]:
+  k = merge_axes(k)
+  return k, schedule(k, vl, narrow)
+
+
+_ = INDEX

@@ -1,0 +1,1165 @@
+"""Render: kernel IR plus its schedule -> one C function `void NAME(void* const* args)`.
+
+args[i] is the address of parameter i (a buffer, already offset, or an extern function such as sgemm).
+
+Invariants:
+- Every node of an expression DAG is computed once, in the outermost loop where all the variables it depends
+  on are defined (so loop-invariant work, including whole reductions such as a softmax's max, is hoisted).
+- Gated loads render as `gate ? p[i] : 0`: the address is dereferenced only where the gate holds.
+- Floating-point semantics are C's without fast-math: max/min propagate NaN like numpy, integer division
+  and modulo by zero give 0 (never SIGFPE), and nothing assumes finite values.
+- The vector path (explicit GCC/Clang vector extensions) computes exactly what the scalar path computes for
+  the same schedule: it is taken only for tiles whose every t-dependent gate holds across the whole tile,
+  and lanes never change the order in which one accumulator combines its terms.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import ir
+from .ir import BOOL, F32, INDEX, E, LoopKernel
+
+CTYPE = {"float32": "float", "float64": "double", "float16": "_Float16", "int64": "int64_t", "int32": "int32_t", "int16": "int16_t",
+         "int8": "int8_t", "uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t",
+         "bool": "uint8_t"}
+VTYPE = {"float32": "vf", "int32": "vi", "uint8": "vu8", "int8": "vi8"}
+
+
+def ctype(dt) -> str:
+  name = np.dtype(dt).name
+  if name not in CTYPE:
+    raise NotImplementedError(f"no C type for {name}")
+  return CTYPE[name]
+
+
+def literal(value, dt) -> str:
+  dt = np.dtype(dt)
+  if dt.kind == "f":
+    v = float(value)
+    if math.isnan(v):
+      return "NAN" if dt == F32 else "((double)NAN)"
+    if math.isinf(v):
+      s = "INFINITY" if dt == F32 else "((double)INFINITY)"
+      return s if v > 0 else f"(-{s})"
+    return (float(np.float32(v)).hex() + "f") if dt == F32 else v.hex()
+  if dt == BOOL:
+    return "1" if value else "0"
+  v = int(value)
+  if dt == INDEX or dt.name == "int64":
+    return f"INT64_C({v})" if v != -(1 << 63) else "INT64_MIN"
+  if dt.name == "uint64":
+    return f"UINT64_C({v})"
+  return f"(({ctype(dt)}){v})"
+
+
+PRELUDE = r"""#include <stdint.h>
+#include <math.h>
+#include <string.h>
+typedef int64_t i64;
+static inline float pm_maxf(float a, float b) { return (a > b || a != a) ? a : b; }
+static inline float pm_minf(float a, float b) { return (a < b || a != a) ? a : b; }
+static inline double pm_maxd(double a, double b) { return (a > b || a != a) ? a : b; }
+static inline double pm_mind(double a, double b) { return (a < b || a != a) ? a : b; }
+static inline i64 pm_fdiv(i64 a, i64 b) { i64 q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
+static inline i64 pm_fmod(i64 a, i64 b) { i64 r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+#define PM_IDIV(T, a, b) ((b) == 0 ? (T)0 : (b) == (T)-1 ? (T)(0 - (a)) : (T)((a) / (b)))
+#define PM_IREM(T, a, b) ((b) == 0 || (b) == (T)-1 ? (T)0 : (T)((a) % (b)))
+/* exp(x) for float: 2^k * exp(r) with k = round(x / ln 2), r reduced in two steps (Cody-Waite) and exp(r) a
+   degree-6 polynomial (Cephes' expf coefficients, ~1 ulp). x is clamped so 2^k splits into two normal
+   factors: exp(x) overflows to +inf above 88.72 and underflows through the denormals to 0 below -103.97.
+   NaN stays NaN. Branch-free, so loops calling it vectorise; vexp() below does the same per lane. */
+static inline float pm_expf(float x) {
+  float c = x > 89.0f ? 89.0f : (x < -104.0f ? -104.0f : x);
+  float k = __builtin_rintf(c * 1.44269504088896341f);
+  float r = c - k * 0.693359375f;
+  r = r - k * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f; p = p * r + 8.3334519073e-3f; p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f; p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  int ki = (int)k, k1 = ki / 2, k2 = ki - k1;
+  union { int i; float f; } s1 = { (k1 + 127) << 23 }, s2 = { (k2 + 127) << 23 };
+  float y = p * s1.f * s2.f;
+  return x != x ? x : y;
+}
+/* tanh(x) for float (Cephes tanhf): an odd polynomial below |x| = 0.625, else 1 - 2 / (exp(2|x|) + 1) with the
+   sign of x (exp overflows to inf past |x| ~ 44: the result is then exactly +-1). NaN stays NaN. */
+static inline float pm_tanhf(float x) {
+  float a = x < 0.0f ? -x : x, z = x * x;
+  float ps = x * (((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z + 1.33314422036e-1f)
+                   * z - 3.33332819422e-1f) * z + 1.0f);  /* x * (1 + ...): keeps the sign of a zero */
+  float pl = 1.0f - 2.0f / (pm_expf(a + a) + 1.0f);
+  return a < 0.625f ? ps : (x < 0.0f ? -pl : pl);
+}
+#define PM_IMOD(T, a, b) ((b) == 0 || (b) == (T)-1 ? (T)0 : pm_imod_##T((a), (b)))
+#define PM_IMOD_DEF(T) static inline T pm_imod_##T(T a, T b) { T r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+PM_IMOD_DEF(int64_t) PM_IMOD_DEF(int32_t) PM_IMOD_DEF(int16_t) PM_IMOD_DEF(int8_t)
+PM_IMOD_DEF(uint64_t) PM_IMOD_DEF(uint32_t) PM_IMOD_DEF(uint16_t) PM_IMOD_DEF(uint8_t)
+"""
+
+
+def vector_prelude(vl: int) -> str:
+  """Vector types of vl lanes (vl float32 lanes fill one native vector register)."""
+  return (f"typedef float vf __attribute__((vector_size({4 * vl})));\n"
+          f"typedef int32_t vi __attribute__((vector_size({4 * vl})));\n"
+          f"typedef uint8_t vu8 __attribute__((vector_size({vl})));\n"
+          f"typedef int8_t vi8 __attribute__((vector_size({vl})));\n"
+          "static inline vf vf_load(const float* p) { vf v; __builtin_memcpy(&v, p, sizeof v); return v; }\n"
+          "static inline void vf_store(float* p, vf v) { __builtin_memcpy(p, &v, sizeof v); }\n"
+          # byte -> float lanes: GCC scalarises __builtin_convertvector from bytes, so use the ISA's widening
+          # load where there is one (the same values either way)
+          f"#if defined(__AVX512F__) && {vl} == 16\n#include <immintrin.h>\n"
+          "static inline vf vu8_loadf(const uint8_t* p) { return (vf)_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32("
+          "_mm_loadu_si128((const __m128i*)p))); }\n"
+          "static inline vf vi8_loadf(const int8_t* p) { return (vf)_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32("
+          "_mm_loadu_si128((const __m128i*)p))); }\n"
+          f"#elif defined(__AVX2__) && {vl} == 8\n#include <immintrin.h>\n"
+          "static inline vf vu8_loadf(const uint8_t* p) { return (vf)_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32("
+          "_mm_loadl_epi64((const __m128i*)p))); }\n"
+          "static inline vf vi8_loadf(const int8_t* p) { return (vf)_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32("
+          "_mm_loadl_epi64((const __m128i*)p))); }\n"
+          "#else\n"
+          f"static inline vf vu8_loadf(const uint8_t* p) {{ vf v; for (int j = 0; j < {vl}; j++) v[j] = p[j]; return v; }}\n"
+          f"static inline vf vi8_loadf(const int8_t* p) {{ vf v; for (int j = 0; j < {vl}; j++) v[j] = p[j]; return v; }}\n"
+          "#endif\n"
+          "static inline vf vsel(vi m, vf a, vf b) { return (vf)(((vi)a & m) | ((vi)b & ~m)); }\n"
+          "static inline vf vmax(vf a, vf b) { return vsel((a > b) | (a != a), a, b); }\n"
+          "static inline vf vexp(vf x) {  /* pm_expf per lane */\n"
+          "  vf c = vsel(x > 89.0f, (vf){} + 89.0f, vsel(x < -104.0f, (vf){} + -104.0f, x));\n"
+          "  vf k = c * 1.44269504088896341f; for (int j = 0; j < " + str(vl) + "; j++) k[j] = __builtin_rintf(k[j]);\n"
+          "  vf r = c - k * 0.693359375f; r = r - k * -2.12194440e-4f;\n"
+          "  vf p = (vf){} + 1.9875691500e-4f;\n"
+          "  p = p * r + 1.3981999507e-3f; p = p * r + 8.3334519073e-3f; p = p * r + 4.1665795894e-2f;\n"
+          "  p = p * r + 1.6666665459e-1f; p = p * r + 5.0000001201e-1f; p = p * (r * r) + r + 1.0f;\n"
+          "  vi ki = __builtin_convertvector(k, vi), k1 = ki / 2, k2 = ki - k1;\n"
+          "  vf y = p * (vf)((k1 + 127) << 23) * (vf)((k2 + 127) << 23);\n"
+          "  return vsel(x != x, x, y);\n"
+          "}\n"
+          "static inline vf vtanh(vf x) {  /* pm_tanhf per lane */\n"
+          "  vf a = vsel(x < 0.0f, -x, x), z = x * x;\n"
+          "  vf ps = x * (((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z + 1.33314422036e-1f)\n"
+          "                * z - 3.33332819422e-1f) * z + 1.0f);\n"
+          "  vf pl = 1.0f - 2.0f / (vexp(a + a) + 1.0f);\n"
+          "  return vsel(a < 0.625f, ps, vsel(x < 0.0f, -pl, pl));\n"
+          "}\n"
+          "static inline vf vmin(vf a, vf b) { return vsel((a < b) | (a != a), a, b); }\n")
+
+
+class Writer:
+  def __init__(self):
+    self.lines: list[str] = []
+    self.depth = 1
+    self.n = 0
+    self.par_var: E | None = None   # the loop that runs over [pm_lo, pm_hi) (split across threads)
+
+  def __call__(self, line: str):
+    self.lines.append("  " * self.depth + line)
+
+  def open(self, line: str):
+    self(line + " {")
+    self.depth += 1
+
+  def close(self):
+    self.depth -= 1
+    self("}")
+
+  def tmp(self, prefix="t") -> str:
+    self.n += 1
+    return f"{prefix}{self.n}"
+
+
+def vname(v: E) -> str:
+  return "v_" + v.arg[0]
+
+
+# ----------------------------------------------------------------------------------------- scalar expressions
+
+BIN_C = {"add": "+", "sub": "-", "mul": "*", "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==",
+         "ne": "!=", "shl": "<<", "shr": ">>"}
+UNARY_F = {"exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "sin": "sin", "cos": "cos", "tan": "tan",
+           "erf": "erf", "floor": "floor", "ceil": "ceil", "rint": "rint", "log1p": "log1p"}
+
+
+def scalar_op(n: E, a: list[str], buf_name) -> str:
+  """C expression of node n over the C expressions of its sources (scalar)."""
+  op, dt = n.op, n.dtype
+  f32 = dt == F32
+  if op == "CONST":
+    return literal(n.arg, dt)
+  if op == "VAR":
+    return vname(n)
+  if op == "ADD_I":
+    return "(" + " + ".join(a) + ")"
+  if op == "MUL_I":
+    return f"({a[0]} * {literal(n.arg, INDEX)})"
+  if op in ("DIV", "MOD"):
+    lo = ir.rng(n.srcs[0])[0]
+    if lo >= 0:
+      return f"({a[0]} {'/' if op == 'DIV' else '%'} {literal(n.arg, INDEX)})"
+    return f"pm_f{'div' if op == 'DIV' else 'mod'}({a[0]}, {literal(n.arg, INDEX)})"
+  if op == "LOAD":
+    access = f"{buf_name(n.arg)}[{a[0]}]"
+    return access if len(a) == 1 else f"({a[1]} ? {access} : ({ctype(dt)})0)"
+  if op == "WHERE":
+    return f"({a[0]} ? {a[1]} : {a[2]})"
+  if op == "cast":
+    src = n.srcs[0].dtype
+    if dt == BOOL:
+      return f"(({a[0]}) != 0)"
+    if src == BOOL:
+      return f"(({ctype(dt)})({a[0]} != 0))"
+    return f"(({ctype(dt)}){a[0]})"
+  if op in BIN_C:
+    return f"({a[0]} {BIN_C[op]} {a[1]})"
+  if op == "div":
+    if dt.kind == "f":
+      return f"({a[0]} / {a[1]})"
+    return f"PM_IDIV({ctype(dt)}, {a[0]}, {a[1]})"
+  if op == "mod":
+    if dt.kind == "f":
+      return f"{'fmodf' if f32 else 'fmod'}({a[0]}, {a[1]})"
+    return f"PM_IMOD({ctype(dt)}, {a[0]}, {a[1]})"
+  if op == "fmod":
+    if dt.kind == "f":
+      return f"{'fmodf' if f32 else 'fmod'}({a[0]}, {a[1]})"
+    return f"PM_IREM({ctype(dt)}, {a[0]}, {a[1]})"
+  if op in ("max", "min"):
+    if dt.kind == "f":
+      return f"pm_{op}{'f' if f32 else 'd'}({a[0]}, {a[1]})"
+    return f"({a[0]} {'>' if op == 'max' else '<'} {a[1]} ? {a[0]} : {a[1]})"
+  if op == "neg":
+    return f"(-{a[0]})" if dt != BOOL else a[0]
+  if op == "abs":
+    if dt.kind == "f":
+      return f"{'fabsf' if f32 else 'fabs'}({a[0]})"
+    return f"(({ctype(dt)})({a[0]} < 0 ? -{a[0]} : {a[0]}))" if dt.kind == "i" else a[0]
+  if op in ("exp", "tanh") and f32:
+    return f"pm_{op}f({a[0]})"
+  if op in UNARY_F:
+    return f"{UNARY_F[op]}{'f' if f32 else ''}({a[0]})"
+  if op == "recip":
+    return f"({literal(1, dt)} / {a[0]})"
+  if op == "sign":
+    if dt.kind == "f":
+      one = literal(1, dt)
+      return f"({a[0]} > 0 ? {one} : ({a[0]} < 0 ? -{one} : {a[0]}))"
+    return f"(({ctype(dt)})(({a[0]} > 0) - ({a[0]} < 0)))"
+  if op == "pow":
+    if dt.kind == "f":
+      return f"{'powf' if f32 else 'pow'}({a[0]}, {a[1]})"
+    return f"(({ctype(dt)})pow((double){a[0]}, (double){a[1]}))"
+  if op == "not":
+    return f"(!{a[0]})"
+  if op == "and":
+    return "(" + " && ".join(a) + ")"
+  if op == "or":
+    return f"({a[0]} || {a[1]})"
+  if op == "xor":
+    return f"((!{a[0]}) != (!{a[1]}))"
+  raise NotImplementedError(f"render: op {op}")
+
+
+# ------------------------------------------------------------------------------------------------ scopes
+
+class Scope:
+  """One loop (or the function body): the nodes computed in it, in dependency order, and its inner loop."""
+  __slots__ = ("var", "parent", "depth", "items", "child", "stop")
+
+  def __init__(self, var: E | None, parent: Scope | None, stop: E | int | None = None):
+    self.var, self.parent, self.stop = var, parent, stop
+    self.depth = 0 if parent is None else parent.depth + 1
+    self.items: list = []
+    self.child: Scope | None = None
+
+
+@dataclass
+class Schedule:
+  """How a LoopKernel's loops are arranged (the optimise stage's decision)."""
+  order: list            # output vars, outermost first
+  mode: str = "scalar"   # "scalar", "tile" (vector over an output var) or "inner" (vector over a reduction var)
+  tile_var: E | None = None
+  tile: int = 0          # lanes per tile along tile_var (a multiple of vl)
+  up_var: E | None = None
+  up: int = 1
+  vl: int = 16
+  overlap_ok: bool = False  # the store's buffer is not read by the kernel: tiles may overlap (idempotent)
+
+  def describe(self) -> str:
+    if self.mode == "scalar":
+      return "scalar"
+    s = f"{self.mode} {self.tile_var.arg[0]}x{self.tile}"
+    return s + (f" up {self.up_var.arg[0]}x{self.up}" if self.up_var is not None and self.up > 1 else "")
+
+
+def walk_many(roots) -> list[E]:
+  seen, out = set(), []
+  for r in roots:
+    for n in ir.walk(r):
+      if n not in seen:
+        seen.add(n)
+        out.append(n)
+  return out
+
+
+class LoopEmitter:
+  """Emits one loop nest (a LoopKernel, or a packing/epilogue nest inside a BLAS kernel) into a Writer.
+
+  bound: variables the enclosing code already defines (var -> C name); dyn: var -> E of its runtime extent
+  (never more than its static extent)."""
+
+  def __init__(self, w: Writer, buf_name, bound: dict | None = None, dyn: dict | None = None):
+    self.w, self.buf_name = w, buf_name
+    self.names: dict = dict(bound or {})
+    self.dyn = dict(dyn or {})
+
+  def expr(self, n: E) -> str:
+    """C text of n: a named temporary, a variable, or an inline constant/index expression."""
+    got = self.names.get(n)
+    if got is not None:
+      return got
+    if n.op == "CONST":
+      return literal(n.arg, n.dtype)
+    if n.op == "VAR":
+      return vname(n)
+    return scalar_op(n, [self.expr(s) for s in n.srcs], self.buf_name)
+
+  def define(self, n: E):
+    if n in self.names:
+      return
+    if n.op in ("CONST", "VAR"):
+      return
+    text = scalar_op(n, [self.expr(s) for s in n.srcs], self.buf_name)
+    if n.dtype == INDEX and n.op in ("ADD_I", "MUL_I"):  # cheap index arithmetic: inline where used
+      self.names[n] = text
+      return
+    t = self.w.tmp()
+    self.w(f"const {'i64' if n.dtype == INDEX else ctype(n.dtype)} {t} = {text};")
+    self.names[n] = t
+
+  def open_loop(self, var: E, start: str = "0", step: int = 1, stop: str | None = None):
+    n = vname(var)
+    self.names[var] = n
+    if var is self.w.par_var and start == "0" and step == 1 and stop is None:
+      start, stop = "pm_lo", "pm_hi"
+    if stop is None:
+      stop = self.expr(self.dyn[var]) if var in self.dyn else str(var.arg[1])
+    inc = f"{n}++" if step == 1 else f"{n} += {step}"
+    self.w.open(f"for (i64 {n} = {start}; {n} < {stop}; {inc})")
+
+  # -- scalar schedule ------------------------------------------------------------------------------
+  def emit_scalar(self, order: list[E], stores: list[tuple[str, E, E]]):
+    """stores: (buffer C name, index E, value E), computed for every point of the loops over `order`."""
+    root = Scope(None, None)
+    scope_of: dict = {v: root for v in self.names if isinstance(v, E)}
+    chain = root
+    for v in order:
+      s = Scope(v, chain)
+      chain.child = s
+      scope_of[v] = s
+      chain = s
+    nodes = walk_many([e for _, idx, val in stores for e in (idx, val)])
+    self.rchain: dict = {}
+    for r in reversed([n for n in nodes if n.op == "REDUCE"]):  # users first: an outer reduction's loops exist
+      home = self._deepest([scope_of.get(v, root) for v in ir.free_vars(r)], root)
+      s, chain_r = home, []
+      for rv in r.arg[1]:
+        s = Scope(rv, s)
+        scope_of[rv] = s
+        chain_r.append(s)
+      scope_of[r] = home
+      self.rchain[r] = chain_r
+    for n in nodes:
+      if n.op == "CONST" or n in self.names:
+        scope_of.setdefault(n, root)
+        continue
+      if n.op == "VAR":
+        continue
+      if n.op != "REDUCE":
+        scope_of[n] = self._deepest([scope_of[x] for x in n.srcs], root)
+      scope_of[n].items.append(n)
+    for bname, idx, val in stores:
+      self._deepest([scope_of[idx], scope_of[val]], root).items.append(("STORE", bname, idx, val))
+    self.scope_of = scope_of
+    self._emit_items(root)
+    s, opened = root.child, 0
+    while s is not None:
+      self.open_loop(s.var)
+      opened += 1
+      self._emit_items(s)
+      s = s.child
+    for _ in range(opened):
+      self.w.close()
+
+  @staticmethod
+  def _deepest(scopes, root):
+    best = root
+    for s in scopes:
+      if s.depth > best.depth:
+        best = s
+    return best
+
+  def _emit_items(self, scope: Scope, after=None):
+    for it in scope.items:
+      if isinstance(it, tuple):
+        _, bname, idx, val = it
+        self.w(f"{bname}[{self.expr(idx)}] = {self.expr(val)};")
+      elif it.op == "REDUCE":
+        self._emit_reduce(it)
+      else:
+        self.define(it)
+        if after is not None:
+          after(it)
+
+  def _emit_reduce(self, r: E):
+    op, rvars = r.arg
+    body, gate = r.srcs[0], (r.srcs[1] if len(r.srcs) > 1 else None)
+    acc_t = ctype(body.dtype)
+    a = self.w.tmp("acc")
+    init = literal(ir.identity(op, body.dtype).arg, body.dtype)
+    if op in ir.ARG_OPS:
+      self.w(f"{acc_t} {a}_v = {init}; i64 {a} = 0; int {a}_f = 1;")
+    else:
+      self.w(f"{acc_t} {a} = {init};")
+    chain = self.rchain[r]
+    pending = [c for c in ir.conjuncts(gate)]
+    mine = set(chain)
+
+    def check(n):
+      if n in pending and self.scope_of.get(n) in mine:
+        self.w(f"if (!({self.expr(n)})) continue;")
+        pending.remove(n)
+    for i, s in enumerate(chain):
+      self.open_loop(s.var)
+      if i == 0:  # conjuncts that do not depend on this reduction's variables: test them once per term
+        for c in [c for c in pending if self.scope_of.get(c) not in mine]:
+          self.define(c)
+          self.w(f"if (!({self.expr(c)})) continue;")
+          pending.remove(c)
+      self._emit_items(s, after=check)
+    for c in list(pending):
+      self.w(f"if (!({self.expr(c)})) continue;")
+    v = self.expr(body)
+    if op == "sum":
+      self.w(f"{a} += {v};")
+    elif op == "prod":
+      self.w(f"{a} *= {v};")
+    elif op in ("max", "min"):
+      if body.dtype.kind == "f":
+        self.w(f"{a} = pm_{op}{'f' if body.dtype == F32 else 'd'}({a}, {v});")
+      else:
+        self.w(f"{a} = ({v} {'>' if op == 'max' else '<'} {a}) ? {v} : {a};")
+    else:  # over one variable: the first (or last) extreme index, NaN counting as the extreme as in numpy
+      cmp = {"argmax": ">", "argmin": "<", "argmax_last": ">=", "argmin_last": "<="}[op]
+      idx = vname(rvars[-1])
+      nan = f" || ({v} != {v})" if body.dtype.kind == "f" else ""
+      self.w(f"if ({a}_f || ({a}_v == {a}_v && ({v} {cmp} {a}_v{nan}))) {{ {a}_v = {v}; {a} = {idx}; {a}_f = 0; }}")
+    for _ in chain:
+      self.w.close()
+    self.names[r] = a
+
+
+
+# ------------------------------------------------------------------------------------------- vector path
+
+VEC_TYPES = {"float32": "vf", "uint8": "vu8", "int8": "vi8", "int32": "vi"}
+VEC_ARITH = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+VEC_LANEWISE = {"log": "logf", "sqrt": "__builtin_sqrtf", "sin": "sinf", "cos": "cosf",
+                "tan": "tanf", "erf": "erff", "floor": "floorf", "ceil": "ceilf", "rint": "rintf", "log1p": "log1pf"}
+
+
+def vectorizable(value: E, t: E) -> bool:
+  """Whether the vector path can compute value with lanes along variable t: every node that depends on t
+  is a float32 op it knows, a load whose index is affine in t, or an int64 comparison affine in t (a gate)."""
+  for n in ir.walk(value):
+    if t not in ir.free_vars(n) or n.op in ("VAR",):
+      continue
+    if n.op == "REDUCE":
+      continue
+    if n.dtype == INDEX:
+      if n.op in ("ADD_I", "MUL_I"):
+        continue
+      return False
+    if n.op == "LOAD":
+      if n.dtype.name not in VEC_TYPES or ir.coef(n.srcs[0], t) is None:
+        return False
+      continue
+    if n.dtype == BOOL:
+      if n.op in ir.COMPARE and n.srcs[0].dtype == INDEX:
+        if ir.coef(ir.add(n.srcs[0], ir.mul(n.srcs[1], -1)), t) is None:
+          return False
+        continue
+      if n.op in ir.COMPARE and n.srcs[0].dtype == F32 or n.op in ("and", "or"):
+        continue
+      return False
+    if n.dtype != F32:
+      return False
+    if n.op == "cast" and n.srcs[0].dtype.name in VEC_TYPES:
+      continue
+    if n.op in VEC_ARITH or n.op in VEC_LANEWISE or n.op in ("max", "min", "neg", "abs", "recip", "exp", "tanh",
+                                                              "WHERE", "ACC") or (n.op == "pow" and n.dtype == F32):
+      continue
+    return False
+  return True
+
+
+class VecEmitter:
+  """Vector C code for expressions over the special variable `lane` (VL lanes); nodes not depending on lane
+  are scalars from the wrapped scalar emitter (shared, so loop-invariant loads are emitted once)."""
+
+  def __init__(self, sc: LoopEmitter, lane: E, vl: int):
+    self.sc, self.lane, self.vl = sc, lane, vl
+    self.names: dict = {}
+
+  def is_vec(self, n: E) -> bool:
+    return self.lane in ir.free_vars(n)
+
+  def splat(self, n: E) -> str:
+    return f"((vf){{}} + {self.sc.expr(n)})"
+
+  def _plain(self, ld: E) -> bool:
+    c = ir.coef(ld.srcs[0], self.lane)
+    return c == 1 or (c in (2, 4, 8) and self.vl % c == 0)
+
+  def _load_f32(self, ld: E) -> str:
+    """A byte load converted to float lanes (contiguous, or strided by 2, 4 or 8 through float shuffles)."""
+    idx = ld.srcs[0]
+    c = ir.coef(idx, self.lane)
+    base = self.sc.expr(ir.substitute(idx, {self.lane: ir.const(0)}))
+    p = self.sc.buf_name(ld.arg)
+    fn = "vu8_loadf" if ld.dtype.name == "uint8" else "vi8_loadf"
+    text = f"{fn}({p} + {base})" if c == 1 else self._strided("vf", p, base, c, fn)
+    if len(ld.srcs) > 1:
+      text = f"({self.sc.expr(ld.srcs[1])} ? {text} : (vf){{}})"
+    return text
+
+  @staticmethod
+  def _vload(vt: str, p: str, base: str, fn: str | None = None) -> str:
+    if fn is not None:
+      return f"{fn}({p} + {base})"
+    if vt == "vf":
+      return f"vf_load({p} + {base})"
+    return f"({{ {vt} _v; __builtin_memcpy(&_v, {p} + {base}, sizeof _v); _v; }})"
+
+  def _strided(self, vt: str, p: str, base: str, c: int, fn: str | None = None) -> str:
+    """Lanes p[base + c*i]: c contiguous vector loads, then a tree of shuffles keeping every c-th element
+    (each shuffle of two vectors halves the lanes it keeps, so lanes stay in order)."""
+    vl = self.vl
+    parts = [self._vload(vt, p, f"{base} + {j * vl}", fn) for j in range(c)]
+    n = vl  # lanes per part
+    stride = c
+    # first level: from each pair of loads keep every c-th element (2*vl/c lanes)
+    level = []
+    for a, b in zip(parts[0::2], parts[1::2]):
+      level.append((f"__builtin_shufflevector({a}, {b}, {', '.join(str(stride * i) for i in range(2 * n // stride))})",
+                    2 * n // stride))
+    while len(level) > 1:  # concatenate neighbours until one vector of vl lanes remains
+      nxt = []
+      for (a, na), (b, nb) in zip(level[0::2], level[1::2]):
+        nxt.append((f"__builtin_shufflevector({a}, {b}, {', '.join(str(i) for i in range(na + nb))})", na + nb))
+      level = nxt
+    return level[0][0]
+
+  def operand(self, n: E) -> str:
+    return self.get(n) if self.is_vec(n) else self.sc.expr(n)
+
+  def get(self, n: E) -> str:
+    if not self.is_vec(n):
+      return self.sc.expr(n)
+    got = self.names.get(n)
+    if got is not None:
+      return got
+    w, vl = self.sc.w, self.vl
+    op = n.op
+    if op == "ACCV":
+      return n.arg
+    if op == "LOAD":
+      assert len(n.srcs) == 1 or not self.is_vec(n.srcs[1]), "a lane-dependent gate reached the vector path"
+      idx = n.srcs[0]
+      c = ir.coef(idx, self.lane)
+      base = self.sc.expr(ir.substitute(idx, {self.lane: ir.const(0)}))
+      p = self.sc.buf_name(n.arg)
+      vt = VEC_TYPES[n.dtype.name]
+      if c == 1:
+        text = self._vload(vt, p, base)
+      elif c in (2, 4, 8) and vl % c == 0:
+        text = self._strided(vt, p, base, c)
+      else:
+        text = f"({vt}){{" + ", ".join(f"{p}[{base} + {i * c}]" for i in range(vl)) + "}"
+      if len(n.srcs) > 1:  # a lane-independent gate: the whole vector or none of it
+        g = self.sc.expr(n.srcs[1])
+        text = f"({g} ? {text} : ({vt}){{}})"
+    elif op == "cast" and n.srcs[0].op == "LOAD" and n.srcs[0].dtype.name in ("uint8", "int8") and \
+            self._plain(n.srcs[0]):
+      text = self._load_f32(n.srcs[0])
+    elif op == "cast":
+      text = f"__builtin_convertvector({self.get(n.srcs[0])}, vf)"
+    elif op in VEC_ARITH:
+      a, b = n.srcs
+      text = f"({self.operand(a)} {VEC_ARITH[op]} {self.operand(b)})"
+    elif op in ("max", "min"):
+      a, b = n.srcs
+      text = f"v{op}({self.get(a) if self.is_vec(a) else self.splat(a)}, {self.get(b) if self.is_vec(b) else self.splat(b)})"
+    elif op == "neg":
+      text = f"(-{self.get(n.srcs[0])})"
+    elif op == "abs":
+      text = f"((vf)((vi){self.get(n.srcs[0])} & 0x7fffffff))"
+    elif op == "recip":
+      text = f"(1.0f / {self.get(n.srcs[0])})"
+    elif op in ("exp", "tanh"):
+      text = f"v{op}({self.get(n.srcs[0])})"
+    elif op in ir.COMPARE:
+      a, b = n.srcs
+      text = f"({self.operand(a)} {BIN_C[op]} {self.operand(b)})"
+    elif op == "and":
+      text = "(" + " & ".join(self.get(x) if self.is_vec(x) else f"((vi){{}} - ({self.sc.expr(x)} != 0))"
+                              for x in n.srcs) + ")"
+    elif op == "or":
+      text = f"({self.get(n.srcs[0])} | {self.get(n.srcs[1])})"
+    elif op == "WHERE":
+      cnd, a, b = n.srcs
+      m = self.get(cnd) if self.is_vec(cnd) else f"((vi){{}} - ({self.sc.expr(cnd)} != 0))"
+      text = f"vsel({m}, {self.get(a) if self.is_vec(a) else self.splat(a)}, {self.get(b) if self.is_vec(b) else self.splat(b)})"
+    elif op in VEC_LANEWISE:
+      src = self.get(n.srcs[0])
+      t = w.tmp("vl")
+      w(f"vf {t}; {{ const vf _s = {src}; for (int _j = 0; _j < {vl}; _j++) {t}[_j] = {VEC_LANEWISE[op]}(_s[_j]); }}")
+      self.names[n] = t
+      return t
+    elif op == "pow" and n.dtype == F32:  # the scalar powf per lane: the same results as the scalar path
+      args = []
+      for x in n.srcs:  # a lane-invariant operand stays a scalar
+        args.append(f"({self.get(x)})[_j]" if self.lane in ir.free_vars(x) else f"({self.get(x)})")
+      t = w.tmp("vl")
+      w(f"vf {t}; for (int _j = 0; _j < {vl}; _j++) {t}[_j] = powf({args[0]}, {args[1]});")
+      self.names[n] = t
+      return t
+    else:
+      raise NotImplementedError(f"vector op {op}")
+    vt = VEC_TYPES.get(n.dtype.name, "vi") if n.dtype != BOOL else "vi"
+    t = w.tmp("v")
+    w(f"const {vt} {t} = {text};")
+    self.names[n] = t
+    return t
+
+
+def _combine(op: str, a: str, b: str, vector: bool) -> str:
+  if op == "sum":
+    return f"{a} + {b}"
+  if op == "prod":
+    return f"{a} * {b}"
+  return f"v{op}({a}, {b})" if vector else f"pm_{op}f({a}, {b})"
+
+
+def _conjunct_split(conj: list[E], t: E):
+  on_t = [x for x in conj if t in ir.free_vars(x)]
+  return on_t, [x for x in conj if t not in ir.free_vars(x)]
+
+
+def _lane_conds(conds: list[E], t: E) -> list[E]:
+  """Index conjuncts of every load gate in e that depend on t."""
+  return conds
+
+
+def _gate_conjuncts(e: E, t: E) -> list[E]:
+  out = []
+  for n in ir.walk(e):
+    if n.op == "LOAD" and len(n.srcs) > 1:
+      out += [x for x in ir.conjuncts(n.srcs[1]) if t in ir.free_vars(x)]
+    if n.op == "WHERE" and n.srcs[0].dtype == BOOL and all(
+            x.op in ir.COMPARE and x.srcs[0].dtype == INDEX for x in ir.conjuncts(n.srcs[0])):
+      out += [x for x in ir.conjuncts(n.srcs[0]) if t in ir.free_vars(x)]
+  return list(dict.fromkeys(out))
+
+
+def _t_conjuncts(value: E, t: E) -> list[E]:
+  """Every gate conjunct (reduction gates and load gates) that depends on t."""
+  out = []
+  for n in ir.walk(value):
+    if n.op == "REDUCE" and len(n.srcs) > 1:
+      out += [x for x in ir.conjuncts(n.srcs[1]) if t in ir.free_vars(x)]
+  return list(dict.fromkeys(out + _gate_conjuncts(value, t)))
+
+
+def _bound(c: E, t: E) -> tuple[int, int] | None:
+  """[lo, hi) of t where `e >= K` or `e < K` holds whatever the other variables of e are (e affine in t)."""
+  if c.op not in ("ge", "lt") or not c.srcs[1].is_const or c.srcs[0].dtype != INDEX:
+    return None
+  e, k = c.srcs[0], c.srcs[1].arg
+  a = ir.coef(e, t)
+  if not a:
+    return None
+  rmin, rmax = ir.rng(ir.add(e, ir.mul(t, -a)))
+  need = k - rmin if c.op == "ge" else k - rmax - 1  # ge: a*t >= need; lt: a*t <= need
+  if (c.op == "ge") == (a > 0):
+    return -((-need) // a), 1 << 62
+  return -(1 << 62), need // a + 1
+
+
+def upcast_widths(extent: int, U: int) -> list[int]:
+  """Block widths covering an upcast axis: U, then halves (rounded down) for what a full block leaves."""
+  out, rem, w = [U], extent % U, U
+  while rem and w > 1:
+    w = max(1, w // 2)
+    if rem >= w:
+      out.append(w)
+      rem %= w
+  return out
+
+
+class TileEmitter:
+  """The vector schedules of a one-store, one-reduction LoopKernel (see Schedule and optimise.py)."""
+
+  def __init__(self, w: Writer, buf_name, bound: dict, dyn: dict, sched: Schedule):
+    self.w, self.buf_name, self.bound, self.dyn, self.s = w, buf_name, bound, dyn, sched
+
+  def scalar(self, names=None) -> LoopEmitter:
+    em = LoopEmitter(self.w, self.buf_name, self.bound, self.dyn)
+    em.names.update(names or {})
+    return em
+
+  def emit(self, store: tuple[str, E, E]):
+    s = self.s
+    bname, index, value = store
+    r = next((n for n in ir.walk(value) if n.op == "REDUCE"), None)
+    outer = [v for v in s.order if v is not s.tile_var and v is not s.up_var]
+    em = self.scalar()
+    opened = 0
+    for v in outer:
+      em.open_loop(v)
+      opened += 1
+    up, U = s.up_var, s.up if s.up_var is not None else 1
+    body = self._tile if s.mode == "tile" else self._inner
+    if up is None:
+      body(em, dict(em.names), r, bname, index, value, None, 1)
+    else:  # blocks of U copies of the upcast axis, then the remainder in blocks of U/2, U/4, ... copies
+      u0 = ir.var(up.arg[0] + "_0", up.arg[1])
+      un = vname(u0)
+      self.w(f"i64 {un} = 0;")
+      em.names[u0] = un
+      for width in upcast_widths(up.arg[1], U):
+        self.w.open(f"for (; {un} + {width} <= {up.arg[1]}; {un} += {width})")
+        sub = LoopEmitter(self.w, self.buf_name, {}, self.dyn)
+        sub.names = dict(em.names)
+        body(sub, dict(sub.names), r, bname, index, value, u0, width)
+        self.w.close()
+    for _ in range(opened):
+      self.w.close()
+
+  def _copy_map(self, u0, j: int, mapping: dict) -> dict:
+    """mapping plus the upcast axis at copy j (when there is one)."""
+    if self.s.up_var is not None and u0 is not None:
+      mapping[self.s.up_var] = ir.add(u0, j)
+    return mapping
+
+  def _ucopies(self, e: E, u0, U) -> list[E]:
+    if self.s.up_var is None:
+      return [e]
+    return [ir.substitute(e, {self.s.up_var: ir.add(u0, j)}) for j in range(U)]
+
+  def _tile(self, em, base_names, r, bname, index, value, u0, U):
+    """Vector tiles along t. t-dependent gates that bound t statically (padding) split the t range into a
+    scalar edge, an interior of vector tiles where those gates hold, and a scalar edge; other t-dependent
+    gates are checked per tile (per reduction term), falling back to lanes. The interior is covered by tiles of
+    `tile` lanes, then of one vector, then a scalar remainder."""
+    s, w, vl = self.s, self.w, self.s.vl
+    t, T = s.tile_var, s.tile
+    conj = _t_conjuncts(value, t)
+    static = [c for c in conj if _bound(c, t) is not None]
+    lo, hi = 0, t.arg[1]
+    for c in static:
+      a, b = _bound(c, t)
+      lo, hi = max(lo, a), min(hi, b)
+    true = ir.const(True, BOOL)
+    fast = {c: true for c in static}
+    stop = em.expr(self.dyn[t]) if t in self.dyn else str(t.arg[1])
+    t0 = ir.var(t.arg[0] + "_0", t.arg[1])
+    tn = vname(t0)
+    hv = w.tmp("hi")
+    w(f"const i64 {hv} = {max(hi, lo)} < {stop} ? {max(hi, lo)} : {stop};")
+    if lo > 0:
+      self._scalar_range(em, bname, index, value, u0, U, t, "0", f"({lo} < {stop} ? {lo} : {stop})")
+    w(f"i64 {tn} = {lo};")
+    em.names[t0] = tn
+    widths = [T] + ([vl] if T > vl else [])
+
+    def tile(width):
+      if r is None:
+        self._map_body(em, bname, index, value, u0, U, t, t0, width, fast)
+      else:
+        self._reduce_body(em, r, bname, index, value, u0, U, t, t0, width, fast)
+    for width in widths:
+      w.open(f"for (; {tn} + {width} <= {hv}; {tn} += {width})")
+      tile(width)
+      w.close()
+    # a remainder inside the interior that reaches the end of t: one more vector tile ending there, overlapping
+    # the last one (recomputes a few elements; only where the kernel does not read what it stores)
+    if hi >= t.arg[1] and t not in self.dyn and t.arg[1] - lo >= vl and self.s.overlap_ok:
+      w.open(f"if ({tn} < {stop})")
+      w(f"{tn} = {stop} - {vl};")
+      tile(vl)
+      w(f"{tn} = {stop};")
+      w.close()
+      return  # the tiles reached the end of t: no scalar remainder
+    self._scalar_range(em, bname, index, value, u0, U, t, tn, stop)
+
+  def _scalar_range(self, em, bname, index, value, u0, U, t, start: str, stop: str):
+    """Every element of t in [start, stop) (and every upcast copy) computed by plain scalar code."""
+    w = self.w
+    tv = vname(t)
+    w.open(f"for (i64 {tv} = {start}; {tv} < {stop}; {tv}++)")
+    for vj, ij in zip(self._ucopies(value, u0, U), self._ucopies(index, u0, U)):
+      sub_em = LoopEmitter(w, self.buf_name, {}, self.dyn)
+      sub_em.names = dict(em.names)
+      sub_em.names[t] = tv
+      sub_em.emit_scalar([], [(bname, ij, vj)])
+    w.close()
+
+  def _reduce_body(self, em, r, bname, index, value, u0, U, t, t0, T, fast):
+    s, w, vl = self.s, self.w, self.s.vl
+    chunks = T // vl
+    op, rvars = r.arg
+    lane = ir.var("lane", vl)
+    body, gate = r.srcs[0], (r.srcs[1] if len(r.srcs) > 1 else None)
+    ident = literal(ir.identity(op, F32).arg, F32)
+    accs = {}
+    for j in range(U):
+      for ch in range(chunks):
+        a = w.tmp("acc")
+        w(f"vf {a} = (vf){{}} + {ident};")
+        accs[(j, ch)] = a
+    gconj = [x for x in ir.conjuncts(gate) if x not in fast]
+    on_t = [x for x in gconj if t in ir.free_vars(x)]
+    off_t = [x for x in gconj if t not in ir.free_vars(x)]
+    load_t = [x for x in _gate_conjuncts(body, t) if x not in fast]
+    rem = LoopEmitter(w, self.buf_name, {}, self.dyn)
+    rem.names = dict(em.names)
+    for rv in rvars:
+      rem.open_loop(rv)
+    # conjuncts not on t: skip the term (per upcast copy when they depend on the upcast axis)
+    ucond = {}
+    for cnd in off_t:
+      copies = self._ucopies(cnd, u0, U)
+      if s.up_var is not None and s.up_var in ir.free_vars(cnd):
+        for j, cc in enumerate(copies):
+          ucond.setdefault(j, []).append(cc)
+      else:
+        w(f"if (!({rem.expr(copies[0])})) continue;")
+    checks = []
+    for cnd in list(dict.fromkeys(on_t + load_t)):
+      for cc in self._ucopies(cnd, u0, U):
+        checks.append(ir.substitute(cc, {t: t0}))
+        checks.append(ir.substitute(cc, {t: ir.add(t0, T - 1)}))
+    true = ir.const(True, BOOL)
+    fast_body = ir.substitute(body, {**fast, **{x: true for x in dict.fromkeys(on_t + load_t)}})
+    if checks:
+      w.open(f"if ({' && '.join(rem.expr(x) for x in checks)})")
+    ve = VecEmitter(rem, lane, vl)
+    for j in range(U):
+      guard = ucond.get(j)
+      if guard:
+        w.open(f"if ({' && '.join(rem.expr(x) for x in guard)})")
+      for ch in range(chunks):  # one substitution per copy: the upcast index and the lanes together
+        v = ve.get(ir.substitute(fast_body, self._copy_map(u0, j, {t: ir.add(t0, ch * vl, lane)})))
+        a = accs[(j, ch)]
+        w(f"{a} = {_combine(op, a, v, True)};")
+      if guard:
+        w.close()
+    if checks:
+      w.close()
+      w.open("else")
+      slow = LoopEmitter(w, self.buf_name, {}, self.dyn)
+      slow.names = dict(rem.names)
+      lane_j = ir.var("lj", vl)
+      w.open(f"for (int v_lj = 0; v_lj < {vl}; v_lj++)")
+      slow.names[lane_j] = "v_lj"
+      slow_body = ir.substitute(body, fast)
+      slow_gate = ir.substitute(gate, fast) if gate is not None else true
+      for j, (bj, gj) in enumerate(zip(self._ucopies(slow_body, u0, U), self._ucopies(slow_gate, u0, U))):
+        for ch in range(chunks):
+          sub = {t: ir.add(t0, ch * vl, lane_j)}
+          b2, g2 = ir.substitute(bj, sub), ir.substitute(gj, sub)
+          a = accs[(j, ch)]
+          cond = [slow.expr(x) for x in ir.conjuncts(g2)]
+          line = f"{a}[v_lj] = {_combine(op, f'{a}[v_lj]', slow.expr(b2), False)};"
+          w(f"if ({' && '.join(cond)}) {line}" if cond else line)
+      w.close()
+      w.close()
+    for _ in rvars:
+      w.close()
+    # epilogue: value with the reduction replaced by each accumulator (gates outside it resolved as above)
+    ep = LoopEmitter(w, self.buf_name, {}, self.dyn)
+    ep.names = dict(em.names)
+    ve2 = VecEmitter(ep, lane, vl)
+    accv = {(j, ch): E("ACCV", F32, (lane,), a) for (j, ch), a in accs.items()}
+    placeholder = E("ACCR", F32, (), 0)
+    epi = ir.substitute(ir.substitute(value, {r: placeholder}), fast)
+    for j in range(U):
+      for ch in range(chunks):
+        sub = self._copy_map(u0, j, {t: ir.add(t0, ch * vl, lane), placeholder: accv[(j, ch)]})
+        self._store_vec(ep, ve2, bname, ir.substitute(index, sub), ir.substitute(epi, sub), lane)
+
+  def _map_body(self, em, bname, index, value, u0, U, t, t0, T, fast):
+    """One tile of an elementwise nest: vector code if every remaining t-dependent gate holds across it."""
+    w, vl = self.w, self.s.vl
+    chunks = T // vl
+    lane = ir.var("lane", vl)
+    conj = [c for c in _gate_conjuncts(value, t) if c not in fast]
+    checks = []
+    for cnd in conj:
+      for cc in self._ucopies(cnd, u0, U):
+        checks.append(ir.substitute(cc, {t: t0}))
+        checks.append(ir.substitute(cc, {t: ir.add(t0, T - 1)}))
+    true = ir.const(True, BOOL)
+    fast_value = ir.substitute(value, {**fast, **{x: true for x in conj}})
+    body = LoopEmitter(w, self.buf_name, {}, self.dyn)
+    body.names = dict(em.names)
+    if checks:
+      w.open(f"if ({' && '.join(body.expr(x) for x in checks)})")
+    ve = VecEmitter(body, lane, vl)
+    for j in range(U):
+      for ch in range(chunks):
+        sub = self._copy_map(u0, j, {t: ir.add(t0, ch * vl, lane)})
+        self._store_vec(body, ve, bname, ir.substitute(index, sub), ir.substitute(fast_value, sub), lane)
+    if checks:
+      w.close()
+      w.open("else")
+      slow = LoopEmitter(w, self.buf_name, {}, self.dyn)
+      slow.names = dict(em.names)
+      tv = vname(t)
+      w.open(f"for (i64 {tv} = {vname(t0)}; {tv} < {vname(t0)} + {T}; {tv}++)")
+      slow.names[t] = tv
+      for vj, ij in zip(self._ucopies(value, u0, U), self._ucopies(index, u0, U)):
+        w(f"{bname}[{slow.expr(ij)}] = {slow.expr(vj)};")
+      w.close()
+      w.close()
+
+  @staticmethod
+  def buf_name_of(bname: str) -> str:
+    return bname
+
+  def _store_vec(self, em, ve, bname, index, value, lane):
+    dt = value.dtype
+    v = ve.get(value) if ve.is_vec(value) else f"((vf){{}} + {em.expr(value)})"
+    c = ir.coef(index, lane)
+    base = em.expr(ir.substitute(index, {lane: ir.const(0)}))
+    if c == 1 and dt == F32:
+      self.w(f"vf_store({bname} + {base}, {v});")
+    else:
+      self.w(f"{{ const vf _o = {v}; for (int _j = 0; _j < {self.s.vl}; _j++) {bname}[{base} + _j * {c}] = _o[_j]; }}")
+
+  def _inner(self, em, base_names, r, bname, index, value, u0, U):
+    s, w, vl = self.s, self.w, self.s.vl
+    rt = s.tile_var
+    op, rvars = r.arg
+    body, gate = r.srcs[0], (r.srcs[1] if len(r.srcs) > 1 else None)
+    ident = literal(ir.identity(op, F32).arg, F32)
+    accs, saccs = [], []
+    for j in range(U):
+      a = w.tmp("acc")
+      w(f"vf {a} = (vf){{}} + {ident}; float {a}_s = {ident};")
+      accs.append(a)
+      saccs.append(a + "_s")
+    lane = ir.var("lane", vl)
+    rem = LoopEmitter(w, self.buf_name, {}, self.dyn)
+    rem.names = dict(em.names)
+    outer_r = [v for v in rvars if v is not rt]
+    for rv in outer_r:
+      rem.open_loop(rv)
+    gconj = ir.conjuncts(gate)
+    on_t = [x for x in gconj if rt in ir.free_vars(x)] + _gate_conjuncts(body, rt)
+    for cnd in [x for x in gconj if rt not in ir.free_vars(x)]:
+      if s.up_var is None or s.up_var not in ir.free_vars(cnd):
+        w(f"if (!({rem.expr(cnd)})) continue;")
+      else:
+        raise NotImplementedError("gate on the upcast axis in the inner schedule")
+    r0 = ir.var(rt.arg[0] + "_0", rt.arg[1])
+    rn = vname(r0)
+    w(f"i64 {rn} = 0;")
+    if on_t:
+      raise NotImplementedError("gate on the vector axis in the inner schedule")
+    w.open(f"for (; {rn} + {vl} <= {rt.arg[1]}; {rn} += {vl})")
+    rem.names[r0] = rn
+    ve = VecEmitter(rem, lane, vl)
+    for j in range(U):
+      v = ve.get(ir.substitute(body, self._copy_map(u0, j, {rt: ir.add(r0, lane)})))
+      w(f"{accs[j]} = {_combine(op, accs[j], v, True)};")
+    w.close()
+    tailn = vname(rt)
+    w.open(f"for (i64 {tailn} = {rn}; {tailn} < {rt.arg[1]}; {tailn}++)")
+    sc = LoopEmitter(w, self.buf_name, {}, self.dyn)
+    sc.names = dict(rem.names)
+    sc.names[rt] = tailn
+    for j, bj in enumerate(self._ucopies(body, u0, U)):
+      w(f"{saccs[j]} = {_combine(op, saccs[j], sc.expr(bj), False)};")
+    w.close()
+    for _ in outer_r:
+      w.close()
+    for j, (vj, ij, rj) in enumerate(zip(self._ucopies(value, u0, U), self._ucopies(index, u0, U),
+                                         self._ucopies(r, u0, U))):
+      tot = w.tmp("tot")
+      w(f"float {tot} = {ident}; for (int _j = 0; _j < {vl}; _j++) {tot} = {_combine(op, tot, f'{accs[j]}[_j]', False)};"
+        f" {tot} = {_combine(op, tot, saccs[j], False)};")
+      ep = LoopEmitter(w, self.buf_name, {}, self.dyn)
+      ep.names = dict(em.names)
+      accn = E("ACCV", F32, (), tot)
+      ep.names[accn] = tot
+      ep.emit_scalar([], [(bname, ij, ir.substitute(vj, {rj: accn}))])
+
+
+# --------------------------------------------------------------------------------------------- kernels
+
+@dataclass
+class Rendered:
+  name: str
+  source: str
+  params: list           # ("buf", buffer name) or ("extern", "sgemm")
+  schedules: list        # Schedule.describe() of each loop nest
+  par: int = 0           # > 0: the function takes (args, lo, hi) and computes rows [lo, hi) of this many
+
+
+def _params(bufs_in_order, written: set):
+  names = {}
+  decls = []
+  for i, b in enumerate(bufs_in_order):
+    names[b] = f"b{i}"
+    q = "" if b in written else "const "
+    decls.append(f"{q}{ctype(b.dtype)}* restrict b{i} = ({q}{ctype(b.dtype)}*)args[{i}];")
+  return names, decls
+
+
+def _collect(loop_kernels, extra=()):
+  order, written = {}, set()
+  for lk in loop_kernels:
+    for st in lk.stores:
+      order[st.buf] = None
+      written.add(st.buf)
+  for b, wr in extra:
+    order[b] = None
+    if wr:
+      written.add(b)
+  for lk in loop_kernels:
+    for st in lk.stores:
+      for n in walk_many([st.index, st.value]):
+        if n.op == "LOAD":
+          order[n.arg] = None
+  return list(order), written
+
+
+def emit_nest(w: Writer, names: dict, lk: LoopKernel, sched: Schedule, bound: dict):
+  def buf_name(b):
+    return names[b]
+  stores = [(names[st.buf], st.index, st.value) for st in lk.stores]
+  if sched.mode == "scalar":
+    LoopEmitter(w, buf_name, bound, lk.dyn).emit_scalar(sched.order, stores)
+  else:
+    TileEmitter(w, buf_name, bound, lk.dyn, sched).emit(stores[0])
+
+
+PAR_MIN_WORK = 1 << 22   # multiply-adds (or elements) below which a kernel is not split across threads
+
+
+def split_var(lk: LoopKernel, sched: Schedule) -> E | None:
+  """The loop a kernel may split across threads: its outermost output loop other than the vector and upcast
+  axes, when the kernel does not read what it stores (so rows are independent) and has enough work."""
+  if not sched.overlap_ok or lk.dyn:
+    return None
+  cands = [v for v in sched.order if v is not sched.tile_var and v is not sched.up_var and v.op == "VAR"]
+  if not cands or cands[0].arg[1] < 2:
+    return None
+  work = math.prod(lk.shape)
+  for r in dict.fromkeys(n for st in lk.stores for n in ir.walk(st.value) if n.op == "REDUCE"):
+    work *= math.prod(v.arg[1] for v in r.arg[1])
+  return cands[0] if work >= PAR_MIN_WORK else None
+
+
+def render_loop(lk: LoopKernel, sched: Schedule, vl: int) -> Rendered:
+  """A LoopKernel and its `after` nests (plain C loops: only the first nest sets the vector width). A kernel
+  with a split_var takes the range of that loop as arguments; its `after` nests run in the part holding 0."""
+  bufs, written = _collect([lk] + list(lk.after))
+  names, decls = _params(bufs, written)
+  w = Writer()
+  for d in decls:
+    w(d)
+  w.par_var = split_var(lk, sched)
+  emit_nest(w, names, lk, sched, {})
+  par_var, w.par_var = w.par_var, None
+  if lk.after:
+    if par_var is not None:
+      w.open("if (pm_lo == 0)")
+    for a in lk.after:
+      emit_nest(w, names, a, Schedule(_plain_order(a), vl=vl), {})
+    if par_var is not None:
+      w.close()
+  par = par_var.arg[1] if par_var is not None else 0
+  return _finish(w, [("buf", b.name) for b in bufs], [sched.describe()], vl, par)
+
+
+def _plain_order(k: LoopKernel) -> list[E]:
+  return [v for v in k.vars if v.op == "VAR"]
+
+
+def render_gemm(k, nests: list, vl: int, blas_int: str) -> Rendered:
+  """A GemmKernel; nests: (LoopKernel, Schedule) for its packs then its epilogue (None entries skipped)."""
+  g = k.gemm
+  extra = [(g.a[0], False), (g.b[0], False), (g.c[0], True)] + [(b, True) for b in k.scratch]
+  loop_ks = [lk for lk, _ in nests]
+  bufs, written = _collect(loop_ks, extra)
+  names, decls = _params(bufs, written)
+  w = Writer()
+  for d in decls:
+    w(d)
+  it = blas_int
+  w(f"typedef void (*pm_sgemm_t)(int, int, int, {it}, {it}, {it}, float, const float*, {it}, const float*, {it}, "
+    f"float, float*, {it});")
+  w(f"const pm_sgemm_t sgemm = (pm_sgemm_t)args[{len(bufs)}];")
+  em = LoopEmitter(w, lambda b: names[b])
+  opened = 0
+  outer, inner = k.tags.get("outer", []), k.tags.get("inner", [])
+  for v in outer:
+    if v.op == "VAR":
+      em.open_loop(v)
+      opened += 1
+  if k.band_var is not None and k.band_var.op == "VAR":
+    em.open_loop(k.band_var)
+    opened += 1
+  n_pack = len(k.packs)
+  inner_open = 0
+  for v in inner:
+    if v.op == "VAR":
+      em.open_loop(v)
+      inner_open += 1
+  bound = {v: vname(v) for v in list(outer) + list(inner) + ([k.band_var] if k.band_var is not None else [])
+           if v.op == "VAR"}
+  for lk, sched in nests[:n_pack]:
+    emit_nest(w, names, lk, sched, bound)
+  a, b, c = g.a, g.b, g.c
+  ta = "112" if a[3] else "111"
+  tb = "112" if b[3] else "111"
+  n_expr = em.expr(g.n) if isinstance(g.n, E) else str(g.n)
+  w(f"sgemm(101, {ta}, {tb}, {g.m}, {n_expr}, {g.k}, {literal(g.alpha, F32)}, {names[a[0]]} + {em.expr(a[1])}, "
+    f"{a[2]}, {names[b[0]]} + {em.expr(b[1])}, {b[2]}, {literal(g.beta, F32)}, {names[c[0]]} + {em.expr(c[1])}, {c[2]});")
+  for _ in range(inner_open):
+    w.close()
+  if k.epilogue is not None:
+    emit_nest(w, names, nests[n_pack][0], nests[n_pack][1], {v: n for v, n in bound.items() if v not in inner})
+  for _ in range(opened):
+    w.close()
+  return _finish(w, [("buf", x.name) for x in bufs] + [("extern", "sgemm")], [s.describe() for _, s in nests], vl)
+
+
+def _finish(w: Writer, params, schedules, vl: int, par: int = 0) -> Rendered:
+  body = "\n".join(w.lines)
+  needs_vec = "vf" in body or "vu8" in body or "vsel" in body
+  head = PRELUDE + (vector_prelude(vl) if needs_vec else "")
+  sig = "void* const* restrict args, int64_t pm_lo, int64_t pm_hi" if par else "void* const* restrict args"
+  name = kernel_name(head + sig + body)
+  src = f"{head}\nvoid {name}({sig}) {{\n{body}\n}}\n"
+  return Rendered(name, src, params, schedules, par)
+
+
+def kernel_name(body: str) -> str:
+  return "k_" + hashlib.sha256(body.encode()).hexdigest()[:16]

@@ -1,0 +1,146 @@
+"""Everything the runtime reads from its environment, in one place (each variable is in README.md's table).
+
+Values are read when asked for, not at import, so a process (or a test) that changes its environment is seen.
+A malformed value is a ValueError naming the variable. The runtime dir (where the USB+AMD simulator's presence
+and fault files live) is not derived from anything of ours: the caller names it with set_runtime_dir() (a path
+or a zero-argument callable, e.g. msgq.namespace.runtime_dir) or env PYMODELD_RUNTIME_DIR.
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+CACHE_DIR_ENV = "PYMODELD_CACHE_DIR"
+DISK_CACHE_ENV = "PYMODELD_DISK_CACHE"
+THREADS_ENV = "PYMODELD_RUNTIME_THREADS"
+SEARCH_ENV = "PYMODELD_SEARCH"
+RUNTIME_DIR_ENV = "PYMODELD_RUNTIME_DIR"
+CPU_LRU_ENV = "PYMODELD_CPU_LRU_BYTES"
+USB_PRESENT_ENV = "PYMODELD_USB_AMD"
+USB_FAULT_ENV = "PYMODELD_USB_FAULT"
+USB_VRAM_ENV = "PYMODELD_USB_VRAM_MB"
+USB_LRU_ENV = "PYMODELD_USB_LRU_BYTES"
+USB_BANDWIDTH_ENV = "PYMODELD_USB_BANDWIDTH_MBPS"
+USB_LATENCY_ENV = "PYMODELD_USB_LATENCY_US"
+MEMORY_BUDGET_ENV = "PYMODELD_MEMORY_BUDGET_BYTES"
+DEFAULT_MEMORY_BUDGET = 4 << 30
+
+# every variable read below (tests/test_env.py checks README.md's table against this)
+VARIABLES = ("DEV", "JIT", "CC", CACHE_DIR_ENV, DISK_CACHE_ENV, THREADS_ENV, SEARCH_ENV, RUNTIME_DIR_ENV, CPU_LRU_ENV,
+             USB_PRESENT_ENV, USB_FAULT_ENV, USB_VRAM_ENV, USB_LRU_ENV, USB_BANDWIDTH_ENV, USB_LATENCY_ENV,
+             MEMORY_BUDGET_ENV)
+
+_runtime_dir: str | Callable[[], str] | None = None
+
+
+def _get(name: str) -> str | None:
+  v = os.environ.get(name)
+  return v if v is not None and v.strip() != "" else None
+
+
+def _int(name: str, default: int, minimum: int = 0) -> int:
+  v = _get(name)
+  if v is None:
+    return default
+  try:
+    n = int(v)
+  except ValueError:
+    raise ValueError(f"{name} must be an integer, got {v!r}") from None
+  if n < minimum:
+    raise ValueError(f"{name} must be >= {minimum}, got {v!r}")
+  return n
+
+
+def _float(name: str, default: float, minimum: float = 0.0) -> float:
+  v = _get(name)
+  if v is None:
+    return default
+  try:
+    f = float(v)
+  except ValueError:
+    raise ValueError(f"{name} must be a number, got {v!r}") from None
+  if not f >= minimum:
+    raise ValueError(f"{name} must be >= {minimum}, got {v!r}")
+  return f
+
+
+def default_device() -> str:
+  return _get("DEV") or "CPU"
+
+
+def jit_enabled() -> bool:
+  return os.environ.get("JIT", "1") != "0"
+
+
+def cc() -> str | None:
+  """The C compiler named by env CC (None: pick clang, gcc or cc from PATH)."""
+  return _get("CC")
+
+
+def cache_dir() -> str:
+  return _get(CACHE_DIR_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "pymodeld")
+
+
+def disk_cache_enabled() -> bool:
+  return os.environ.get(DISK_CACHE_ENV, "1") != "0"
+
+
+def search_enabled() -> bool:
+  """Opt-in measured search of kernel schedules (like tinygrad's BEAM); results are cached on disk."""
+  return os.environ.get(SEARCH_ENV, "0") not in ("0", "")
+
+
+def runtime_threads() -> int:
+  return _int(THREADS_ENV, 1, minimum=1)
+
+
+def cpu_lru_bytes() -> int:
+  return _int(CPU_LRU_ENV, 64 << 20)
+
+
+def memory_budget_bytes() -> int:
+  """The load-time memory budget (runtime/limits.py): no tensor and no planned arena may exceed it."""
+  return _int(MEMORY_BUDGET_ENV, DEFAULT_MEMORY_BUDGET, minimum=1)
+
+
+def usb_presence_env() -> str | None:
+  return os.environ.get(USB_PRESENT_ENV)
+
+
+def usb_fault_env() -> str | None:
+  return _get(USB_FAULT_ENV)
+
+
+def usb_vram_bytes() -> int:
+  return _int(USB_VRAM_ENV, 256, minimum=1) << 20
+
+
+def usb_lru_bytes() -> int:
+  return _int(USB_LRU_ENV, 64 << 20)
+
+
+def usb_bandwidth_bytes_s() -> float:
+  return _float(USB_BANDWIDTH_ENV, 350.0, minimum=1e-6) * 1e6
+
+
+def usb_latency_s() -> float:
+  return _float(USB_LATENCY_ENV, 100.0) * 1e-6
+
+
+def set_runtime_dir(where: str | Callable[[], str] | None) -> None:
+  """Name the directory for the simulator's presence and fault files: a path, or a callable returning one
+  (evaluated at each use, so it can follow a per-run namespace). None forgets it."""
+  global _runtime_dir
+  _runtime_dir = where
+
+
+def runtime_dir() -> str:
+  """The runtime dir set by set_runtime_dir(), else env PYMODELD_RUNTIME_DIR; an error when neither is set."""
+  where = _runtime_dir
+  if callable(where):
+    where = where()
+  where = where or _get(RUNTIME_DIR_ENV)
+  if not where:
+    raise FileNotFoundError(f"no runtime dir: the caller sets it with runtime.config.set_runtime_dir() or env "
+                            f"{RUNTIME_DIR_ENV} (the manager and the daemons use their namespace's runtime dir)")
+  return where

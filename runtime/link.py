@@ -1,0 +1,271 @@
+"""Link and run: bind every kernel's buffers to addresses once, then replay the whole program with one call.
+
+link() allocates the arena (planned intermediates, outputs and the shared scratch region) and one staging
+buffer per input through `alloc(nbytes) -> uint8 array` (device memory), takes consts and held arrays by
+reference, and writes a call list: for each kernel its function address, the address of its argument
+array (the addresses of its buffers, already offset, and extern functions such as sgemm) and the rows of its
+split loop (0: not split). Run is one ctypes call of the generated runner, which walks the list in C: Python
+is not entered per kernel. With threads > 1 the runner cuts a split kernel's rows into parts run by its
+worker threads and the caller (the rows of one kernel are independent: it reads nothing it stores), and the
+next kernel starts when all parts are done. (A kernel that fell back to its reference implementation is a
+C-callable ctypes callback in the same list.)
+
+Invariants:
+- Every address handed to a kernel lies inside memory the Linked object keeps alive (the arena, staging
+  buffers, consts, held arrays, scratch), at the offset and size the program's buffer table says.
+- A replay allocates nothing (the runner walks a fixed list).
+"""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from . import blas, config
+from .cache import DEFAULT_KERNELS, KernelCache
+from .graph import Node, Spec
+from .kernels import build_kernel
+from .limits import check_arena
+from .memory_plan import ALIGN
+from .program import Program, compile_program
+
+RUNNER_SOURCE = r"""#include <stdint.h>
+#include <pthread.h>
+/* The call list: per kernel (function, argument array, rows). rows == 0: fn(args). rows > 0: fn(args, lo, hi)
+   computes rows [lo, hi) of its split loop; with threads > 1 the rows are cut into parts run by a pool of
+   worker threads (started on first use, sleeping on a condition variable between kernels) and the caller,
+   and the next kernel starts only when every part is done. A forked child starts with no workers. */
+typedef void (*pm_kernel_t)(void* const*);
+typedef void (*pm_par_t)(void* const*, int64_t, int64_t);
+#define PM_MAX_THREADS 64
+static pthread_mutex_t pm_mu = PTHREAD_MUTEX_INITIALIZER, pm_run_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t pm_go = PTHREAD_COND_INITIALIZER, pm_done = PTHREAD_COND_INITIALIZER;
+static int pm_workers = 0, pm_left = 0, pm_parts = 0, pm_atfork = 0;
+static uint64_t pm_gen = 0;
+static pm_par_t pm_fn;
+static void* const* pm_args;
+static int64_t pm_rows;
+
+static void pm_child(void) {
+  pm_workers = pm_left = pm_parts = 0;
+  pm_gen = 0;
+  pthread_mutex_init(&pm_mu, 0);
+  pthread_mutex_init(&pm_run_mu, 0);
+  pthread_cond_init(&pm_go, 0);
+  pthread_cond_init(&pm_done, 0);
+}
+
+static void* pm_worker(void* p) {
+  const int id = (int)(intptr_t)p;
+  uint64_t seen = 0;
+  pthread_mutex_lock(&pm_mu);
+  for (;;) {
+    while (pm_gen == seen) pthread_cond_wait(&pm_go, &pm_mu);
+    seen = pm_gen;
+    if (id < pm_parts) {
+      const pm_par_t fn = pm_fn;
+      void* const* args = pm_args;
+      const int64_t lo = pm_rows * id / pm_parts, hi = pm_rows * (id + 1) / pm_parts;
+      pthread_mutex_unlock(&pm_mu);
+      fn(args, lo, hi);
+      pthread_mutex_lock(&pm_mu);
+      if (--pm_left == 0) pthread_cond_signal(&pm_done);
+    }
+  }
+  return 0;
+}
+
+static int pm_pool(int want) {  /* parts that can run now: the caller plus the workers started */
+  if (!pm_atfork) {
+    pthread_atfork(0, 0, pm_child);
+    pm_atfork = 1;
+  }
+  while (pm_workers < want - 1 && pm_workers < PM_MAX_THREADS - 1) {
+    pthread_t t;
+    if (pthread_create(&t, 0, pm_worker, (void*)(intptr_t)(pm_workers + 1)) != 0) break;
+    pthread_detach(t);
+    pm_workers++;
+  }
+  return pm_workers + 1 < want ? pm_workers + 1 : want;
+}
+
+void pm_run(const uint64_t* list, int64_t n, int64_t threads) {
+  for (int64_t i = 0; i < n; i++) {
+    const uint64_t* e = list + 3 * i;
+    const int64_t rows = (int64_t)e[2];
+    void* const* args = (void* const*)(uintptr_t)e[1];
+    if (rows <= 0) {
+      ((pm_kernel_t)(uintptr_t)e[0])(args);
+      continue;
+    }
+    const pm_par_t fn = (pm_par_t)(uintptr_t)e[0];
+    int64_t want = threads < rows ? threads : rows;
+    if (want <= 1) {
+      fn(args, 0, rows);
+      continue;
+    }
+    pthread_mutex_lock(&pm_run_mu);  /* one parallel kernel at a time in this process */
+    pthread_mutex_lock(&pm_mu);
+    const int parts = pm_pool((int)(want < PM_MAX_THREADS ? want : PM_MAX_THREADS));
+    pm_fn = fn;
+    pm_args = args;
+    pm_rows = rows;
+    pm_parts = parts;
+    pm_left = parts - 1;
+    pm_gen++;
+    pthread_cond_broadcast(&pm_go);
+    pthread_mutex_unlock(&pm_mu);
+    fn(args, 0, rows / parts);
+    pthread_mutex_lock(&pm_mu);
+    while (pm_left > 0) pthread_cond_wait(&pm_done, &pm_mu);
+    pthread_mutex_unlock(&pm_mu);
+    pthread_mutex_unlock(&pm_run_mu);
+  }
+}
+"""
+_HOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_runner_cache: dict = {}
+
+
+def runner(kc: KernelCache | None = None):
+  kc = kc or DEFAULT_KERNELS
+  fn = _runner_cache.get(id(kc))
+  if fn is None:
+    (lk,), _ = kc.get_many([(RUNNER_SOURCE, "pm_run")], "runner")
+    fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(lk.address)
+    _runner_cache[id(kc)] = (fn, lk)
+    return fn
+  return fn[0]
+
+
+def aligned_bytes(nbytes: int, alloc=None) -> np.ndarray:
+  """A uint8 array of nbytes whose data pointer is ALIGN-aligned."""
+  raw = alloc(nbytes + ALIGN) if alloc else np.empty(nbytes + ALIGN, np.uint8)
+  shift = (-raw.ctypes.data) % ALIGN
+  return raw[shift:shift + nbytes]
+
+
+class Linked:
+  """A program bound to memory: `inputs` and `outputs` are the arrays callers copy into and out of."""
+
+  def __init__(self, program: Program, arena, inputs, outputs, calls, keep):
+    self.program, self.arena, self.inputs, self.outputs = program, arena, inputs, outputs
+    self._list, self._n, self._keep = calls, len(calls) // 3, keep
+    self._ptr = calls.ctypes.data
+    self._run = runner(keep.get("kernel_cache"))
+    self._errors: list = keep["errors"]
+    self.threads = config.runtime_threads()   # threads a run may split a kernel's rows across
+
+  def run(self, threads: int | None = None) -> None:
+    self._run(self._ptr, self._n, self.threads if threads is None else max(1, int(threads)))
+    if self._errors:  # a reference kernel raised inside the call list: re-raise it here
+      err = self._errors[0]
+      self._errors.clear()
+      raise err
+
+  @property
+  def calls(self) -> list:
+    """One zero-argument callable per kernel, in order (for per-kernel timing and debugging)."""
+    out = []
+    run = self._run
+    for i in range(self._n):
+      out.append(lambda i=i: run(self._ptr + 24 * i, 1, self.threads))
+    return out
+
+
+def link(program: Program, alloc=None, held: dict | None = None, kernels: KernelCache | None = None) -> Linked:
+  """Compile (or fetch) the program's machine code, allocate its memory and write its call list.
+  `held` maps each held name to the caller's array (referenced, never copied)."""
+  loaded, _ = compile_program(program, kernels)
+  planned = program.plan.arena_bytes.get("arena", 0)
+  check_arena(planned, program.scratch_bytes, sum(s.nbytes for s in program.inputs.values()))
+  arena = aligned_bytes(planned + program.scratch_bytes, alloc)
+  scratch = arena[planned:]
+  addr: dict[str, int] = {}
+  arrays: dict[str, np.ndarray] = {}   # root buffers seen as typed 1-D arrays (host kernels bind these)
+  inputs = {}
+  for name, spec in program.inputs.items():
+    b = program.input_bufs[name]
+    mem = aligned_bytes(max(spec.nbytes, 1), alloc)
+    inputs[name] = mem[:spec.nbytes].view(spec.dtype).reshape(spec.shape)
+    arrays[b] = mem.view(np.uint8)
+  held = held or {}
+  for name, spec in program.held.items():
+    a = held.get(name)
+    if a is None or a.shape != spec.shape or a.dtype != spec.dtype or not a.flags.c_contiguous:
+      raise ValueError(f"held buffer {name!r} must be a C-contiguous {spec.dtype} array of shape {spec.shape}")
+    arrays[program.held_bufs[name]] = a.reshape(-1).view(np.uint8)
+  for name, a in program.consts.items():  # an empty constant still gets a (never read) address
+    arrays[name] = np.ascontiguousarray(a).reshape(-1).view(np.uint8) if a.size else np.zeros(16, np.uint8)
+  for b, (_, off) in program.plan.offsets.items():
+    info = program.bufs[b]
+    arrays[b] = arena[off:off + info["size"] * np.dtype(info["dtype"]).itemsize]
+  for b, off in program.scratch_offsets.items():
+    info = program.bufs[b]
+    arrays[b] = scratch[off:off + info["size"] * np.dtype(info["dtype"]).itemsize]
+  for b, mem in arrays.items():
+    info = program.bufs[b]
+    need = info["size"] * np.dtype(info["dtype"]).itemsize
+    if mem.nbytes < need:
+      raise ValueError(f"buffer {b} needs {need} bytes, {mem.nbytes} are bound")
+    addr[b] = mem.ctypes.data
+  outputs = {}
+  for o, (b, off) in program.output_place.items():
+    spec = program.specs[o]
+    if b == "const":
+      outputs[o] = np.ascontiguousarray(program.consts[off]).reshape(spec.shape)
+      continue
+    item = spec.dtype.itemsize
+    outputs[o] = arrays[b][off * item:off * item + spec.nbytes].view(spec.dtype).reshape(spec.shape)
+  calls = np.zeros(3 * len(program.kernels), np.uint64)
+  keep: dict = {"arrays": arrays, "args": [], "host": [], "kernel_cache": kernels, "errors": []}
+  sgemm = None
+  for i, (k, lk) in enumerate(zip(program.kernels, loaded)):
+    if k.kind == "host":
+      fn = _host_call(k, arrays, program, keep["errors"])
+      keep["host"].append(fn)
+      calls[3 * i] = ctypes.cast(fn, ctypes.c_void_p).value
+      continue
+    args = np.zeros(max(1, len(k.params)), np.uint64)
+    for j, (kind, what) in enumerate(k.params):
+      if kind == "buf":
+        args[j] = addr[what]
+      elif what == "sgemm":
+        sgemm = sgemm or blas.sgemm_address()
+        args[j] = sgemm
+      else:
+        raise ValueError(f"unknown extern {what!r}")
+    keep["args"].append(args)
+    calls[3 * i] = lk.address
+    calls[3 * i + 1] = args.ctypes.data
+    calls[3 * i + 2] = int(k.tags.get("par", 0))
+  keep["loaded"] = loaded
+  return Linked(program, arena, inputs, outputs, calls, keep)
+
+
+def _host_call(k, arrays, program: Program, errors: list):
+  """A ctypes callback running an op's reference kernel on the bound buffers (an exception is kept in
+  `errors` and raised by Linked.run once the call list returns: it cannot unwind through C)."""
+  node = Node.from_json(k.node)
+  ins_b, outs_b = k.params
+
+  def typed(place, spec: Spec) -> np.ndarray:
+    b, off = place
+    start = off * spec.dtype.itemsize
+    return arrays[b][start:start + spec.nbytes].view(spec.dtype).reshape(spec.shape)
+  in_specs = [program.specs[i] if i else None for i in node.inputs]
+  in_consts = [program.graph.consts.get(i) if i else None for i in node.inputs]
+  kern = build_kernel(node.op, node.attrs, in_specs, in_consts, node.describe())
+  ins = [typed(b, s) if b else None for b, s in zip(ins_b, in_specs)]
+  outs = [typed(b, s) for b, s in zip(outs_b, kern.out_specs)]
+  scratch = [np.empty(s.shape, s.dtype) for s in kern.scratch_specs]
+  bound = kern.bind(ins, outs, scratch)
+
+  def call(_args, keep=(kern, ins, outs, scratch)):  # the kernel holds raw pointers into its arrays: keep them
+    if errors:
+      return
+    try:
+      bound()
+    except BaseException as e:  # noqa: BLE001  (re-raised by Linked.run)
+      errors.append(e)
+  return _HOST_FN(call)

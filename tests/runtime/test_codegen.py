@@ -1,0 +1,453 @@
+"""The code generator: one pipeline for every front end, replay without Python per kernel, the strategies the
+chooser picks, the vector paths (tiles, edges, strided loads, inner reductions) against onnxruntime, and the
+semantics generated C must keep (NaN/Inf propagation, no signal on integer division by zero, clamped gathers)."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import runtime.artifact
+import runtime.codegen.render
+import runtime.compiler
+import runtime.jit
+import runtime.link
+import runtime.program
+import runtime.runner
+import runtime.tensor
+from runtime import OnnxRunner
+from runtime.codegen import ir
+from runtime.codegen.ir import View
+from runtime.jit import TinyJit
+from runtime.program import CompileCache
+from runtime.tensor import Tensor
+
+from rt_helpers import node_model, ort_run, tiny_model
+
+R = np.random.default_rng(2024)
+
+
+def f32(*shape, lo=-2.0, hi=2.0):
+  return R.uniform(lo, hi, shape).astype(np.float32)
+
+
+def parity(model, feeds, rtol=1e-4, atol=1e-5, device="CPU"):
+  r = OnnxRunner(model, device=device)
+  ours = r(**feeds)
+  for name, ref in zip(r.program.outputs, ort_run(model, feeds)):
+    np.testing.assert_allclose(ours[name], ref, rtol=rtol, atol=atol, err_msg=name)
+  return r
+
+
+def schedules(r) -> list[str]:
+  return [s for k in r.program.kernels for s in k.tags.get("schedules", [])]
+
+
+# --------------------------------------------------------------------------------------------- one pipeline
+
+STAGES = ["run_passes", "lower", "optimise", "render_kernels", "compile_program", "link"]
+FRONT_ENDS = [runtime.program, runtime.link, runtime.runner, runtime.tensor, runtime.jit, runtime.artifact]
+
+
+@pytest.fixture
+def stage_calls(monkeypatch):
+  """Counts every call of each pipeline stage, wherever a front end imported it from."""
+  calls = {name: 0 for name in STAGES}
+  for name in STAGES:
+    real = getattr(runtime.program, name, None) or getattr(runtime.link, name)
+
+    def counted(*a, _real=real, _name=name, **k):
+      calls[_name] += 1
+      return _real(*a, **k)
+    for mod in FRONT_ENDS:
+      if getattr(mod, name, None) is real:
+        monkeypatch.setattr(mod, name, counted)
+  return calls
+
+
+def test_onnx_runner_tensor_realize_and_tinyjit_go_through_the_same_stages(stage_calls):
+  x = f32(2, 5)
+  OnnxRunner(tiny_model("Relu", {"x": x}), cache=CompileCache(use_disk=False))
+  assert all(v >= 1 for v in stage_calls.values()), stage_calls
+  for k in stage_calls:
+    stage_calls[k] = 0
+  (Tensor(x) * 3 + 1).relu().realize()
+  assert all(v >= 1 for v in stage_calls.values()), stage_calls
+  for k in stage_calls:
+    stage_calls[k] = 0
+  f = TinyJit(lambda a: (a * 2).exp())
+  for _ in range(3):
+    f(Tensor(f32(4)))
+  assert all(v >= 1 for v in stage_calls.values()), stage_calls
+
+
+def test_replay_enters_no_python_per_kernel():
+  x = f32(1, 3, 16, 16)
+  nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"]),
+           helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+           helper.make_node("Sigmoid", ["p"], ["y0"])]
+  r = OnnxRunner(node_model(nodes, {"x": x}, {"w": f32(8, 3, 3, 3)}))
+  assert len(r.program.kernels) >= 2 and not r.program.fallbacks
+  events = []
+  sys.setprofile(lambda frame, event, arg: events.append((event, frame.f_code.co_name)))
+  try:
+    r.linked.run()
+  finally:
+    sys.setprofile(None)
+  python_calls = [name for event, name in events if event == "call"]
+  assert python_calls == ["run"], python_calls  # Linked.run itself, then one C call walks the whole list
+
+
+def test_a_fallback_op_runs_from_the_call_list_and_is_reported():
+  x = f32(1, 2, 4, 4)
+  model = tiny_model("ConvTranspose", {"x": x}, consts={"w": f32(2, 3, 3, 3)}, attrs={"strides": [2, 2]})
+  r = parity(model, {"x": x})
+  assert r.program.fallbacks == ["ConvTranspose"]
+  assert [k.tags.get("fallback") for k in r.program.kernels if k.kind == "host"] == [True]
+
+
+def test_an_error_inside_a_fallback_kernel_surfaces_from_run(monkeypatch):
+  """It cannot unwind through the C call list: it is kept and raised once the list returns."""
+  x = f32(1, 2, 4, 4)
+  r = OnnxRunner(tiny_model("ConvTranspose", {"x": x}, consts={"w": f32(2, 3, 3, 3)}))
+
+  def broken(*a, **k):
+    raise RuntimeError("kernel failed")
+  with monkeypatch.context() as m:
+    m.setattr(np, "matmul", broken)  # the reference ConvTranspose multiplies with np.matmul
+    with pytest.raises(RuntimeError, match="kernel failed"):
+      r.linked.run()
+  r.linked.run()  # reported once; the program runs again
+
+
+# ------------------------------------------------------------------------------------------------ chooser
+
+@pytest.mark.parametrize("xs,ws,attrs,strategy", [
+    ((1, 16, 20, 20), (16, 1, 3, 3), {"group": 16, "pads": [1, 1, 1, 1]}, "direct"),   # depthwise
+    ((1, 1, 40, 60), (8, 1, 4, 4), {"strides": [2, 2], "pads": [1, 1, 1, 1]}, "direct"),  # tiny Cin
+    ((1, 40, 12, 7), (48, 40, 1, 1), {}, "pointwise"),                                    # 1x1, short rows
+    ((1, 200, 5, 5), (48, 200, 1, 1), {}, "direct"),                                      # 1x1, tiny output
+    ((1, 96, 12, 20), (48, 96, 1, 1), {}, "pointwise"),                                   # 1x1, many channels
+    ((1, 40, 10, 10), (48, 40, 1, 1), {}, "direct"),                                      # 1x1, few channels
+    ((1, 12, 64, 64), (16, 12, 4, 4), {"strides": [4, 4]}, "direct_cm"),                 # patchify
+    ((1, 24, 17, 40), (20, 6, 3, 3), {"group": 4, "pads": [1, 1, 1, 1]}, "im2col"),      # grouped
+    ((1, 24, 17, 13), (20, 24, 3, 3), {"pads": [1, 1, 1, 1]}, "im2col"),                 # short rows
+    ((1, 24, 17, 19), (20, 24, 3, 3), {"pads": [1, 1, 1, 1]}, "direct"),                 # one vector + overlap
+    ((1, 3, 64, 64), (24, 3, 5, 5), {"strides": [4, 4]}, "im2col"),                      # overlapping stride 4
+    ((1, 24, 9, 40), (20, 24, 3, 3), {"pads": [1, 1, 1, 1]}, "direct"),                  # long rows
+])
+def test_the_conv_chooser_picks_the_documented_strategy(xs, ws, attrs, strategy):
+  x = f32(*xs)
+  consts = {"w": (R.standard_normal(ws) * 0.3).astype(np.float32), "b": f32(ws[0])}
+  r = parity(tiny_model("Conv", {"x": x}, consts=consts, attrs=attrs), {"x": x}, rtol=1e-4, atol=1e-4)
+  assert [k.tags.get("strategy") for k in r.program.kernels if k.tags.get("strategy")] == [strategy]
+
+
+def test_batch_one_fully_connected_layers_are_gemv_loops_and_batched_ones_blas():
+  a1, a8 = f32(1, 96), f32(8, 96)
+  consts = {"w": f32(64, 96), "c": f32(64)}
+  for a, want in ((a1, "gemv"), (a8, "blas")):
+    r = parity(tiny_model("Gemm", {"a": a}, consts=consts, attrs={"transB": 1}), {"a": a}, rtol=1e-4, atol=1e-4)
+    assert [k.tags.get("strategy") for k in r.program.kernels] == [want]
+  # a GEMV over constant weights is a dot product per output row (lanes along K), whatever their layout
+  for transB, w in ((1, consts["w"]), (0, np.ascontiguousarray(consts["w"].T))):
+    r = parity(tiny_model("Gemm", {"a": a1}, consts={"w": w, "c": consts["c"]}, attrs={"transB": transB}),
+               {"a": a1}, rtol=1e-4, atol=1e-4)
+    assert schedules(r)[0].startswith("inner"), schedules(r)
+
+
+def test_blas_conv_bands_with_a_short_last_band_match_onnxruntime(monkeypatch):
+  import runtime.codegen.conv as conv
+  monkeypatch.setattr(conv, "IM2COL_BAND_BYTES", 20 << 10)  # several bands, the last one short
+  x = f32(2, 16, 23, 12)   # rows shorter than a vector: im2col
+  consts = {"w": (R.standard_normal((24, 16, 3, 3)) * 0.2).astype(np.float32), "b": f32(24)}
+  r = parity(tiny_model("Conv", {"x": x}, consts=consts, attrs={"pads": [1, 2, 1, 0], "dilations": [1, 2]}),
+             {"x": x}, rtol=1e-4, atol=1e-4)
+  assert next(k.tags["band_rows"] for k in r.program.kernels if "band_rows" in k.tags) < 23
+
+
+# ------------------------------------------------------------------------------------------- vector paths
+
+@pytest.mark.parametrize("stride", [1, 2, 4])
+@pytest.mark.parametrize("dtype", [np.float32, np.uint8])
+def test_strided_vector_loads_match_onnxruntime(stride, dtype):
+  """A conv stem on (cast) input: the im2col pack reads the input with the conv's stride along its vector."""
+  x = (R.integers(0, 255, (1, 3, 64, 96)) if dtype == np.uint8 else R.standard_normal((1, 3, 64, 96))).astype(dtype)
+  nodes = [helper.make_node("Cast", ["x"], ["f"], to=1), helper.make_node("Mul", ["f", "s"], ["m"]),
+           helper.make_node("Conv", ["m", "w", "b"], ["y0"], strides=[stride, stride], kernel_shape=[4, 4])]
+  consts = {"s": np.float32(1 / 128) * np.ones(1, np.float32), "w": (R.standard_normal((16, 3, 4, 4)) * 0.2).astype(np.float32),
+            "b": f32(16)}
+  r = parity(node_model(nodes, {"x": x}, consts), {"x": x}, rtol=1e-4, atol=1e-4)
+  assert stride == 1 or any(s.startswith("tile") for s in schedules(r)), schedules(r)
+
+
+@pytest.mark.parametrize("shape,k,pads,strides", [
+    ((1, 4, 30, 45), [3, 3], [1, 1, 1, 1], [1, 1]),       # tiles along 45 with edge tiles and a tail
+    ((1, 2, 17, 70), [3, 5], [1, 2, 1, 2], [1, 1]),
+    ((1, 3, 33, 66), [3, 3], [1, 1, 1, 1], [2, 2]),       # strided windows
+    ((1, 5, 19, 100), [7, 7], [3, 3, 3, 3], [1, 1]),
+])
+def test_padded_windows_vector_tiles_match_onnxruntime(shape, k, pads, strides):
+  x = f32(*shape)
+  for op in ("MaxPool", "AveragePool"):
+    parity(tiny_model(op, {"x": x}, attrs={"kernel_shape": k, "pads": pads, "strides": strides}), {"x": x},
+           rtol=1e-5, atol=1e-5)
+  w = (R.standard_normal((shape[1], 1) + tuple(k)) * 0.3).astype(np.float32)
+  parity(tiny_model("Conv", {"x": x}, consts={"w": w}, attrs={"group": shape[1], "pads": pads, "strides": strides}),
+         {"x": x}, rtol=1e-4, atol=1e-4)
+  # NaN propagates through the vector max, the edge lanes and the tail exactly as on the reference backend
+  # (onnxruntime's MaxPool lets a NaN through only in some positions; a NaN here must reach the output)
+  xn = x.copy()
+  xn.reshape(-1)[::97] = np.nan
+  m = tiny_model("MaxPool", {"x": xn}, attrs={"kernel_shape": k, "pads": pads, "strides": strides})
+  got, ref = OnnxRunner(m)(x=xn)["y0"], OnnxRunner(m, device="REF")(x=xn)["y0"]
+  assert np.isnan(got).any()
+  np.testing.assert_array_equal(got, ref)
+
+
+def test_a_padded_window_input_is_computed_in_place_with_its_border_filled():
+  """conv -> conv (zero padding) -> maxpool (-inf padding): each producer stores into the interior of its
+  consumer's padded buffer and fills the border in the same kernel; only the graph input is copied."""
+  x = f32(1, 3, 21, 37)
+  nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+           helper.make_node("Conv", ["c1", "w2", "b2"], ["c2"], pads=[2, 1, 0, 1], kernel_shape=[3, 3]),
+           helper.make_node("Neg", ["c2"], ["n"]),
+           helper.make_node("MaxPool", ["n"], ["y0"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2])]
+  consts = {"w1": f32(8, 3, 3, 3), "w2": f32(16, 8, 3, 3), "b2": np.abs(f32(16)) + 1}  # outputs mostly < 0
+  r = parity(node_model(nodes, {"x": x}, consts), {"x": x}, rtol=1e-4, atol=1e-4)
+  ops = [k.tags.get("ops") for k in r.program.kernels]
+  assert ops == [["pad"], ["Conv", "pad"], ["Conv", "Neg", "pad"], ["MaxPool"]], ops  # the input is copied once
+
+
+def test_an_upcast_remainder_runs_in_halving_blocks():
+  assert runtime.codegen.render.upcast_widths(13, 8) == [8, 4, 1]
+  assert runtime.codegen.render.upcast_widths(24, 16) == [16, 8] and runtime.codegen.render.upcast_widths(16, 16) == [16]
+  x = f32(1, 24, 15, 13)   # 13 output columns upcast by 8: blocks of 8, 4 and 1
+  consts = {"w": f32(48, 24, 4, 4) * 0.2, "b": f32(48)}
+  parity(tiny_model("Conv", {"x": x}, consts=consts, attrs={"strides": [1, 1]}), {"x": x}, rtol=1e-4, atol=1e-4)
+
+
+def test_lanes_along_output_channels_sweep_the_image_per_block_of_channels():
+  x = f32(1, 6, 32, 48)
+  consts = {"w": f32(64, 6, 4, 4) * 0.2, "b": f32(64)}
+  r = parity(tiny_model("Conv", {"x": x}, consts=consts, attrs={"strides": [4, 4]}), {"x": x}, rtol=1e-4, atol=1e-4)
+  assert r.program.kernels[0].tags["strategy"] == "direct_cm" and schedules(r)[0].startswith("tile il"), schedules(r)
+
+
+def test_direct_conv_tiles_upcast_the_output_channels():
+  x = f32(1, 1, 60, 90)
+  consts = {"w": f32(8, 1, 4, 4), "b": f32(8)}
+  r = parity(tiny_model("Conv", {"x": x}, consts=consts, attrs={"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+             {"x": x}, rtol=1e-4, atol=1e-4)
+  assert any("up" in s for s in schedules(r)), schedules(r)
+
+
+@pytest.mark.parametrize("shape", [(1, 37, 9, 13), (2, 5, 50, 3), (1, 300, 7, 7)])
+def test_inner_reductions_with_vector_tails_match_onnxruntime(shape):
+  x = f32(*shape)
+  parity(tiny_model("GlobalAveragePool", {"x": x}), {"x": x}, rtol=1e-5, atol=1e-6)
+  parity(tiny_model("ReduceMax", {"x": x}, consts={"a": np.array([-1], np.int64)}, opset=18), {"x": x})
+  parity(tiny_model("Softmax", {"x": x}), {"x": x}, rtol=1e-5, atol=1e-6)
+
+
+def test_merged_axes_elementwise_over_a_transposed_view():
+  x = f32(3, 40, 17)
+  nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[2, 0, 1]), helper.make_node("Sigmoid", ["t"], ["y0"])]
+  parity(node_model(nodes, {"x": x}, {}), {"x": x}, rtol=1e-6, atol=1e-7)
+
+
+# ------------------------------------------------------------------------------------------------ threads
+
+def _split_model():
+  x = f32(1, 8, 96, 128)
+  nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["y0"])]
+  return node_model(nodes, {"x": x}, {"w": f32(32, 8, 3, 3), "b": f32(32)}), x
+
+
+def test_a_kernel_split_across_threads_computes_the_same_bits():
+  m, x = _split_model()
+  r = OnnxRunner(m, threads=1)
+  assert any(k.tags.get("par") for k in r.program.kernels)
+  one = r(x=x)["y0"]
+  for n in (2, 3, 7):
+    r.linked.run(n)
+    np.testing.assert_array_equal(r.linked.outputs["y0"], one)
+  np.testing.assert_array_equal(OnnxRunner(m, threads=2)(x=x)["y0"], one)
+
+
+def test_a_forked_child_runs_split_kernels_with_its_own_workers():
+  m, x = _split_model()
+  r = OnnxRunner(m, threads=2)
+  want = r(x=x)["y0"]   # the parent's worker threads exist now; a child does not inherit them
+  code = os.fork()
+  if code == 0:  # child: must not wait for workers it does not have
+    try:
+      r.linked.run(2)
+      os._exit(0 if np.array_equal(r.linked.outputs["y0"], want) else 1)
+    finally:
+      os._exit(2)
+  deadline = time.monotonic() + 60
+  while time.monotonic() < deadline:
+    pid, status = os.waitpid(code, os.WNOHANG)
+    if pid:
+      assert os.waitstatus_to_exitcode(status) == 0
+      return
+    time.sleep(0.05)
+  os.kill(code, 9)
+  os.waitpid(code, 0)
+  pytest.fail("the forked child hung in a split kernel")
+
+
+# ------------------------------------------------------------------------------------------------ semantics
+
+def test_nan_and_inf_propagate_like_the_reference():
+  x = np.array([[np.nan, np.inf, -np.inf, -0.0, 0.0, 1.0, -1.0, 88.0, -88.0, 1e-38] * 4], np.float32)
+  for op in ("Relu", "Sigmoid", "Tanh", "Elu", "LeakyRelu", "Abs", "Neg", "Softplus"):
+    m = tiny_model(op, {"x": x})
+    ours, ref = OnnxRunner(m)(x=x)["y0"], OnnxRunner(m, device="REF")(x=x)["y0"]
+    np.testing.assert_array_equal(np.isnan(ours), np.isnan(ref), err_msg=op)
+    np.testing.assert_allclose(ours[~np.isnan(ours)], ref[~np.isnan(ref)], rtol=1e-6, err_msg=op)
+  lo, hi = np.array(-0.5, np.float32), np.array(0.5, np.float32)
+  clip = OnnxRunner(tiny_model("Clip", {"x": x}, consts={"lo": lo, "hi": hi}))(x=x)["y0"]
+  assert np.isnan(clip[0, 0]) and clip[0, 1] == 0.5 and clip[0, 2] == -0.5  # NaN is not clipped away
+
+
+def test_integer_division_and_modulo_by_zero_give_zero_not_a_signal():
+  a = np.array([7, -7, 5, np.iinfo(np.int64).min], np.int64)
+  b = np.array([0, 0, 0, -1], np.int64)
+  for op, attrs in (("Div", {}), ("Mod", {}), ("Mod", {"fmod": 1})):
+    out = OnnxRunner(tiny_model(op, {"a": a, "b": b}, attrs=attrs))(a=a, b=b)["y0"]
+    assert out[:3].tolist() == [0, 0, 0]
+
+
+def test_a_gather_with_run_time_indices_is_clamped_into_the_axis():
+  x = f32(5, 3)
+  i = np.array([0, 4, -1, 99, -99], np.int64)
+  out = OnnxRunner(tiny_model("Gather", {"x": x, "i": i}, attrs={"axis": 0}))(x=x, i=i)["y0"]
+  np.testing.assert_array_equal(out[:3], x[[0, 4, 4]])
+  np.testing.assert_array_equal(out[3], x[4])   # out of range: clamped, never read out of bounds
+  np.testing.assert_array_equal(out[4], x[0])
+
+
+# ------------------------------------------------------------------------------------------------- the IR
+
+def test_index_arithmetic_collapses_reshape_div_mod_chains():
+  c, h, w = ir.var("c", 64), ir.var("h", 7), ir.var("w", 9)
+  flat = c * 63 + h * 9 + w
+  assert (flat // 63) * 63 + ((flat // 9) % 7) * 9 + flat % 9 is flat
+  r, k = ir.var("r", 172800), ir.var("k", 8)
+  assert (r * 8 + k) // 1382400 is ir.const(0) and (r * 8 + k) % 1382400 is r * 8 + k
+
+
+def _exhaustive(e, vs, fn):
+  """Every point of vs' ranges: e evaluated by substitution equals fn(*point)."""
+  for point in np.ndindex(*[v.arg[1] for v in vs]):
+    got = ir.substitute(e, {v: ir.const(int(p)) for v, p in zip(vs, point)})
+    assert got.is_const and got.arg == fn(*point), (point, got)
+
+
+def test_a_flattened_index_divided_by_a_leading_block_loses_its_trailing_dims():
+  # a channel shuffle: (c*HW + h*W + w) // (4*HW) is c // 4 and the modulo keeps the trailing dims
+  c, h, w = ir.var("c", 12), ir.var("h", 3), ir.var("w", 5)
+  flat = c * 15 + h * 5 + w
+  assert ir.idiv(flat, 60) is ir.idiv(c, 4)
+  assert ir.imod(flat, 60) is ir.add(ir.mul(ir.imod(c, 4), 15), h * 5, w)
+  _exhaustive(ir.idiv(flat + 7, 60), [c, h, w], lambda c, h, w: (c * 15 + h * 5 + w + 7) // 60)
+  _exhaustive(ir.imod(flat - 7, 45), [c, h, w], lambda c, h, w: (c * 15 + h * 5 + w - 7) % 45)
+
+
+def test_a_gated_load_index_simplifies_within_the_gate():
+  # a padded view of a reshaped tensor: (x + 27) % 28 is x - 1 wherever 1 <= x < 29 lets the load happen
+  x, y = ir.var("x", 30), ir.var("y", 30)
+  idx = ir.add(ir.mul(ir.imod(y + 27, 28), 28), ir.imod(x + 27, 28))
+  gate = ir.all_of(ir.alu("ge", x, ir.const(1)), ir.alu("lt", x, ir.const(29)),
+                   ir.alu("ge", y, ir.const(1)), ir.alu("lt", y, ir.const(29)))
+  buf = ir.Buf("b", np.dtype(np.float32), 28 * 28)
+  ld = ir.load(buf, idx, gate)
+  assert not any(n.op in ("DIV", "MOD") for n in ir.walk(ld.srcs[0]))
+  for px, py in np.ndindex(30, 30):
+    if 1 <= px < 29 and 1 <= py < 29:
+      sub = {x: ir.const(px), y: ir.const(py)}
+      assert ir.substitute(ld.srcs[0], sub).arg == ir.substitute(idx, sub).arg
+
+
+def test_a_short_axis_is_tiled_with_narrower_vectors():
+  x = f32(1, 8, 27, 27)
+  r = parity(tiny_model("MaxPool", {"x": x}, attrs={"kernel_shape": [3, 3], "strides": [2, 2]}), {"x": x})
+  assert any(s.startswith("tile") and s.endswith("x8") for s in schedules(r)), schedules(r)  # 13 wide: 8 lanes
+
+
+def test_a_program_holds_each_conv_and_gemm_weight_once():
+  x, a = f32(1, 8, 12, 12), f32(1, 72)
+  m = tiny_model("Conv", {"x": x}, consts={"w": f32(16, 8, 3, 3), "b": f32(16)})
+  assert sum(v.nbytes for v in OnnxRunner(m).program.consts.values()) == (16 * 72 + 16) * 4
+  g = tiny_model("Gemm", {"a": a}, consts={"w": f32(40, 72), "c": f32(40)}, attrs={"transB": 1})
+  r = parity(g, {"a": a})
+  assert sum(v.nbytes for v in r.program.consts.values()) == (40 * 72 + 40) * 4
+  assert "(vf){b" not in r.program.kernels[0].source  # the transposed weights are laid out for vector loads
+
+
+def test_the_gcc_vectoriser_runs_its_dynamic_cost_model():
+  # gcc -O2 alone leaves loops whose trip count is no multiple of the vector length scalar
+  assert runtime.compiler._vectorizer_flags("/usr/bin/gcc|gcc (Debian 12.2.0) 12.2.0|x86_64-linux-gnu") == \
+      ("-fvect-cost-model=dynamic",)
+  assert runtime.compiler._vectorizer_flags("/usr/bin/clang|Debian clang version 16|x86_64-pc-linux-gnu") == ()
+
+
+def test_openblas_runs_the_configured_thread_count_from_its_first_use():
+  code = "from runtime import blas; print(blas.get_threads())"
+  env = dict(os.environ, PYMODELD_RUNTIME_THREADS="3", OPENBLAS_NUM_THREADS="2")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+  assert out.stdout.strip() in ("3", "None"), out.stderr  # None: no OpenBLAS found beside numpy
+
+
+def test_views_restride_where_memory_allows_and_refuse_otherwise():
+  v = View.contiguous((2, 3, 4))
+  assert v.reshape((6, 4)).strides == (4, 1)
+  assert v.permute((0, 2, 1)).reshape((2, 12)) is None
+  p = View.contiguous((1, 4, 5, 5)).pad((0, 0, 1, 1), (0, 0, 1, 1))
+  s = p.shrink((0, 0, 0, 0), (1, 1, 2, 2), (1, 4, 4, 4))
+  assert s.mask == ((0, 1), (0, 4), (1, 3), (1, 3)) and s.strides == (0, 25, 10, 2)
+
+
+# ------------------------------------------------------------------------------------------------- search
+
+def test_the_measured_search_picks_measured_choices_and_caches_them(tmp_path, monkeypatch):
+  import runtime.search as search
+  monkeypatch.setenv("PYMODELD_CACHE_DIR", str(tmp_path / "c"))
+  monkeypatch.setenv("PYMODELD_SEARCH", "1")
+  x = f32(1, 16, 24, 24)
+  consts = {"w": (R.standard_normal((24, 16, 3, 3)) * 0.2).astype(np.float32), "b": f32(24)}
+  model = tiny_model("Conv", {"x": x}, consts=consts, attrs={"pads": [1, 1, 1, 1]})
+  parity(model, {"x": x}, rtol=1e-4, atol=1e-4)
+  db = search._load_db()
+  assert any("strategy" in v and v["strategy"] in ("direct", "direct_cm", "im2col") and len(v["times"]) >= 2
+             for v in db.values())
+  timed = []
+  monkeypatch.setattr(search, "_best", lambda times: timed.append(times) or min(times, key=times.get))
+  OnnxRunner(model, cache=CompileCache(disk_dir=str(tmp_path / "k")))
+  assert timed == []  # every choice came from the cache
+
+
+def test_a_bad_search_cache_is_ignored(tmp_path, monkeypatch):
+  import runtime.search as search
+  monkeypatch.setenv("PYMODELD_CACHE_DIR", str(tmp_path / "c"))
+  monkeypatch.setenv("PYMODELD_SEARCH", "1")
+  x = f32(1, 4, 8, 8)
+  model = tiny_model("Conv", {"x": x}, consts={"w": f32(40, 4, 3, 3)}, attrs={"pads": [1, 1, 1, 1]})
+  OnnxRunner(model, cache=CompileCache(use_disk=False))
+  path = search._db_path()
+  db = json.loads(open(path).read())
+  for v in db.values():
+    if "strategy" in v:
+      v["strategy"] = "rm -rf /"           # not one of the strategies: searched again
+    else:
+      v["choice"] = "tile nonsense"
+  open(path, "w").write(json.dumps(db))
+  parity(model, {"x": x}, rtol=1e-4, atol=1e-4)
+  open(path, "wb").write(b"\x00garbage")
+  parity(model, {"x": x}, rtol=1e-4, atol=1e-4)
