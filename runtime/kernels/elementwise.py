@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from ..errors import ModelError, UnsupportedOpError
-from ..graph import Spec, dtype_from_onnx
+from ..graph import Spec, dtype_from_onnx, dtype_to_onnx
 from .base import Kernel, broadcast_shape, numel, opt, register
 from .rowconst import bound_const_op
 
@@ -364,7 +364,6 @@ def cast_like(op, attrs, specs, consts):
 
 
 def _onnx_code(dt):
-  from ..graph import dtype_to_onnx
   return dtype_to_onnx(dt)
 
 

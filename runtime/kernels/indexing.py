@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InputError, ModelError
-from ..graph import Spec
+from ..graph import Spec, dtype_from_onnx
 from ..limits import check_tensor
 from .base import Kernel, norm_axis, numel, opt, register
 
@@ -168,7 +168,6 @@ def trilu(op, attrs, specs, consts):
 
 @register("EyeLike")
 def eye_like(op, attrs, specs, consts):
-  from ..graph import dtype_from_onnx
   x = specs[0]
   if len(x.shape) != 2:
     raise ModelError(f"EyeLike needs a 2-D input, got {x.shape}")
