@@ -12,7 +12,7 @@ import numpy as np
 from ..errors import ModelError, UnsupportedOpError
 from ..graph import Spec, dtype_from_onnx, dtype_to_onnx
 from .base import Kernel, broadcast_shape, numel, opt, register
-from .rowconst import bound_const_op
+from .const_operand import bound_const_op
 
 FLOATS = (np.float16, np.float32, np.float64)
 

@@ -3,7 +3,7 @@
 Strategies (chosen at build time, each bit-identical for max and within float rounding for averages):
 - rows of k along the last axis only (stride = kernel, no pads): one reduction across the rows;
 - same-size stride-1 pools: flat shifted passes over the unpadded input, edge outputs from clipped taps;
-- whole-plane shifted passes over a padded copy (flatpool.py) at stride 1, and for unpadded strided max;
+- whole-plane shifted passes over a padded copy (window_reduce.py) at stride 1, and for unpadded strided max;
 - otherwise one axis at a time with taps clipped to the outputs they reach (no padded copy); a strided
   last axis reduces its interior outputs with flat passes and one strided pick.
 
@@ -19,7 +19,7 @@ from numpy.lib.stride_tricks import as_strided
 from ..errors import ModelError, UnsupportedOpError
 from ..graph import Spec
 from .base import Kernel, numel, register
-from .flatpool import bind_flat_pool, flat_pool_scratch
+from .window_reduce import bind_flat_pool, flat_pool_scratch
 from ..limits import check_tensor
 from .nn import PaddedCopy, window_geometry, windows
 
@@ -63,7 +63,7 @@ def pool(op, attrs, specs, consts):
   if FLAT_POOL and padded and tuple(out_sp) == tuple(S) and all(st == 1 for st in strides) and \
           all(d == 1 for d in dil) and any(k > 1 for k in K):
     return _same_size_pool(op, is_max, x, K, pb, fill, recip, out_spec)
-  # whole-plane shifted passes (flatpool.py) beat per-axis taps at stride 1, and for strided max pools
+  # whole-plane shifted passes (window_reduce.py) beat per-axis taps at stride 1, and for strided max pools
   # without pads (the taps' strided max has no SIMD path); strided sums and padded copies favour the taps
   if FLAT_POOL and (all(st == 1 for st in strides) or (is_max and not padded)):
     return _flat_pool(op, is_max, x, K, strides, dil, out_sp, pb, padded, pad_shape, fill, recip, out_spec)
@@ -76,7 +76,7 @@ def pool(op, attrs, specs, consts):
   src_sp, src_pb = (pad_shape, [0] * len(K)) if copy_pad else (tuple(S), pb)
   stage_shapes = [(C,) + tuple(out_sp[:d + 1]) + tuple(src_sp[d + 1:]) for d in range(len(K) - 1)]
   scratch = [Spec(sh, x.dtype) for sh in stage_shapes] + ([Spec((C,) + pad_shape, x.dtype)] if copy_pad else [])
-  # a strided last axis reduces its interior outputs as flat shifted passes (flatpool.py) into this work array
+  # a strided last axis reduces its interior outputs as flat shifted passes (window_reduce.py) into this work array
   last_flat = FLAT_POOL and strides[-1] > 1 and K[-1] > 1
   if last_flat:
     scratch.append(Spec((C * numel(out_sp[:-1]) * src_sp[-1],), x.dtype))
@@ -158,7 +158,7 @@ def _same_size_axis_plan(src, dst, d, k, before, red, fill):
 
 
 def _flat_pool(op, is_max, x, K, strides, dil, out_sp, pb, padded, pad_shape, fill, recip, out_spec):
-  """Pool as whole-array shifted reductions (see flatpool.py)."""
+  """Pool as whole-array shifted reductions (see window_reduce.py)."""
   N, C, *S = x.shape
   scratch = flat_pool_scratch(N * C, pad_shape, x.dtype, padded)
 

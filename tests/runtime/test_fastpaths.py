@@ -7,7 +7,7 @@ import pytest
 from runtime import OnnxRunner
 from runtime.graph import Spec
 from runtime.kernels import build_kernel
-from runtime.kernels.rowconst import ROW, bound_const_op, const_row
+from runtime.kernels.const_operand import ROW, bound_const_op, const_row
 from runtime.program import CompileCache
 
 from rt_helpers import ort_run, tiny_model
@@ -76,7 +76,7 @@ def test_relu_and_one_sided_clip_match_onnxruntime_across_rows(shape):
   _parity(tiny_model("Clip", {"x": x}, attrs={"max": 0.4}, opset=6), {"x": x})
 
 
-# ---- pools as whole-plane shifted passes (runtime/kernels/flatpool.py), chunked by planes
+# ---- pools as whole-plane shifted passes (runtime/kernels/window_reduce.py), chunked by planes
 
 POOLS = [
     ("MaxPool", (2, 40, 30, 30), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),  # several chunks + a remainder
