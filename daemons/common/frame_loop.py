@@ -6,7 +6,7 @@ The step (`FrameStep.step`), for each received frame (or main/extra pair):
   2. `check`: the daemon's input rules (calibration in camera time, dropped frames, sync, malformed inputs);
   3. `prepare`: the daemon's warp of the frames into its model inputs (host wall clock: stage `warp`);
   4. still_valid: every frame read in 3 is checked after its pixels were last read; an overwritten one makes
-     the step invalid ("frame overwritten while it was warped");
+     the step invalid ("frame 1258 overwritten while it was warped", naming each such frame);
   5. `run`: the daemon's model(s) through the runner protocol (daemons/common/runner.py) and the parse of the
      flat output; the daemon adds its own reasons (non-finite output, failure, history filling). The
      outputs are parsed when it returns: modelExecutionTime ends here;
@@ -29,7 +29,9 @@ import numpy as np
 from daemons.common.messages import stamp_timings
 from daemons.common.runner import StageTimes
 
-OVERWRITTEN = "frame overwritten while it was warped"
+def overwritten_reason(frames) -> str:
+  """The reason for frames overwritten while they were warped; it names them (main first)."""
+  return f"frame {', '.join(dict.fromkeys(str(f.frame_id) for f in frames))} overwritten while it was warped"
 
 
 @dataclass
@@ -89,8 +91,9 @@ class FrameStep:
     t1 = self.clock()
     model_inputs = self.prepare(frames, inputs)
     warp_s = self.clock() - t1
-    if not all([f.still_valid() for f in _distinct(frames)]):   # every frame is asked, even after a False
-      reasons.append(OVERWRITTEN)
+    overwritten = [f for f in _distinct(frames) if not f.still_valid()]   # every frame is asked
+    if overwritten:
+      reasons.append(overwritten_reason(overwritten))
     outcome = self.run(model_inputs, inputs, reasons)
     execution_s = self.clock() - t0
     times = outcome.times if "warp" in outcome.times.on_device else outcome.times.host(warp=warp_s)

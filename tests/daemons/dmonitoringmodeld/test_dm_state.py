@@ -213,7 +213,7 @@ def test_bad_calibration_keeps_last_good_value():
 
 def test_overwritten_frame_invalidates(runner, tici_frame):
   msg = decoded(dm(runner).step(cabin(tici_frame, 7, still_valid=lambda: False), good_calib()))
-  assert not msg.valid and msg.invalidReason == "frame overwritten while it was warped"
+  assert not msg.valid and msg.invalidReason == "frame 7 overwritten while it was warped"
 
 
 def test_non_finite_output_invalidates_with_head_names(tici_frame):
@@ -227,7 +227,7 @@ def test_reasons_accumulate_inputs_then_overwrite_then_model(tici_frame):
   out = np.full(553, np.nan, np.float32)
   msg = decoded(dm(FixedOutput(out)).step(cabin(tici_frame, 1, still_valid=lambda: False), Calibration()))
   reasons = msg.invalidReason.split("; ")
-  assert reasons[:2] == ["calibration missing", "frame overwritten while it was warped"]
+  assert reasons[:2] == ["calibration missing", "frame 1 overwritten while it was warped"]
   assert reasons[2].startswith("non-finite model output in") and len(reasons) == 3
 
 

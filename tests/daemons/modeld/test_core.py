@@ -104,7 +104,7 @@ def test_dropped_overwritten_and_unsynced_frames_are_invalid(small_runner):
   assert r.events[0][1].modelV2.frameDropPerc == pytest.approx(100 * x / (1 + x), rel=1e-5)
   assert step(md, frame, i + 4).valid
   r = step(md, frame, i + 5, still_valid=lambda: False)
-  assert r.reasons == ["frame overwritten while it was warped"]
+  assert r.reasons == [f"frame {i + 5} overwritten while it was warped"]
   r = step(md, frame, i + 6, sof_offset=12_000_000)
   assert r.reasons == ["frames out of sync by -12.0 ms"]
 
