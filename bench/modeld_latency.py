@@ -25,12 +25,13 @@ import subprocess
 import sys
 import time
 
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):   # as modeld itself: one BLAS thread (before numpy)
-  os.environ.setdefault(_var, "1")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from daemons.common.env import set_blas_threads  # noqa: E402
+
+set_blas_threads()   # as modeld itself, before numpy loads
 
 import numpy as np  # noqa: E402
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from cereal.messaging import sub_sock  # noqa: E402
 from daemons.common.realtime import stack_pins  # noqa: E402
@@ -38,7 +39,7 @@ from msgq.namespace import Namespace, runtime_dir  # noqa: E402
 from runtime import config as runtime_config  # noqa: E402
 from stacklib import drain, pct, start  # noqa: E402
 from daemons.modeld.model_state import MODEL_PATHS  # noqa: E402
-from daemons.modeld.runner import runtime_runner  # noqa: E402
+from daemons.common.runner import RuntimeRunner  # noqa: E402
 from runtime import usb_amd  # noqa: E402
 from runtime.device import Device  # noqa: E402
 
@@ -145,8 +146,8 @@ def interleaved(n: int) -> None:
   with Namespace():
     usb_amd.plug()
     try:
-      runners = {"small (CPU)": runtime_runner(MODEL_PATHS["small"], "CPU"),
-                 "big (USB+AMD sim)": runtime_runner(MODEL_PATHS["big"], "USB+AMD")}
+      runners = {"small (CPU)": RuntimeRunner(MODEL_PATHS["small"], "CPU"),
+                 "big (USB+AMD sim)": RuntimeRunner(MODEL_PATHS["big"], "USB+AMD")}
       rng = np.random.default_rng(0)
       feeds = {"img": rng.integers(0, 256, (1, 12, 128, 256), dtype=np.uint8),
                "big_img": rng.integers(0, 256, (1, 12, 128, 256), dtype=np.uint8),

@@ -97,7 +97,7 @@ CONFIGS: dict[str, ProcessConfig] = {c.name: c for c in (
     subs=("modelV2", "drivingModelData", "cameraOdometry", "usbGpuState"),
     trigger=("narrowRoadCameraState", "wideRoadCameraState"),
     main_pub=announce_topic("narrowRoadCameraState"),
-    simulation=True,   # its SubMaster judges calibration alive by wall clock, which replay does not keep
+    # no SIMULATION: calibration age is judged in camera time (daemons/common/calibration.py), as in DM
     ignore=("logMonoTime", *_timing("modelV2", ("modelExecutionTime", "stageTimings")),
             *_timing("drivingModelData", ("modelExecutionTime", "stageTimings")),
             *_timing("cameraOdometry", ("stageTimings",))),

@@ -1,6 +1,20 @@
 """The environment variables the model daemons read (see msgq.env for the rules; README.md's table for the
-meanings), and the parsed forms both daemons use."""
+meanings), their parsed forms, and the one place the daemons set BLAS's thread count.
+
+Invariants:
+- SEND_RAW_PRED is parsed here only (`send_raw_pred()`), and on only for 1/true/yes.
+- `set_blas_threads()` runs before numpy is first imported (each daemon's __main__ calls it first): OpenBLAS,
+  OpenMP and MKL read their thread count once, when the library loads, so a later setting only changes what
+  numpy has not loaded yet. The count is the runtime's own (runtime.config: PYMODELD_RUNTIME_THREADS, default
+  1), which OnnxRunner also applies before each run, so BLAS, the generated kernels and the onnxruntime peer
+  agree. Why 1 by default: several processes share 2 cores, and BLAS worker threads spinning against each other
+  made a 7 ms model take hundreds of ms under load; the reference likewise pins modeld to one core.
+"""
+import os
+import sys
+
 from msgq.env import TRUE_WORDS, EnvTable
+from runtime import config as runtime_config
 
 DAEMONS_ENV = EnvTable("daemons", {
   "SEND_RAW_PRED": "1/true/yes puts the raw float32 model output into rawPredictions",
@@ -11,6 +25,7 @@ DAEMONS_ENV = EnvTable("daemons", {
   "PYMODELD_REALTIME": "SCHED_FIFO frame loops",
   "PYMODELD_CORES": "per-process CPU pinning",
 })
+BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def send_raw_pred(value: str | None = None) -> bool:
@@ -18,3 +33,21 @@ def send_raw_pred(value: str | None = None) -> bool:
   reference turns it on for any non-empty string, '0' included."""
   value = DAEMONS_ENV.get("SEND_RAW_PRED") if value is None else value
   return value.strip().lower() in TRUE_WORDS
+
+
+def dm_runtime() -> str:
+  """DM_RUNTIME: the engine dmonitoringmodeld runs its model on (daemons.common.runner.BACKENDS)."""
+  return DAEMONS_ENV.get("DM_RUNTIME", "").strip() or "runtime"
+
+
+def set_blas_threads(environ=None) -> int:
+  """Give BLAS (OpenBLAS, OpenMP, MKL) the runtime's thread count; returns it. Must run before numpy loads
+  (see the module docstring): afterwards it raises RuntimeError rather than pretend."""
+  threads = runtime_config.runtime_threads()
+  if environ is None:
+    if "numpy" in sys.modules:
+      raise RuntimeError("set_blas_threads() must run before numpy is imported (BLAS reads its threads at load)")
+    environ = os.environ
+  for var in BLAS_THREAD_VARS:
+    environ[var] = str(threads)
+  return threads

@@ -4,7 +4,7 @@ Invariants:
 - Sized from the first received frame, not from connect(); a geometry change rebuilds the warp; an unknown
   geometry on the first frame is a startup error (UnknownCameraError names the supported ones), later it is
   logged and its frames skipped. A camerad restart is followed by the VisionIPC client's own reconnect.
-- One driverStateV2 per processed frame, frameId = the camera's frame id; `valid` per model_state.py.
+- One driverStateV2 per processed frame, frameId = the camera's frame id; `valid` per core.py.
 - SIGINT/SIGTERM end the loop and the process exits 0. A model that does not meet the contract, or a
   first frame of an unknown geometry, is one line naming it and exit 2 (daemons.common.cli).
 - It says what it is doing: loading, compiled (with the time), waiting for the cabin stream, first frame.
@@ -16,19 +16,21 @@ import time
 from setproctitle import setproctitle
 
 from cereal.messaging import PubMaster, SubMaster
+from daemons.common.calibration import camera_time
 from daemons.common.cameras import UnknownCameraError
 from daemons.common.cli import Parser, run_cli
-from daemons.common.env import send_raw_pred
+from daemons.common.env import dm_runtime
+from daemons.common.frame_loop import Frame, run_frame_loop
 from daemons.common.metadata import ModelMetadataError
 from daemons.common.realtime import SCHEDULING_HELP, scheduling_plan
-from daemons.dmonitoringmodeld.model_state import MODEL_PATH, Calibration, ModelState
-from daemons.dmonitoringmodeld.runner import RunnerUnavailable, make_runner
+from daemons.common.runner import RunnerUnavailable, make_runner
+from daemons.dmonitoringmodeld.core import Calibration, DMonitoringmodeld
+from daemons.dmonitoringmodeld.model_state import MODEL_PATH, ModelState
 from msgq.namespace import runtime_dir
 from runtime import config as runtime_config
 from visionipc import VisionIpcClient, VisionStreamType
 
 PROCESS_NAME = "dmonitoringmodeld"
-CAMERA_DT = 0.05
 WAITING_LOG_S = 10.0   # while no frame comes, say so this often
 
 
@@ -62,7 +64,8 @@ def main(argv=None) -> int:
 
   log(f"loading model {args.model}")
   t0 = time.monotonic()
-  model = ModelState.load(make_runner, args.model, send_raw_pred())
+  backend = dm_runtime()
+  dm = DMonitoringmodeld(ModelState.load(lambda path: make_runner(path, backend=backend), args.model))
   log(f"model compiled and loaded in {time.monotonic() - t0:.1f} s")
   pm = PubMaster(["driverStateV2"], process=PROCESS_NAME)
   sm = SubMaster(["extrinsicsCalibration"])
@@ -70,40 +73,42 @@ def main(argv=None) -> int:
   client = VisionIpcClient(args.server, VisionStreamType.VISION_STREAM_CABIN, conflate=True, skip_overwritten=True)
   scheduling.apply(log)
   log(f"waiting for the cabin stream of VisionIPC server {args.server!r}")
-  first = True
-  skipped_geometry = None
+  state = {"first": True, "skipped_geometry": None}
   waiting_since = next_waiting_log = time.monotonic()
+
+  def receive():
+    nonlocal next_waiting_log
+    buf = client.recv(100)
+    if buf is None:
+      if state["first"] and time.monotonic() >= next_waiting_log + WAITING_LOG_S:
+        next_waiting_log = time.monotonic()
+        log(f"still waiting for cabin frames ({next_waiting_log - waiting_since:.0f} s; is camerad running in this "
+            "OPENPILOT_PREFIX?)")
+      return None
+    try:
+      dm.ensure_plan(buf.width, buf.height, buf.stride)
+    except UnknownCameraError as e:
+      if state["first"]:
+        raise
+      if state["skipped_geometry"] != (buf.width, buf.height):
+        log(f"skipping frames: {e}")
+        state["skipped_geometry"] = (buf.width, buf.height)
+      return None
+    if state["first"]:
+      log(f"first frame {buf.frame_id}: cabin stream {buf.width}x{buf.height} stride {buf.stride}, "
+          f"warp plan {dm.plan.kind}")
+      state["first"] = False
+    state["skipped_geometry"] = None
+    return [Frame.from_buf(buf)]
+
+  def read_bus(frames) -> Calibration:
+    sm.update(0)
+    if sm.updated["extrinsicsCalibration"]:   # its age is judged in camera time, so a replay is exact
+      calib.update(sm["extrinsicsCalibration"], camera_time(frames[0].frame_id), sm.valid["extrinsicsCalibration"])
+    return calib
+
   try:
-    while not stop.requested:
-      buf = client.recv(100)
-      if buf is None:
-        if first and time.monotonic() >= next_waiting_log + WAITING_LOG_S:
-          next_waiting_log = time.monotonic()
-          log(f"still waiting for cabin frames ({next_waiting_log - waiting_since:.0f} s; is camerad running in this "
-              "OPENPILOT_PREFIX?)")
-        continue
-      sm.update(0)
-      # calibration age is measured in camera time (frame ids at 20 Hz), not wall time, so a replay is exact
-      now = buf.frame_id * CAMERA_DT
-      if sm.updated["extrinsicsCalibration"]:
-        calib.update(sm["extrinsicsCalibration"], now, sm.valid["extrinsicsCalibration"])
-      try:
-        model.ensure_plan(buf.width, buf.height, buf.stride)
-      except UnknownCameraError as e:
-        if first:
-          raise
-        if skipped_geometry != (buf.width, buf.height):
-          log(f"skipping frames: {e}")
-          skipped_geometry = (buf.width, buf.height)
-        continue
-      if first:
-        log(f"first frame {buf.frame_id}: cabin stream {buf.width}x{buf.height} stride {buf.stride}, "
-            f"warp plan {model.plan.kind}")
-        first = False
-      skipped_geometry = None
-      msg = model.step(buf.data, buf.width, buf.height, buf.stride, buf.frame_id, calib, now,
-                       buf.timestamp_sof, buf.timestamp_eof, buf.still_valid)
-      pm.send("driverStateV2", msg)
+    run_frame_loop(receive, read_bus, dm.step, pm.send, lambda: stop.requested)
   finally:
     client.close()
     pm.close()

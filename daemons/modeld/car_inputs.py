@@ -5,10 +5,14 @@ Invariants:
 - a malformed message (capnp-valid, but a non-finite value, an out-of-range delay or an unknown enum ordinal)
   never reaches the model: the last good values stay in use, the frame carries the reason (so it is published
   valid=False) and every rejected message is counted once, when it arrives;
-- the calibration itself is checked by the core (check_calibration); here it is only counted when malformed.
+- the calibration itself is checked by the core (check_calibration); here it is only counted when malformed;
+- calibration age is judged in camera time (`now` = camera_time of the main frame), as dmonitoringmodeld does
+  (daemons/common/calibration.py), never by the SubMaster's wall-clock `alive`: a replay stepped at any speed
+  judges it as the drive did, without SIMULATION mode.
 """
 import math
 
+from daemons.common.calibration import CalibrationAge
 from daemons.modeld.core import CarInputs
 
 MAX_LATERAL_DELAY = 2.0   # s; a delay estimate beyond this is not a delay
@@ -29,6 +33,7 @@ class CarInputReader:
   def __init__(self):
     self.car = CarInputs()
     self.malformed_count = 0
+    self.calibration_age = CalibrationAge()
 
   def _check(self, sm, service: str, ok: bool, what: str, problems: list) -> bool:
     if not ok:
@@ -37,8 +42,11 @@ class CarInputReader:
         self.malformed_count += 1
     return ok
 
-  def read(self, sm) -> CarInputs:
+  def read(self, sm, now: float) -> CarInputs:
+    """The inputs of the frame at camera time `now` (s), after sm.update()."""
     problems: list[str] = []
+    if sm.updated["extrinsicsCalibration"]:
+      self.calibration_age.received(now)
     prev = self.car
     cs, cc, ld = sm["carState"], sm["carControl"], sm["lateralDelay"]
     car_ok = self._check(sm, "carState", math.isfinite(cs.vEgo) and math.isfinite(cs.steeringTorque), "non-finite", problems)
@@ -67,7 +75,7 @@ class CarInputReader:
       is_rhd=sm["driverMonitoringState"].isRHD,
       camera_state_frame_id=sm["narrowRoadCameraState"].frameId,
       calibration=list(calib.rpyCalib) if sm.seen["extrinsicsCalibration"] else None,
-      calibration_stale=sm.seen["extrinsicsCalibration"] and not sm.alive["extrinsicsCalibration"],
+      calibration_stale=self.calibration_age.stale(now),
       calibration_invalid=invalid,
       malformed="; ".join(problems),
       malformed_count=self.malformed_count,
@@ -75,7 +83,7 @@ class CarInputReader:
     return self.car
 
 
-def car_inputs(sm) -> CarInputs:
+def car_inputs(sm, now: float = 0.0) -> CarInputs:
   """One-off read (tests and tools); the daemon keeps a CarInputReader so rejected messages fall back to the
-  last good values."""
-  return CarInputReader().read(sm)
+  last good values and calibration age is tracked."""
+  return CarInputReader().read(sm, now)

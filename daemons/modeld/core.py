@@ -1,13 +1,16 @@
 """The per-frame work of modeld as a pure object: frames + car inputs in, Event builders out, no sockets.
 
-`Modeld.step()` is what the daemon loop, the tests and process_replay all drive. Invariants:
+`Modeld.step((main, extra), car)` is the daemons' shared per-frame step (daemons/common/frame_loop.py: check,
+prepare = warp, still_valid, run, build; the skeleton stamps the timings). The daemon loop and the tests drive
+it. Invariants:
 - one call = one main frame = exactly one modelV2, drivingModelData, cameraOdometry and usbGpuState (in that
   order); a frame is never dropped by a model failure;
 - big/small: the active model is the big one only once it has loaded; the first exception from the big model
   (timeout, disconnect, transfer error, non-finite output, anything) switches to the small model for the
   rest of the process and the *same* frame is re-run on the small model; an exception from the small model
   publishes the frame with valid=False and the error as the reason;
-- `valid` is true only when: calibration was received, is well formed and is not stale; no frames were
+- `valid` is true only when: calibration was received, is well formed and is not stale (in camera time,
+  daemons/common/calibration.py); no frames were
   dropped right before this one; the frames were not overwritten while warped; main and extra frames are in
   sync; the active model's image pair (t-4, t) is filled from its own history; the big model is not still
   loading; and the model ran. `invalidReason` lists every failed rule;
@@ -20,20 +23,22 @@
   counts every rejected message.
 """
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
-from cereal import log
 from daemons.common.cameras import DeviceCameraConfig
 from daemons.common.env import send_raw_pred as env_send_raw_pred
+from daemons.common.frame_loop import Frame, FrameStep, ModelOutcome, StepResult  # noqa: F401 (Frame: modeld's API)
+from daemons.common.messages import model_event
+from daemons.common.runner import StageTimes
 from daemons.common.road_warp import OUT_SHAPE, RoadWarp
 from daemons.common.transforms import CalibrationError, check_calibration, get_warp_matrix
 from daemons.modeld.action import Action, get_action_from_model
 from daemons.modeld.constants import DESIRE_LEN, DT_MDL, LAT_SMOOTH_SECONDS, LONG_SMOOTH_SECONDS
 from daemons.modeld.desire import DesireHelper, DriverInputs
-from daemons.modeld.fill import FrameInfo, fill_driving_model_data, fill_model_msg, fill_pose_msg, fill_timings
+from daemons.modeld.fill import FrameInfo, fill_driving_model_data, fill_model_msg, fill_pose_msg
 from daemons.modeld.model_state import ModelState
 
 FRAME_SYNC_NS = 10_000_000          # main and extra frames further apart than this are out of sync
@@ -41,26 +46,6 @@ DROP_FILTER_ALPHA = DT_MDL / (10.0 + DT_MDL)   # FirstOrderFilter(rc=10 s, dt=0.
 DROP_WARMUP_FRAMES = 10
 DEFAULT_LAT_DELAY = 0.2
 DEFAULT_LONG_ACTUATOR_DELAY = 0.15
-
-
-def _event(service: str, valid: bool, reason: str):
-  # built directly from the schema so the pure step needs no bus; same stamping as cereal.messaging.new_message.
-  # invalidReason is set as an attribute: pycapnp given a text field as a keyword builds a schema object with a
-  # reference cycle (21 objects per call) that only the cyclic GC frees
-  msg = log.Event.new_message(logMonoTime=time.monotonic_ns(), valid=valid)
-  msg.invalidReason = reason
-  msg.init(service)
-  return msg
-
-
-@dataclass
-class Frame:
-  """One camera frame as the daemon holds it (a VisionBuf, or plain bytes in tests and replay)."""
-  data: object                       # buffer of NV12 bytes
-  frame_id: int
-  timestamp_sof: int
-  timestamp_eof: int
-  still_valid: Callable[[], bool] = lambda: True
 
 
 @dataclass
@@ -85,15 +70,10 @@ class CarInputs:
   malformed_count: int = 0           # bus inputs rejected as malformed since start
 
 
-@dataclass
-class StepResult:
-  events: list = field(default_factory=list)   # [(service, Event builder)] in publish order
-  model_name: str = ""
-  valid: bool = False
-  reasons: list = field(default_factory=list)
+class Modeld(FrameStep):
+  """step((main Frame, extra Frame), CarInputs) -> StepResult with modelV2, drivingModelData, cameraOdometry and
+  usbGpuState."""
 
-
-class Modeld:
   def __init__(self, small: ModelState, cameras: DeviceCameraConfig, main_geom: tuple[int, int, int, int],
                extra_geom: tuple[int, int, int, int] | None, main_is_wide: bool = False,
                send_raw_pred: bool | None = None, clock: Callable[[], float] = time.perf_counter):
@@ -110,6 +90,7 @@ class Modeld:
     self.set_geometry(cameras, main_geom, extra_geom)
     self.send_raw_pred = env_send_raw_pred() if send_raw_pred is None else send_raw_pred
     self.clock = clock
+    self._action_t = (0.0, 0.0)
     self.prev_action = Action()
     self.desire_helper = DesireHelper()
     self.last_frame_id: int | None = None
@@ -198,38 +179,40 @@ class Modeld:
     f = self.frames_dropped_filtered
     return dropped, f / (1.0 + f)
 
-  def step(self, main: Frame, extra: Frame | None, car: CarInputs) -> StepResult:
+  def check(self, frames, car: CarInputs) -> list[str]:
+    main, extra = frames
     reasons = [f"malformed input: {car.malformed}"] if car.malformed else []
     calib_reason = self._update_calibration(car)
     if calib_reason:
       reasons.append(calib_reason)
-    extra = extra if extra is not None else main
     dropped, drop_ratio = self._frame_drops(main.frame_id)
+    self._frame = FrameInfo(main.frame_id, extra.frame_id, main.timestamp_sof, main.timestamp_eof,
+                            car.camera_state_frame_id, drop_ratio, dropped)
     if dropped:
       reasons.append(f"{dropped} frames dropped before frame {main.frame_id}")
     if abs(main.timestamp_sof - extra.timestamp_sof) > FRAME_SYNC_NS:
       reasons.append(f"frames out of sync by {(main.timestamp_sof - extra.timestamp_sof) / 1e6:.1f} ms")
+    return reasons
 
-    t0 = self.clock()
+  def prepare(self, frames, car: CarInputs) -> None:
+    main, extra = frames
     self.warp_main.warp(main.data, out=self._img)
     (self.warp_extra or self.warp_main).warp(extra.data, out=self._big_img)
-    warp_s = self.clock() - t0
-    if not (main.still_valid() and (extra is main or extra.still_valid())):
-      reasons.append("frame overwritten while it was warped")
 
+  def run(self, _model_inputs, car: CarInputs, reasons: list[str]) -> ModelOutcome:
     traffic = np.zeros(2, np.float32)
     traffic[int(car.is_rhd)] = 1.0
     desire = np.zeros(DESIRE_LEN, np.float32)
     desire[self.desire_helper.desire] = 1.0      # decided on the previous frame, as in the reference
     lat_action_t = car.lat_delay + LAT_SMOOTH_SECONDS + DT_MDL + DT_MDL / 2
     long_action_t = car.long_actuator_delay + LONG_SMOOTH_SECONDS + DT_MDL + DT_MDL / 2
+    self._action_t = (lat_action_t, long_action_t)
     action_t = np.array([lat_action_t, long_action_t], np.float32)
 
     model = self.active
-    outs, raw, timings, error = None, None, {}, ""
-    t0 = self.clock()
+    outs, raw, times, error = None, None, StageTimes(), ""
     try:
-      outs, raw, timings = model.run(self._img, self._big_img, desire, traffic, action_t)
+      outs, raw, times = model.run(self._img, self._big_img, desire, traffic, action_t)
     except Exception as e:  # any big-model failure means fallback; the frame is re-run on the small model
       if model is self.small:
         error = f"small model failed: {type(e).__name__}: {e}"
@@ -237,54 +220,49 @@ class Modeld:
         self._switch_to_small(e)
         model = self.small
         try:   # modelExecutionTime keeps counting: this frame's model time includes the failed attempt
-          outs, raw, timings = model.run(self._img, self._big_img, desire, traffic, action_t)
+          outs, raw, times = model.run(self._img, self._big_img, desire, traffic, action_t)
         except Exception as e2:
           error = f"small model failed: {type(e2).__name__}: {e2}"
-    exec_s = self.clock() - t0
-    timings["warp"] = warp_s
-
     if error:
       reasons.append(error)
     elif not model.pair_filled:
       reasons.append(f"{model.name} model history filling ({model.history.frames_pushed}/5 frames)")
     if self.big_loading:
       reasons.append("big model loading")
+    return ModelOutcome(outs, raw, times, model.name)
 
-    frame = FrameInfo(main.frame_id, extra.frame_id, main.timestamp_sof, main.timestamp_eof,
-                      car.camera_state_frame_id, drop_ratio, dropped)
-    valid = not reasons
-    mv2, dmd, odo = (_event(s, valid, "; ".join(reasons)) for s in ("modelV2", "drivingModelData", "cameraOdometry"))
+  def build(self, frames, car: CarInputs, outcome: ModelOutcome, reasons: list[str]) -> list:
+    outs, raw, frame, model = outcome.parsed, outcome.raw, self._frame, self.active
+    mv2, dmd, odo = (model_event(s, reasons) for s in ("modelV2", "drivingModelData", "cameraOdometry"))
     if outs is not None:
+      lat_action_t, long_action_t = self._action_t
       action = get_action_from_model(outs, self.prev_action, lat_action_t, long_action_t, max(car.v_ego, 0.0))
       self.prev_action = action
-      m = fill_model_msg(mv2, outs, action, model.publish_state, frame, exec_s, model.name, self.fallback_reason,
-                         timings, raw if self.send_raw_pred else None)
+      m = fill_model_msg(mv2, outs, action, model.publish_state, frame, model.name, self.fallback_reason,
+                         raw if self.send_raw_pred else None)
       dh = self.desire_helper
       dh.update(DriverInputs(car.v_ego, car.left_blinker, car.right_blinker, car.steering_pressed, car.steering_torque,
                              car.left_blindspot, car.right_blindspot, car.lat_active),
                 float(outs["desire_state"][0, 3] + outs["desire_state"][0, 4]))
       m.meta.laneChangeState, m.meta.laneChangeDirection = dh.state, dh.direction
       fill_driving_model_data(dmd, m)
-      fill_pose_msg(odo, outs, frame, timings)
+      fill_pose_msg(odo, outs, frame)
     else:
-      self._fill_failed(mv2, dmd, odo, frame, model.name, exec_s, timings)
-    mv2.modelV2.modelSource = dmd.drivingModelData.modelSource = model.name
+      self._fill_failed(mv2, dmd, odo, frame, outcome.model_name)
+    mv2.modelV2.modelSource = dmd.drivingModelData.modelSource = outcome.model_name
     mv2.modelV2.malformedInputs = car.malformed_count
-    gpu = _event("usbGpuState", True, "")
+    gpu = model_event("usbGpuState")
     g = gpu.usbGpuState
-    g.plugged, g.modelSource = self.plugged, model.name
+    g.plugged, g.modelSource = self.plugged, outcome.model_name
     g.state, g.reason = self.usb_gpu_state()
-    events = [("modelV2", mv2), ("drivingModelData", dmd), ("cameraOdometry", odo), ("usbGpuState", gpu)]
-    return StepResult(events, model.name, valid, reasons)
+    return [("modelV2", mv2), ("drivingModelData", dmd), ("cameraOdometry", odo), ("usbGpuState", gpu)]
 
-  def _fill_failed(self, mv2, dmd, odo, frame: FrameInfo, model_name: str, exec_s: float, timings: dict) -> None:
+  def _fill_failed(self, mv2, dmd, odo, frame: FrameInfo, model_name: str) -> None:
     """A frame whose model failed still produces its three messages (valid=False, ids and timestamps)."""
     for b in (mv2.modelV2, dmd.drivingModelData):
       b.frameId, b.frameIdExtra = frame.frame_id, frame.frame_id_extra
       b.timestampSof, b.timestampEof = frame.timestamp_sof, frame.timestamp_eof
-      b.frameDropPerc, b.modelExecutionTime = frame.frame_drop_ratio * 100, exec_s
+      b.frameDropPerc = frame.frame_drop_ratio * 100
       b.modelName, b.fallbackReason = model_name, self.fallback_reason
-      fill_timings(b, timings)
     o = odo.cameraOdometry
     o.frameId, o.timestampSof, o.timestampEof = frame.frame_id, frame.timestamp_sof, frame.timestamp_eof
-    fill_timings(o, timings)

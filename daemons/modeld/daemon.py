@@ -23,15 +23,17 @@ import time
 import setproctitle
 
 from cereal import messaging
+from daemons.common.calibration import camera_time
 from daemons.common.cameras import config_for_frame
 from daemons.common.cli import Parser, run_cli
 from daemons.common.env import DAEMONS_ENV
+from daemons.common.frame_loop import Frame, run_frame_loop
 from daemons.common.metadata import ModelMetadataError
 from daemons.common.realtime import SCHEDULING_HELP, scheduling_plan
+from daemons.common.runner import RuntimeRunner, warmup
 from daemons.modeld.car_inputs import CarInputReader
-from daemons.modeld.core import Frame, Modeld
+from daemons.modeld.core import Modeld
 from daemons.modeld.model_state import ModelState, model_path
-from daemons.modeld.runner import runtime_runner, warmup
 from msgq.namespace import runtime_dir
 from runtime import config as runtime_config
 from runtime.device import Device, DeviceError, DeviceUnavailable
@@ -58,7 +60,7 @@ class BigModelLoader:
 
   def _load(self) -> None:
     try:
-      big = ModelState.load("big", lambda path: runtime_runner(path, BIG_DEVICE))
+      big = ModelState.load("big", lambda path: RuntimeRunner(path, BIG_DEVICE))
       warmup(big.runner, big.metadata.input_shapes)
       self.result = big
     except Exception as e:
@@ -95,10 +97,6 @@ def pair_extra(main_sof: int, extra, recv_extra):
     if extra is None:
       return None
   return extra
-
-
-def _frame(buf) -> Frame:
-  return Frame(buf.data, buf.frame_id, buf.timestamp_sof, buf.timestamp_eof, buf.still_valid)
 
 
 def _geometry(client: VisionIpcClient) -> tuple[int, int, int, int]:
@@ -144,7 +142,7 @@ def main(argv=None) -> int:
 
   log(f"loading the small model {model_path('small')} on CPU")
   t0 = time.monotonic()
-  small = ModelState.load("small", lambda path: runtime_runner(path, "CPU"))
+  small = ModelState.load("small", lambda path: RuntimeRunner(path, "CPU"))
   log(f"small model compiled and loaded in {time.monotonic() - t0:.1f} s")
 
   streams = wait_for_streams(stop)
@@ -179,47 +177,52 @@ def main(argv=None) -> int:
   sm = messaging.SubMaster(SUBSCRIPTIONS)
   scheduling.apply(lambda m: print(f"modeld: {m}", flush=True))
   car_reader = CarInputReader()
-  buf_extra = None
-  last_status = ("", "")
-  first = True
-  current_geometry = (_geometry(vipc_main), _geometry(vipc_extra) if vipc_extra is not None else None)
-  while not stop.is_set():
+  state = {"buf_extra": None, "last_status": ("", ""), "first": True, "loader": loader,
+           "geometry": (_geometry(vipc_main), _geometry(vipc_extra) if vipc_extra is not None else None)}
+
+  def receive():
     buf_main = vipc_main.recv(100)
     if buf_main is None:
-      continue
+      return None
     if vipc_extra is not None:
-      buf_extra = pair_extra(buf_main.timestamp_sof, buf_extra, lambda: vipc_extra.recv(100))
-      if buf_extra is None:
-        continue
+      state["buf_extra"] = pair_extra(buf_main.timestamp_sof, state["buf_extra"], lambda: vipc_extra.recv(100))
+      if state["buf_extra"] is None:
+        return None
     geometry = (_geometry(vipc_main), _geometry(vipc_extra) if vipc_extra is not None else None)
-    if geometry != current_geometry:   # camerad restarted with another camera: rebuild the warps
-      print(f"modeld: camera geometry changed to {geometry}", flush=True)
+    if geometry != state["geometry"]:   # camerad restarted with another camera: rebuild the warps
+      log(f"camera geometry changed to {geometry}")
       modeld.set_geometry(config_for_frame(vipc_main.width, vipc_main.height), *geometry)
-      current_geometry = geometry
+      state["geometry"] = geometry
+    main_frame = Frame.from_buf(buf_main)
+    return main_frame, (Frame.from_buf(state["buf_extra"]) if vipc_extra is not None else main_frame)
+
+  def read_bus(frames):
     sm.update(0)
+    loader = state["loader"]
     if loader is not None:
-      state, value = loader.poll()
-      if state == "loaded":
+      status, value = loader.poll()
+      if status == "loaded":
         modeld.big_loaded(value)
-        loader = None
-      elif state == "failed":
+      elif status == "failed":
         modeld.big_load_failed(value)
-        loader = None
-      if loader is None:
-        print(f"modeld: big model {state}{': ' + value if state == 'failed' else ''}", flush=True)
-    result = modeld.step(_frame(buf_main), _frame(buf_extra) if vipc_extra is not None else None, car_reader.read(sm))
-    if first:
-      log(f"first frame {buf_main.frame_id} on the {modeld.active.name} model")
-      first = False
-    for service, msg in result.events:
-      pm.send(service, msg)
+      if status != "loading":
+        state["loader"] = None
+        log(f"big model {status}{': ' + value if status == 'failed' else ''}")
+    return car_reader.read(sm, camera_time(frames[0].frame_id))
+
+  def report(frames, result):
+    if state["first"]:
+      log(f"first frame {frames[0].frame_id} on the {modeld.active.name} model")
+      state["first"] = False
     # log changes of model state, not every frame
     status = (modeld.fallback_reason, next((r for r in result.reasons if r.startswith("small model failed")), ""))
-    if status != last_status:
-      for old, new in zip(last_status, status):
+    if status != state["last_status"]:
+      for old, new in zip(state["last_status"], status):
         if new and new != old:
-          print(f"modeld: frame {buf_main.frame_id}: {new}", flush=True)
-      last_status = status
+          log(f"frame {frames[0].frame_id}: {new}")
+      state["last_status"] = status
+
+  run_frame_loop(receive, read_bus, modeld.step, pm.send, stop.is_set, report)
   return 0
 
 

@@ -1,9 +1,10 @@
 """Fill modelV2, drivingModelData and cameraOdometry from parsed outputs (semantics of openpilot
-fill_model_msg.py, spec §8), plus our additions: sof/eof timestamps, per-stage timings, which model ran and why,
-and a reason whenever `valid` is false.
+fill_model_msg.py, spec §8), plus our additions: sof/eof timestamps, which model ran and why, and a reason
+whenever `valid` is false. The timing fields (modelExecutionTime, stageTimings) are stamped on every message by
+the daemons' skeleton (daemons/common/messages.stamp_timings), not here.
 
 Invariants:
-- `valid` is decided by the caller (ModelState.step) and written with its reason; these functions never set it
+- `valid` is decided by the caller (core.Modeld.step) and written with its reason; these functions never set it
   to True on their own;
 - laneLines/roadEdges are indexed by X_IDXS (their `t` stays empty); the plan by T_IDXS; leads by LEAD_T_IDXS;
 - `PublishState` carries the only cross-frame state here (hard-brake and confidence buffers); each model has its
@@ -55,15 +56,6 @@ def fill_xyzt(b, t, x, y, z, x_std=None, y_std=None, z_std=None) -> None:
     b.xStd, b.yStd, b.zStd = _floats(x_std), _floats(y_std), _floats(z_std)
 
 
-def fill_timings(b, timings: dict) -> None:
-  st = b.init("stageTimings")
-  st.uploadMs = timings.get("upload", 0.0) * 1e3
-  st.warpMs = timings.get("warp", 0.0) * 1e3
-  st.modelMs = timings.get("model", 0.0) * 1e3
-  st.readbackMs = timings.get("readback", 0.0) * 1e3
-  st.parseMs = timings.get("parse", 0.0) * 1e3
-
-
 def update_hard_brake(ps: PublishState, meta: np.ndarray) -> bool:
   ps.prev_brake_5ms2_probs[:-1] = ps.prev_brake_5ms2_probs[1:]
   ps.prev_brake_5ms2_probs[-1] = meta[Meta.HARD_BRAKE_5][0]
@@ -84,8 +76,8 @@ def update_confidence(ps: PublishState, meta: np.ndarray, frame_id: int) -> str:
   return "green" if score < RYG_GREEN else "yellow" if score < RYG_YELLOW else "red"
 
 
-def fill_model_msg(event, outs: dict, action: Action, ps: PublishState, frame: FrameInfo, model_execution_time: float,
-                   model_name: str, fallback_reason: str, timings: dict, raw_pred: np.ndarray | None = None):
+def fill_model_msg(event, outs: dict, action: Action, ps: PublishState, frame: FrameInfo, model_name: str,
+                   fallback_reason: str, raw_pred: np.ndarray | None = None):
   """Fill event.modelV2 (the caller has set event.valid / invalidReason); returns the modelV2 builder."""
   m = event.modelV2
   m.frameId = frame.frame_id
@@ -94,10 +86,8 @@ def fill_model_msg(event, outs: dict, action: Action, ps: PublishState, frame: F
   m.frameDropPerc = frame.frame_drop_ratio * 100
   m.timestampSof = frame.timestamp_sof
   m.timestampEof = frame.timestamp_eof
-  m.modelExecutionTime = model_execution_time
   m.modelName = model_name
   m.fallbackReason = fallback_reason
-  fill_timings(m, timings)
 
   plan, plan_stds = outs["plan"][0], outs["plan_stds"][0]
   fill_xyzt(m.init("position"), T_LIST, *plan[:, Plan.POSITION].T, *plan_stds[:, Plan.POSITION].T)
@@ -155,10 +145,9 @@ def fill_driving_model_data(event, modelv2) -> None:
   """Copy the compact drivingModelData from a filled modelV2 (after laneChangeState/Direction are set)."""
   d = event.drivingModelData
   d.frameId, d.frameIdExtra = modelv2.frameId, modelv2.frameIdExtra
-  d.frameDropPerc, d.modelExecutionTime = modelv2.frameDropPerc, modelv2.modelExecutionTime
+  d.frameDropPerc = modelv2.frameDropPerc
   d.timestampSof, d.timestampEof = modelv2.timestampSof, modelv2.timestampEof
   d.modelName, d.fallbackReason = modelv2.modelName, modelv2.fallbackReason
-  d.stageTimings = modelv2.stageTimings
   d.action = modelv2.action
   meta = d.init("meta")
   meta.laneChangeState, meta.laneChangeDirection = modelv2.meta.laneChangeState, modelv2.meta.laneChangeDirection
@@ -171,7 +160,7 @@ def fill_driving_model_data(event, modelv2) -> None:
   path.xCoefficients, path.yCoefficients, path.zCoefficients = (_floats(c) for c in coeffs.T)
 
 
-def fill_pose_msg(event, outs: dict, frame: FrameInfo, timings: dict) -> None:
+def fill_pose_msg(event, outs: dict, frame: FrameInfo) -> None:
   p = event.cameraOdometry
   p.frameId = frame.frame_id
   p.timestampSof, p.timestampEof = frame.timestamp_sof, frame.timestamp_eof
@@ -182,4 +171,3 @@ def fill_pose_msg(event, outs: dict, frame: FrameInfo, timings: dict) -> None:
   p.wideFromDeviceEulerStd = _floats(outs["wide_from_device_euler_stds"][0])
   p.roadTransformTrans = _floats(outs["road_transform"][0, :3])
   p.roadTransformTransStd = _floats(outs["road_transform_stds"][0, :3])
-  fill_timings(p, timings)

@@ -1,5 +1,8 @@
 """One road model with everything that is *its own*: runner, validated slices, history and publish state.
 
+"ModelState" means the same in both daemons (and in openpilot): one model, its own inputs/state and its
+`run()`. The per-frame step is `core.Modeld`.
+
 Invariants:
 - output slices come from the model's metadata and are validated against its output size at load
   (ModelMetadataError at startup, never a short array per frame);
@@ -18,6 +21,7 @@ import numpy as np
 from daemons.common.env import DAEMONS_ENV
 from daemons.common.metadata import ModelContract, ModelMetadata, load_metadata
 from daemons.common.outputs import all_finite
+from daemons.common.runner import Runner, StageTimes, run_model
 from daemons.modeld.constants import DESIRE_HISTORY, DESIRE_LEN, FEATURE_LEN, HISTORY_LEN, OUTPUT_HEADS, \
   TRAFFIC_CONVENTION_LEN
 from daemons.modeld.fill import PublishState
@@ -51,11 +55,6 @@ class NonFiniteOutput(ModelOutputError):
   """The model produced NaN or Inf (the reference's "model output not finite")."""
 
 
-# A runner takes the model's named inputs and returns (flat float32 output, stage seconds dict with any of
-# "upload", "model", "readback").
-Runner = Callable[[dict[str, np.ndarray]], tuple[np.ndarray, dict[str, float]]]
-
-
 class ModelState:
   def __init__(self, name: str, runner: Runner, metadata: ModelMetadata):
     self.name = name
@@ -72,13 +71,13 @@ class ModelState:
     return cls(name, runner_factory(path), metadata)
 
   def run(self, img: np.ndarray, big_img: np.ndarray, desire: np.ndarray, traffic_convention: np.ndarray,
-          action_t: np.ndarray) -> tuple[dict, np.ndarray, dict[str, float]]:
-    """One 20 Hz step: push the warped frames, run, check, parse. Returns (parsed outputs, raw output, timings)."""
+          action_t: np.ndarray) -> tuple[dict, np.ndarray, StageTimes]:
+    """One 20 Hz step: push the warped frames, run, check, parse. Returns (parsed outputs, raw output, stage
+    times: the runner's, plus the parse on the host)."""
     inputs = self.history.push(img, big_img, desire)
     inputs["traffic_convention"] = np.asarray(traffic_convention, np.float32).reshape(1, 2)
     inputs["action_t"] = np.asarray(action_t, np.float32).reshape(1, 2)
-    raw, timings = self.runner(inputs)
-    raw = np.asarray(raw, dtype=np.float32).reshape(-1)
+    raw, timings = run_model(self.runner, inputs)
     if raw.size != self.metadata.output_size:
       raise ModelOutputError(f"{self.name} model returned {raw.size} values, expected {self.metadata.output_size}")
     if not all_finite(raw):
@@ -86,10 +85,8 @@ class ModelState:
     t0 = time.perf_counter()
     outs = parse_outputs(self.metadata.slice_outputs(raw))
     self.history.update_hidden(outs["hidden_state"])
-    timings = dict(timings)
-    timings["parse"] = time.perf_counter() - t0
     self.runs += 1
-    return outs, raw, timings
+    return outs, raw, timings.host(parse=time.perf_counter() - t0)
 
   def reset(self) -> None:
     """Forget the past (history and publish state), e.g. after standing by while another model ran."""

@@ -120,15 +120,15 @@ def test_frame_overwritten_while_a_daemon_uses_it(tmp_path):
 
     def overwritten(r, service, marker):
       return [m for m in r[service] if not m.valid and marker in m.invalidReason]
-    rec.wait(lambda r: overwritten(r, "modelV2", "frame overwritten while it was warped")
-             and overwritten(r, "driverStateV2", "was overwritten during processing"),
+    rec.wait(lambda r: overwritten(r, "modelV2", " overwritten while it was warped")
+             and overwritten(r, "driverStateV2", " overwritten while it was warped"),
              what=lambda: f"overwrite reports; last reasons "
                           f"{[r[-1].invalidReason if r else None for r in (rec['modelV2'], rec['driverStateV2'])]}")
     for name in ("modeld", "dmonitoringmodeld"):
       assert stack.alive(name), stack.log(name)[-3000:]
-    bad_dm = overwritten(rec, "driverStateV2", "was overwritten during processing")
+    bad_dm = overwritten(rec, "driverStateV2", " overwritten while it was warped")
     for m in bad_dm:   # the reason names the very frame that was published
-      assert f"frame {m.driverStateV2.frameId} was overwritten" in m.invalidReason
+      assert f"frame {m.driverStateV2.frameId} overwritten while it was warped" in m.invalidReason
     # every output is for a frame that was announced, in order
     for service in OUTPUTS:
       ids = [getattr(m, service).frameId for m in rec[service]]

@@ -10,7 +10,7 @@ from daemons.dmonitoringmodeld.models import generate
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH, load_dm_metadata
 from daemons.dmonitoringmodeld.parse import parse_outputs
 from selfdrive_stub.scenes import SceneRenderer, cabin_script
-from daemons.dmonitoringmodeld.runner import make_runner
+from daemons.common.runner import make_runner
 
 MODEL_SHA256 = "2f7e41e8922c4b7232cdab5203f7fd516fcfb7bab3e3b7a3adbd67a02bc61e85"
 ALLOWED_OPS = {"Conv", "Relu", "LeakyRelu", "Elu", "Sigmoid", "Tanh", "Add", "Sub", "Mul", "Div", "Cast", "Reshape",

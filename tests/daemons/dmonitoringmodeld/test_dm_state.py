@@ -9,11 +9,14 @@ import onnx
 import pytest
 
 from cereal.messaging import log_from_bytes, new_message
+from daemons.common.calibration import camera_time
 from daemons.common.cameras import UnknownCameraError
+from daemons.common.frame_loop import Frame
 from daemons.common.metadata import ModelMetadataError
-from daemons.dmonitoringmodeld.model_state import MODEL_PATH, Calibration, ModelState, load_dm_metadata
+from daemons.common.runner import StageTimes, make_runner
+from daemons.dmonitoringmodeld.core import Calibration, DMonitoringmodeld
+from daemons.dmonitoringmodeld.model_state import MODEL_PATH, ModelState, load_dm_metadata
 from daemons.dmonitoringmodeld.parse import non_finite_heads, parse_outputs
-from daemons.dmonitoringmodeld.runner import make_runner
 from selfdrive_stub.scenes import SceneRenderer
 
 META = load_dm_metadata(MODEL_PATH)
@@ -41,7 +44,7 @@ def calib_msg(rpy=(0.0, 0.02, -0.01), status="calibrated", valid=True):
   return msg.extrinsicsCalibration
 
 
-def good_calib(now=100.0):
+def good_calib(now=0.0):
   c = Calibration()
   c.update(calib_msg(), now)
   return c
@@ -54,11 +57,21 @@ class FixedOutput:
 
   def __call__(self, inputs):
     assert inputs["input_img"].shape == (1, 1382400) and inputs["calib"].shape == (1, 3)
-    return self.out.copy(), {"model": 0.001}
+    return self.out.copy(), StageTimes(model=0.001)
 
 
-def decoded(msg):
+def decoded(result):
+  (service, msg), = result.events
+  assert service == "driverStateV2" and result.valid == msg.valid
   return log_from_bytes(msg.to_bytes())
+
+
+def dm(runner, send_raw_pred=False) -> DMonitoringmodeld:
+  return DMonitoringmodeld(ModelState(runner, META), send_raw_pred=send_raw_pred)
+
+
+def cabin(data, frame_id, still_valid=lambda: True, sof=0, eof=0, geometry=(1928, 1208, 2048)) -> list[Frame]:
+  return [Frame(data, frame_id, sof, eof, still_valid, *geometry)]
 
 
 @pytest.fixture(scope="module")
@@ -146,9 +159,7 @@ def runner():
 
 
 def test_good_frame_is_valid_and_complete(runner, tici_frame):
-  state = ModelState(runner, META, send_raw_pred=True)
-  msg = decoded(state.step(tici_frame, *TICI, frame_id=20, calib=good_calib(), now=100.5,
-                           timestamp_sof=111, timestamp_eof=222))
+  msg = decoded(dm(runner, send_raw_pred=True).step(cabin(tici_frame, 20, sof=111, eof=222), good_calib(camera_time(19))))
   assert msg.valid and msg.invalidReason == ""
   ds = msg.driverStateV2
   assert ds.frameId == 20 and ds.timestampSof == 111 and ds.timestampEof == 222 and ds.framesDropped == 0
@@ -158,17 +169,19 @@ def test_good_frame_is_valid_and_complete(runner, tici_frame):
   assert raw.size == 553 and parse_outputs(raw, META)["lhd"]["faceProb"] == pytest.approx(ds.leftDriverData.faceProb)
   t = ds.stageTimings
   assert t.warpMs > 0 and t.modelMs > 0 and t.parseMs > 0
+  assert ds.modelExecutionTime * 1e3 >= t.warpMs + t.uploadMs + t.modelMs + t.readbackMs + t.parseMs
+  assert ds.gpuExecutionTime * 1e3 == pytest.approx(t.uploadMs + t.modelMs + t.readbackMs, rel=1e-3)
 
 
 def test_raw_predictions_off_by_default(runner, tici_frame):
-  msg = decoded(ModelState(runner, META).step(tici_frame, *TICI, 1, good_calib(), 100.0))
+  msg = decoded(dm(runner).step(cabin(tici_frame, 1), good_calib()))
   assert msg.driverStateV2.rawPredictions == b""
 
 
 def test_dropped_frames_counted(runner, tici_frame):
-  state = ModelState(runner, META)
+  state = dm(runner)
   for fid in (5, 6, 9, 10, 14):
-    msg = decoded(state.step(tici_frame, *TICI, fid, good_calib(), 100.0))
+    msg = decoded(state.step(cabin(tici_frame, fid), good_calib(camera_time(fid))))
   assert msg.driverStateV2.framesDropped == 5
 
 
@@ -178,15 +191,15 @@ def test_dropped_frames_counted(runner, tici_frame):
   (lambda: _calib(calib_msg(), valid=False), r"calibration invalid .*valid=False"),
   (lambda: _calib(calib_msg(rpy=(0.0, 0.1))), "rpyCalib has 2 values, expected 3"),
   (lambda: _calib(calib_msg(rpy=(0.0, float("nan"), 0.0))), "rpyCalib is not finite"),
-  (lambda: _calib(calib_msg(), at=90.0), r"calibration stale \(10.0 s old\)"),
+  (lambda: _calib(calib_msg(), at=camera_time(0)), r"calibration stale \(10.0 s old\)"),
 ])
 def test_calibration_problems_invalidate(runner, tici_frame, make_calib, reason):
-  msg = decoded(ModelState(runner, META).step(tici_frame, *TICI, 1, make_calib(), now=100.0))
+  msg = decoded(dm(runner).step(cabin(tici_frame, 200), make_calib()))     # frame 200: 10 s of camera time
   assert not msg.valid
   assert __import__("re").search(reason, msg.invalidReason), msg.invalidReason
 
 
-def _calib(reader, valid=True, at=100.0):
+def _calib(reader, valid=True, at=camera_time(199)):
   c = Calibration()
   c.update(reader, at, valid)
   return c
@@ -194,36 +207,45 @@ def _calib(reader, valid=True, at=100.0):
 
 def test_bad_calibration_keeps_last_good_value():
   c = good_calib()
-  c.update(calib_msg(rpy=(1.0, 2.0)), 101.0)
+  c.update(calib_msg(rpy=(1.0, 2.0)), 1.0)
   assert c.rpy.tolist() == pytest.approx([0.0, 0.02, -0.01])
 
 
 def test_overwritten_frame_invalidates(runner, tici_frame):
-  msg = decoded(ModelState(runner, META).step(tici_frame, *TICI, 7, good_calib(), 100.0, still_valid=lambda: False))
-  assert not msg.valid and "frame 7 was overwritten during processing" in msg.invalidReason
+  msg = decoded(dm(runner).step(cabin(tici_frame, 7, still_valid=lambda: False), good_calib()))
+  assert not msg.valid and msg.invalidReason == "frame 7 overwritten while it was warped"
 
 
 def test_non_finite_output_invalidates_with_head_names(tici_frame):
   out = np.zeros(553, np.float32)
   out[slices_json()["face_descs_lhd"][0]] = np.inf
-  msg = decoded(ModelState(FixedOutput(out), META).step(tici_frame, *TICI, 1, good_calib(), 100.0))
+  msg = decoded(dm(FixedOutput(out)).step(cabin(tici_frame, 1), good_calib()))
   assert not msg.valid and "non-finite model output in ['face_descs_lhd']" in msg.invalidReason
 
 
-def test_reasons_accumulate(tici_frame):
+def test_reasons_accumulate_inputs_then_overwrite_then_model(tici_frame):
   out = np.full(553, np.nan, np.float32)
-  msg = decoded(ModelState(FixedOutput(out), META).step(tici_frame, *TICI, 1, Calibration(), 100.0,
-                                                        still_valid=lambda: False))
-  assert msg.invalidReason.count("; ") == 2
+  msg = decoded(dm(FixedOutput(out)).step(cabin(tici_frame, 1, still_valid=lambda: False), Calibration()))
+  reasons = msg.invalidReason.split("; ")
+  assert reasons[:2] == ["calibration missing", "frame 1 overwritten while it was warped"]
+  assert reasons[2].startswith("non-finite model output in") and len(reasons) == 3
 
 
 def test_wrong_output_size_raises(tici_frame):
   with pytest.raises(ModelMetadataError, match="returned 551 values"):
-    ModelState(FixedOutput(np.zeros(551)), META).step(tici_frame, *TICI, 1, good_calib(), 100.0)
+    dm(FixedOutput(np.zeros(551))).step(cabin(tici_frame, 1), good_calib())
+
+
+def test_a_runner_with_the_old_dict_timings_is_refused(tici_frame):
+  class DictTimings(FixedOutput):
+    def __call__(self, inputs):
+      return self.out.copy(), {"model": 0.001}
+  with pytest.raises(TypeError, match="StageTimes"):
+    dm(DictTimings(np.zeros(553))).step(cabin(tici_frame, 1), good_calib())
 
 
 def test_geometry_change_rebuilds_warp_and_unknown_is_refused(runner):
-  state = ModelState(runner, META)
+  state = dm(runner)
   assert state.ensure_plan(*TICI).kind == "crop"
   assert state.ensure_plan(1344, 760, 1408).kind == "separable"
   with pytest.raises(UnknownCameraError, match="640x480"):

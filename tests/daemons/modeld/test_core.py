@@ -8,9 +8,9 @@ from cereal import messaging
 from daemons.common.cameras import MICI, TICI
 from daemons.common.transforms import get_warp_matrix
 from daemons.common.env import send_raw_pred
+from daemons.common.runner import RuntimeRunner, StageTimes
 from daemons.modeld.core import CarInputs, Frame, Modeld
 from daemons.modeld.model_state import MODEL_PATHS, ModelOutputError, ModelState
-from daemons.modeld.runner import runtime_runner
 from visionipc import get_nv12_info
 from daemons.modeld.car_inputs import car_inputs
 from daemons.modeld.daemon import SUBSCRIPTIONS
@@ -21,7 +21,7 @@ CALIB = [0.0, 0.02, -0.01]
 
 @pytest.fixture(scope="module")
 def small_runner():
-  return runtime_runner(MODEL_PATHS["small"], "CPU")
+  return RuntimeRunner(MODEL_PATHS["small"], "CPU")
 
 
 def geometry(cam):
@@ -40,8 +40,8 @@ def make(small_runner, device=TICI, single=False, **kw):
 def step(md, frame, i, car=None, sof_offset=0, still_valid=lambda: True, extra=True):
   t = 1_000_000_000 + i * 50_000_000
   main = Frame(frame, i, t, t + 20_000_000, still_valid)
-  ext = Frame(frame, i, t + sof_offset, t + sof_offset + 20_000_000) if extra else None
-  return md.step(main, ext, car or CarInputs(v_ego=15.0, calibration=CALIB))
+  ext = Frame(frame, i, t + sof_offset, t + sof_offset + 20_000_000) if extra else main
+  return md.step((main, ext), car or CarInputs(v_ego=15.0, calibration=CALIB))
 
 
 def test_valid_after_history_fills_and_messages_are_complete(small_runner):
@@ -104,7 +104,7 @@ def test_dropped_overwritten_and_unsynced_frames_are_invalid(small_runner):
   assert r.events[0][1].modelV2.frameDropPerc == pytest.approx(100 * x / (1 + x), rel=1e-5)
   assert step(md, frame, i + 4).valid
   r = step(md, frame, i + 5, still_valid=lambda: False)
-  assert r.reasons == ["frame overwritten while it was warped"]
+  assert r.reasons == [f"frame {i + 5} overwritten while it was warped"]
   r = step(md, frame, i + 6, sof_offset=12_000_000)
   assert r.reasons == ["frames out of sync by -12.0 ms"]
 
@@ -155,7 +155,7 @@ def test_send_raw_pred(small_runner, monkeypatch):
 
 
 def test_wrong_output_size_is_refused(small_runner):
-  md, frame = make(lambda inputs: (np.zeros(100, np.float32), {}))
+  md, frame = make(lambda inputs: (np.zeros(100, np.float32), StageTimes()))
   r = step(md, frame, 0)
   assert r.reasons[-1] == "small model failed: ModelOutputError: small model returned 100 values, expected 2576"
   with pytest.raises(ModelOutputError, match="expected 2576"):
@@ -205,9 +205,9 @@ def test_car_inputs_from_the_bus():
   car = car_inputs(sm)
   assert car.calibration == pytest.approx([0.0, 0.03, -0.01]) and car.v_ego == 0.0 and car.lat_delay == pytest.approx(0.3)
   assert car.is_rhd and car.camera_state_frame_id == 77 and car.calibration_invalid == ""
-  now[0] += 3.0                                   # 4 Hz calibration: not alive after 10 periods (2.5 s)
+  now[0] += 3.0                                   # wall clock past 10 periods of 4 Hz: not what modeld judges
   sm.update_msgs(now[0], [])
-  assert car_inputs(sm).calibration_stale
+  assert not sm.alive["extrinsicsCalibration"] and not car_inputs(sm).calibration_stale
   bad = messaging.new_message("extrinsicsCalibration", valid=False, invalidReason="too few inputs")
   bad.extrinsicsCalibration.calStatus = "invalid"
   sm.update_msgs(now[0], [bad.as_reader()])

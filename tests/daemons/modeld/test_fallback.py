@@ -8,8 +8,8 @@ import pytest
 from cereal import messaging
 from daemons.common.cameras import TICI
 from daemons.modeld.core import CarInputs, Frame, Modeld
+from daemons.common.runner import RuntimeRunner
 from daemons.modeld.model_state import MODEL_PATHS, ModelState
-from daemons.modeld.runner import runtime_runner
 from runtime import usb_amd as usb_amd_sim
 from runtime.device import Device
 from selfdrive_stub.selfdrived import SelfdriveStateMachine, collect_events
@@ -35,7 +35,7 @@ def usb_amd():
 
 @pytest.fixture(scope="module")
 def small_runner():
-  return runtime_runner(MODEL_PATHS["small"], "CPU")
+  return RuntimeRunner(MODEL_PATHS["small"], "CPU")
 
 
 def frames(nv12, frame_id):
@@ -68,10 +68,10 @@ def test_fault_switches_to_small_without_losing_frames(usb_amd, small_runner, fa
   # while the big model loads, the small one runs the frames (published invalid) ...
   md.start_big_loading()
   for i in range(N_LOADING):
-    r = md.step(*frames(frame, i), CarInputs(v_ego=20.0, calibration=[0, 0, 0]))
+    r = md.step(frames(frame, i), CarInputs(v_ego=20.0, calibration=[0, 0, 0]))
     assert r.model_name == "small" and "big model loading" in r.reasons
   # ... then the big model takes over from its own empty history
-  md.big_loaded(ModelState.load("big", lambda path: runtime_runner(path, "USB+AMD")))
+  md.big_loaded(ModelState.load("big", lambda path: RuntimeRunner(path, "USB+AMD")))
 
   # selfdrived sees each frame's model messages plus healthy DM/calibration/car inputs on a simulated
   # 20 Hz clock, so its verdicts depend on the messages' content, not on this machine's load
@@ -87,7 +87,7 @@ def test_fault_switches_to_small_without_losing_frames(usb_amd, small_runner, fa
       usb_amd.wait_timeout_ms = HANG_WAIT_TIMEOUT_MS
       usb_amd.inject_fault(fault)
     t0 = time.monotonic()
-    r = md.step(*frames(frame, N_LOADING + i), CarInputs(v_ego=20.0, calibration=[0, 0, 0]))
+    r = md.step(frames(frame, N_LOADING + i), CarInputs(v_ego=20.0, calibration=[0, 0, 0]))
     durations.append(time.monotonic() - t0)
     results.append(r)
     for _ in range(5):

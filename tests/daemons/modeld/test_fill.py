@@ -37,12 +37,10 @@ def test_model_msg_fields():
   e = event("modelV2")
   frame = FrameInfo(frame_id=100, frame_id_extra=99, timestamp_sof=5_000, timestamp_eof=6_000,
                     camera_state_frame_id=103, frame_drop_ratio=0.25)
-  timings = {"warp": 0.001, "model": 0.004, "parse": 0.0005}
-  m = fill_model_msg(e, parsed(), Action(0.01, -0.5, False), PublishState(), frame, 0.0042, "small", "", timings,
+  m = fill_model_msg(e, parsed(), Action(0.01, -0.5, False), PublishState(), frame, "small", "",
                      raw_pred=np.arange(4, dtype=np.float32))
   assert (m.frameId, m.frameIdExtra, m.frameAge, m.timestampSof, m.timestampEof) == (100, 99, 3, 5_000, 6_000)
   assert m.frameDropPerc == pytest.approx(25.0) and m.modelName == "small"
-  assert m.stageTimings.warpMs == pytest.approx(1.0) and m.stageTimings.modelMs == pytest.approx(4.0)
   np.testing.assert_allclose(list(m.position.t), T_IDXS, rtol=1e-6)
   assert len(m.position.x) == 33 and m.position.xStd[0] == pytest.approx(1.0)
   assert len(m.laneLines) == 4 and list(m.laneLines[0].t) == [] and m.laneLines[3].y[0] == 5
@@ -61,8 +59,7 @@ def test_model_msg_fields():
 
 def test_driving_model_data_and_path_polynomial():
   e = event("modelV2")
-  m = fill_model_msg(e, parsed(), Action(0.02, 1.0, True), PublishState(), FrameInfo(7, 7, 1, 2), 0.01, "big",
-                     "why not", {})
+  m = fill_model_msg(e, parsed(), Action(0.02, 1.0, True), PublishState(), FrameInfo(7, 7, 1, 2), "big", "why not")
   d = event("drivingModelData")
   fill_driving_model_data(d, m)
   dd = d.drivingModelData
@@ -75,12 +72,12 @@ def test_driving_model_data_and_path_polynomial():
 
 def test_pose_msg():
   e = event("cameraOdometry")
-  fill_pose_msg(e, parsed(), FrameInfo(3, 3, 10, 20), {"model": 0.002})
+  fill_pose_msg(e, parsed(), FrameInfo(3, 3, 10, 20))
   p = e.cameraOdometry
   assert list(p.trans) == [0, 1, 2] and list(p.rot) == [3, 4, 5]
   np.testing.assert_allclose(list(p.transStd), np.exp([6, 7, 8]), rtol=1e-5)
   assert list(p.roadTransformTrans) == [1, 2, 3] and len(p.wideFromDeviceEuler) == 3
-  assert (p.frameId, p.timestampSof, p.timestampEof) == (3, 10, 20) and p.stageTimings.modelMs == pytest.approx(2.0)
+  assert (p.frameId, p.timestampSof, p.timestampEof) == (3, 10, 20)
 
 
 def test_hard_brake_needs_the_whole_window_above_thresholds():

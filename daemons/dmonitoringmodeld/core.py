@@ -1,0 +1,113 @@
+"""The per-frame step of dmonitoringmodeld on the daemons' shared skeleton (daemons/common/frame_loop.py),
+free of sockets so tests drive it directly.
+
+Invariants:
+- The warp plan is built from the frame's geometry and rebuilt only when the geometry changes; an unknown
+  geometry raises UnknownCameraError (the caller decides: fatal at startup, skip later).
+- `valid` is False, with every reason in `invalidReason` (inputs, overwrite, model, in that order), when the
+  calibration is missing, invalid, the wrong length or stale (in camera time: daemons/common/calibration.py),
+  the frame was overwritten while it was warped, or the output is non-finite.
+- One driverStateV2 per step, frameId = the camera's frame id, with the frame's sof/eof, the count of frames
+  skipped since the first one, and the timing fields the skeleton stamps.
+"""
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from daemons.common.calibration import CalibrationAge, camera_time
+from daemons.common.dm_warp import WarpPlan, plan_for_camera
+from daemons.common.env import send_raw_pred as env_send_raw_pred
+from daemons.common.frame_loop import FrameStep, ModelOutcome
+from daemons.common.messages import model_event
+from daemons.dmonitoringmodeld.model_state import ModelState
+from daemons.dmonitoringmodeld.parse import fill_driver_data
+
+
+@dataclass
+class Calibration:
+  """The latest extrinsicsCalibration as the daemon judges it. `problem(now)` is '' when it may be used
+  (`now` in camera seconds). A bad rpyCalib is not fed to the model: the last good one (zeros at first) stays."""
+  rpy: np.ndarray = field(default_factory=lambda: np.zeros(3, np.float32))
+  age: CalibrationAge = field(default_factory=CalibrationAge)
+  status: str = ""
+  msg_valid: bool = True
+  bad_value: str = ""
+
+  @property
+  def received_at(self) -> float | None:
+    return self.age.received_at
+
+  def update(self, cal, now: float, msg_valid: bool = True) -> None:
+    rpy = [float(v) for v in cal.rpyCalib]
+    self.age.received(now)
+    self.status, self.msg_valid, self.bad_value = str(cal.calStatus), msg_valid, ""
+    if len(rpy) != 3:
+      self.bad_value = f"calibration rpyCalib has {len(rpy)} values, expected 3"
+    elif not all(math.isfinite(v) for v in rpy):
+      self.bad_value = f"calibration rpyCalib is not finite: {rpy}"
+    else:
+      self.rpy = np.asarray(rpy, np.float32)
+
+  def problem(self, now: float) -> str:
+    if self.received_at is None:
+      return "calibration missing"
+    if self.bad_value:
+      return self.bad_value
+    if not self.msg_valid or self.status == "invalid":
+      return f"calibration invalid (calStatus={self.status}, valid={self.msg_valid})"
+    if self.age.stale(now):
+      return f"calibration stale ({self.age.age(now):.1f} s old)"
+    return ""
+
+
+class DMonitoringmodeld(FrameStep):
+  """step([cabin Frame], Calibration) -> StepResult with one driverStateV2."""
+
+  def __init__(self, model: ModelState, send_raw_pred: bool | None = None):
+    self.model = model
+    self.send_raw_pred = env_send_raw_pred() if send_raw_pred is None else send_raw_pred
+    self.plan: WarpPlan | None = None
+    self.geometry: tuple[int, int, int] | None = None
+    self.last_frame_id: int | None = None
+    self.frames_dropped = 0
+
+  def ensure_plan(self, width: int, height: int, stride: int) -> WarpPlan:
+    """The warp for this geometry (UnknownCameraError for an unsupported one)."""
+    if self.geometry != (width, height, stride):
+      self.plan = plan_for_camera(width, height, stride)
+      self.geometry = (width, height, stride)
+    return self.plan
+
+  def check(self, frames, calib: Calibration) -> list[str]:
+    (frame,) = frames
+    if self.last_frame_id is not None and frame.frame_id > self.last_frame_id + 1:
+      self.frames_dropped += frame.frame_id - self.last_frame_id - 1
+    self.last_frame_id = frame.frame_id
+    problem = calib.problem(camera_time(frame.frame_id))
+    return [problem] if problem else []
+
+  def prepare(self, frames, calib: Calibration) -> None:
+    (frame,) = frames
+    self.ensure_plan(frame.width, frame.height, frame.stride)(frame.data, out=self.model.img)
+
+  def run(self, _model_inputs, calib: Calibration, reasons: list[str]) -> ModelOutcome:
+    parsed, raw, times, bad = self.model.run(calib.rpy)
+    if bad:
+      reasons.append(f"non-finite model output in {bad}")
+    return ModelOutcome(parsed, raw, times, "dmonitoring")
+
+  def build(self, frames, calib: Calibration, outcome: ModelOutcome, reasons: list[str]) -> list:
+    (frame,) = frames
+    parsed = outcome.parsed
+    msg = model_event("driverStateV2", reasons)
+    ds = msg.driverStateV2
+    ds.frameId = frame.frame_id
+    ds.timestampSof, ds.timestampEof = frame.timestamp_sof, frame.timestamp_eof
+    ds.framesDropped = self.frames_dropped
+    ds.wheelOnRightProb = parsed["wheel_on_right"]
+    fill_driver_data(ds.leftDriverData, parsed["lhd"])
+    fill_driver_data(ds.rightDriverData, parsed["rhd"])
+    if self.send_raw_pred:
+      ds.rawPredictions = outcome.raw.astype("<f4").tobytes()
+    return [("driverStateV2", msg)]
