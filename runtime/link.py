@@ -186,7 +186,8 @@ def link(program: Program, alloc=None, held: dict | None = None, kernels: Kernel
   inputs = {}
   for name, spec in program.inputs.items():
     b = program.input_bufs[name]
-    mem = aligned_bytes(max(spec.nbytes, 1), alloc)
+    info = program.bufs[b]   # a zero-size input still has a (never read) buffer of at least one element
+    mem = aligned_bytes(max(spec.nbytes, info["size"] * np.dtype(info["dtype"]).itemsize, 1), alloc)
     inputs[name] = mem[:spec.nbytes].view(spec.dtype).reshape(spec.shape)
     arrays[b] = mem.view(np.uint8)
   held = held or {}
@@ -214,6 +215,9 @@ def link(program: Program, alloc=None, held: dict | None = None, kernels: Kernel
     spec = program.specs[o]
     if b == "const":
       outputs[o] = np.ascontiguousarray(program.consts[off]).reshape(spec.shape)
+      continue
+    if b not in arrays and spec.nbytes == 0:   # an empty output no kernel writes has no planned buffer
+      outputs[o] = np.zeros(spec.shape, spec.dtype)
       continue
     item = spec.dtype.itemsize
     outputs[o] = arrays[b][off * item:off * item + spec.nbytes].view(spec.dtype).reshape(spec.shape)

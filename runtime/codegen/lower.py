@@ -162,7 +162,10 @@ class Lowerer:
     return out
 
   def emit_store(self, lazy: Lazy, buf: Buf, view: View, tags: dict | None = None):
-    """Emit the kernel that computes lazy into buf through view."""
+    """Emit the kernel that computes lazy into buf through view (none for a value of zero elements: there is
+    nothing to store, and index arithmetic over an empty shape would divide by its zero extent)."""
+    if 0 in tuple(lazy.shape):
+      return
     if self.bufs[buf.name].role in ("held", "input"):
       self._flush_readers(buf)
     if lazy.red is not None and not isinstance(lazy.red, str):

@@ -123,6 +123,20 @@ def test_a_value_placed_into_a_concat_slot_reaches_a_reference_kernel_contiguous
     np.testing.assert_array_equal(r(a=a, k=k)["y0"], np.concatenate([a, k], axis=2))
 
 
+def test_a_zero_size_batch_compiles_and_runs_to_empty_outputs():
+  """Found by the model-file fuzz: a batch of 0 through Conv, Flatten and Gemm raised a bare AssertionError in
+  the index arithmetic (division by the zero extent) and, past that, an unplanned output buffer."""
+  x = np.zeros((0, 1, 8, 8), np.float32)
+  rng = np.random.default_rng(0)
+  nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"]),
+           helper.make_node("Flatten", ["r"], ["f"]), helper.make_node("Gemm", ["f", "g"], ["y0"])]
+  consts = {"w": rng.standard_normal((4, 1, 3, 3)).astype(np.float32),
+            "g": rng.standard_normal((256, 5)).astype(np.float32)}
+  r = OnnxRunner(node_model(nodes, {"x": x}, consts), cache=CompileCache(use_disk=False))
+  y = r(x=x)["y0"]
+  assert y.shape == (0, 5) and y.dtype == np.float32
+
+
 def test_an_error_inside_a_fallback_kernel_surfaces_from_run(monkeypatch):
   """It cannot unwind through the C call list: it is kept and raised once the list returns."""
   x = f32(1, 2, 4, 4)
