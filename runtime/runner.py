@@ -2,7 +2,12 @@
 
 Per call: inputs are validated (names, shape, dtype) and uploaded into the linked input buffers, the whole
 program runs on the device as one command (one call of its C call list), and every output is read back into a
-fresh array (readback is the synchronisation point). `last_timings` holds the device-side seconds per stage."""
+fresh array (readback is the synchronisation point). `last_timings` holds the device-side seconds per stage.
+
+`OnnxRunner.from_graph` runs a graph built in memory (e.g. a camera warp composed with a model) through the same
+cache, build, link and call path. `bind_input(name, buffer)` makes an input read a Buffer on the runner's device
+(e.g. external memory from Buffer.from_external) without a copy; such an input is not passed per call, and every
+run is recorded on the buffer (and its lease) as a device read."""
 from __future__ import annotations
 
 import hashlib
@@ -12,10 +17,10 @@ import time
 import numpy as np
 
 from . import artifact, blas, config
-from .buffer import LinkedMemory
+from .buffer import Buffer, LinkedMemory
 from .device import Device
 from .errors import InputError
-from .link import link
+from .link import BindError, link
 from .onnx_import import import_onnx, load_model_proto
 from .program import DEFAULT_CACHE, CompileCache
 
@@ -30,7 +35,19 @@ class OnnxRunner:
     proto = load_model_proto(path)
     self.path = os.fspath(path) if isinstance(path, (str, os.PathLike)) else None
     self.model_hash = model_digest(proto.SerializeToString())
-    self.graph = import_onnx(proto, input_shapes)
+    self._from(import_onnx(proto, input_shapes), device, config, cache, threads)
+
+  @classmethod
+  def from_graph(cls, graph, device: str | None = None, *, config: dict | None = None, cache: CompileCache | None = None,
+                 threads: int | None = None, model_hash: str = "") -> "OnnxRunner":
+    """A runner of a runtime Graph (not read from a file) on the same path as a model file's."""
+    self = cls.__new__(cls)
+    self.path, self.model_hash = None, model_hash
+    self._from(graph, device, config, cache, threads)
+    return self
+
+  def _from(self, graph, device, config, cache, threads):
+    self.graph = graph
     dev = Device[device or Device.DEFAULT]
     self.cache = cache or DEFAULT_CACHE
     program = self.cache.get(self.graph, config, dev.name, dev.backend)
@@ -42,6 +59,7 @@ class OnnxRunner:
     self.threads = config.runtime_threads() if threads is None else threads  # BLAS threads while running
     self._link()
     self.last_timings: dict[str, float] = {}
+    self.bound: dict = {}   # input name -> the Buffer it reads (bind_input)
 
   def save(self, path: str) -> None:
     """Write the compiled program as a versioned, pickle-free artifact (see runtime.artifact)."""
@@ -86,6 +104,26 @@ class OnnxRunner:
       except ValueError:  # a constant output lives on the host
         self._out_read[n] = a
 
+  def bind_input(self, name: str, buffer: Buffer) -> None:
+    """Input `name` reads `buffer` (on this runner's device, of the input's byte length) from now on, without
+    a copy; the runner references it until the input is bound again or unbound. BindError otherwise."""
+    if not isinstance(buffer, Buffer):
+      raise BindError(f"input {name!r} must be bound to a runtime Buffer, got {type(buffer).__name__}")
+    if buffer.device is not self.device:
+      raise BindError(f"input {name!r}: the buffer is on {buffer.device.name}, the program on {self.device.name} "
+                      f"(copy_from it into a buffer there)")
+    array = buffer.bind_array() if self.device.host_visible else None
+    if array is None:   # binding touches device memory: on a device queue it is a command
+      got = []
+      self.device.wait(self.device.submit(lambda: got.append(buffer.bind_array()), stage="copy"))
+      array = got[0]
+    self.linked.bind_input(name, array.reshape(-1), keep=buffer)
+    self.bound[name] = buffer
+
+  def unbind_input(self, name: str) -> None:
+    self.linked.unbind_input(name)
+    self.bound.pop(name, None)
+
   @property
   def input_specs(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     return {n: (s.shape, s.dtype) for n, s in self.program.inputs.items()}
@@ -99,7 +137,10 @@ class OnnxRunner:
     return dict(self.program.metadata)
 
   def _check(self, inputs: dict) -> dict[str, np.ndarray]:
-    specs = self.program.inputs
+    specs = {n: s for n, s in self.program.inputs.items() if n not in self.bound}
+    given_bound = sorted(set(inputs) & set(self.bound))
+    if given_bound:
+      raise InputError(f"input(s) {given_bound} are bound to external memory (bind_input); do not pass them")
     unknown = sorted(set(inputs) - set(specs))
     if unknown:
       raise InputError(f"unknown input name(s) {unknown}; model inputs are {list(specs)}")
@@ -131,7 +172,9 @@ class OnnxRunner:
       for n, a in arrays.items():
         if a.nbytes:
           self._in_bufs[n].copyin(a)
-      self.device.submit(self._compute, stage="compute")
+      value = self.device.submit(self._compute, stage="compute")
+      for buf in self.bound.values():   # the run reads the bound memory: its owner's lease must wait for it
+        buf._note_read(self.device, value)
       results = {}
       for n, spec in self.program.output_specs.items():
         src = self._out_read[n]
