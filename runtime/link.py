@@ -182,8 +182,9 @@ class Linked:
                       f"of {array.dtype} {array.shape}")
     if not array.flags.c_contiguous:
       raise BindError(f"input {name!r} must be bound to a C-contiguous array (strides {array.strides})")
-    if array.ctypes.data % ALIGN:
-      raise BindError(f"input {name!r} must be bound to memory aligned to {ALIGN} bytes (address {array.ctypes.data:#x})")
+    if array.ctypes.data % spec.dtype.itemsize:   # kernels access elements by typed pointers (vectors by memcpy)
+      raise BindError(f"input {name!r} must be bound to memory aligned to its {spec.dtype.itemsize}-byte elements "
+                      f"(address {array.ctypes.data:#x})")
     b = self.program.input_bufs[name]
     if b in self._keep["host_bufs"]:
       raise BindError(f"input {name!r} is read by a reference kernel, which binds its staging buffer for good")

@@ -20,7 +20,7 @@ from . import artifact, blas, config
 from .buffer import Buffer, LinkedMemory
 from .device import Device
 from .errors import InputError
-from .link import BindError, link
+from .link import BindError, aligned_bytes, link
 from .onnx_import import import_onnx, load_model_proto
 from .program import DEFAULT_CACHE, CompileCache
 
@@ -89,10 +89,17 @@ class OnnxRunner:
     self._memory = mem
     done = []
     kernels = self.cache.kernels if self.cache is not None else None
+    self._held = {}
+
+    def bind():
+      for n, spec in self.program.held.items():   # mutable state the program keeps between runs, zeroed
+        self._held[n] = aligned_bytes(max(spec.nbytes, 1), mem.alloc)[:spec.nbytes].view(spec.dtype).reshape(spec.shape)
+        self._held[n][...] = 0
+      done.append(link(self.program, alloc=mem.alloc, held=self._held, kernels=kernels))
     # binding touches device memory, so it runs as a command on the device queue
-    self.device.wait(self.device.submit(lambda: done.append(link(self.program, alloc=mem.alloc, kernels=kernels)),
-                                        stage="copy"))
+    self.device.wait(self.device.submit(bind, stage="copy"))
     self.linked = done[0]
+    self.state = {n: mem.buffer_for(a) for n, a in self._held.items()}   # held state, in device memory
     self._in_bufs = {n: mem.buffer_for(a) for n, a in self.linked.inputs.items() if a.nbytes}
     self._out_read = {}
     for n, a in self.linked.outputs.items():
@@ -119,6 +126,11 @@ class OnnxRunner:
       array = got[0]
     self.linked.bind_input(name, array.reshape(-1), keep=buffer)
     self.bound[name] = buffer
+
+  def reset_state(self) -> None:
+    """Zero the program's held state (e.g. a frame history), as a host write to device memory."""
+    for buf in self.state.values():
+      buf.copyin(np.zeros(buf.nbytes, np.uint8))
 
   def unbind_input(self, name: str) -> None:
     self.linked.unbind_input(name)
@@ -164,9 +176,13 @@ class OnnxRunner:
     self.linked.run(self.threads)
 
   def __call__(self, **inputs) -> dict[str, np.ndarray]:
+    return self.run(inputs)
+
+  def run(self, inputs: dict, readback: bool = True) -> dict[str, np.ndarray]:
+    """One run; readback=False leaves the outputs on the device (read them, or copy_from them, afterwards)."""
     arrays = self._check(inputs)
     if self.device.inline:
-      return self._call_inline(arrays)
+      return self._call_inline(arrays, readback)
     t0 = time.perf_counter()
     with self.device.stage_timer() as t:
       for n, a in arrays.items():
@@ -176,7 +192,7 @@ class OnnxRunner:
       for buf in self.bound.values():   # the run reads the bound memory: its owner's lease must wait for it
         buf._note_read(self.device, value)
       results = {}
-      for n, spec in self.program.output_specs.items():
+      for n, spec in (self.program.output_specs if readback else {}).items():
         src = self._out_read[n]
         if isinstance(src, np.ndarray):
           results[n] = src.copy()
@@ -186,7 +202,7 @@ class OnnxRunner:
                          "total_s": time.perf_counter() - t0}
     return results
 
-  def _call_inline(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  def _call_inline(self, arrays: dict[str, np.ndarray], readback: bool = True) -> dict[str, np.ndarray]:
     """The same stages on a device whose commands would run inline anyway (host memory): the copies and the
     program run here directly, without a command object per stage."""
     self.device.check_usable()
@@ -197,7 +213,8 @@ class OnnxRunner:
     t1 = time.perf_counter()
     self._compute()
     t2 = time.perf_counter()
-    results = {n: self.linked.outputs[n].copy().reshape(spec.shape) for n, spec in self.program.output_specs.items()}
+    results = {n: self.linked.outputs[n].copy().reshape(spec.shape) for n, spec in self.program.output_specs.items()} \
+        if readback else {}
     t3 = time.perf_counter()
     self.last_timings = {"upload_s": t1 - t0, "compute_s": t2 - t1, "readback_s": t3 - t2, "total_s": t3 - t0}
     return results

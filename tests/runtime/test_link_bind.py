@@ -69,7 +69,7 @@ def test_the_linked_program_keeps_a_bound_array_alive_until_it_is_rebound():
   (lambda: _aligned(N - 1), "16384 bytes of float32"),
   (lambda: _aligned(N, np.int32), "got 16384 bytes of int32"),
   (lambda: _aligned(2 * N)[::2], "C-contiguous"),
-  (lambda: _aligned(N + 1)[1:], "aligned to"),
+  (lambda: _aligned(4 * N + 1, np.uint8)[1:].view(np.float32), "aligned to its 4-byte elements"),
   (lambda: [0.0] * N, "numpy array"),
 ])
 def test_an_array_that_does_not_fit_the_input_is_a_bind_error(make, match):
