@@ -357,6 +357,8 @@ class CompileCache:
 
   def __init__(self, disk_dir: str | None = None, use_disk: bool = True, max_programs: int = 8):
     self.programs: OrderedDict[str, Program] = OrderedDict()
+    self.by_model: OrderedDict[str, tuple[str, str]] = OrderedDict()   # program_cache key -> (graph key, hash)
+    self.last_key = ""
     self.max_programs = max_programs
     self.kernels = KernelCache(disk_dir, use_disk) if (disk_dir is not None or not use_disk) else DEFAULT_KERNELS
     self.stats = self.kernels.stats
@@ -366,6 +368,7 @@ class CompileCache:
   def get(self, graph: Graph, config: dict | None = None, device: str = "CPU", backend: str = "compiled") -> Program:
     config = {**CODEGEN_DEFAULTS, **(config or {})}
     key = graph_key(graph, config, target_for(device, backend).name)
+    self.last_key = key
     p = self.programs.get(key)
     if p is not None:
       self.program_hits += 1
@@ -378,6 +381,29 @@ class CompileCache:
         self.programs.popitem(last=False)
     _, self.last = compile_program(p, self.kernels)
     return p
+
+  def remember(self, model_key: str, program: Program, model_hash: str) -> None:
+    """Note the program a model (by runtime.program_cache's key) compiled to; it lives in the one bounded LRU of
+    programs, so a model's key finds it only while the program itself is still cached."""
+    key = self.last_key if self.programs.get(self.last_key) is program else f"program:{program.program_key}"
+    self.programs[key] = program
+    self.programs.move_to_end(key)
+    while len(self.programs) > self.max_programs:
+      self.programs.popitem(last=False)
+    self.by_model[model_key] = (key, model_hash)
+    while len(self.by_model) > 4 * self.max_programs:
+      self.by_model.popitem(last=False)
+
+  def recall(self, model_key: str) -> tuple[Program, str] | None:
+    """(program, model hash) of a model noted by remember() whose program is still cached, else None."""
+    got = self.by_model.get(model_key)
+    program = self.programs.get(got[0]) if got is not None else None
+    if program is None:
+      return None
+    self.program_hits += 1
+    self.programs.move_to_end(got[0])
+    self.last = "memory"
+    return program, got[1]
 
 
 DEFAULT_CACHE = CompileCache()

@@ -4,6 +4,10 @@ Per call: inputs are validated (names, shape, dtype) and uploaded into the linke
 program runs on the device as one command (one call of its C call list), and every output is read back into a
 fresh array (readback is the synchronisation point). `last_timings` holds the device-side seconds per stage.
 
+A model given as a file or bytes is looked up first in the program cache (program_cache.py: a verified
+artifact by the digest of the file's bytes), so a daemon that starts on a model it ran before neither imports
+onnx nor runs the passes; on a miss the program is built and stored there.
+
 `OnnxRunner.from_graph` runs a graph built in memory (e.g. a camera warp composed with a model) through the same
 cache, build, link and call path. `bind_input(name, buffer)` makes an input read a Buffer on the runner's device
 (e.g. external memory from Buffer.from_external) without a copy; such an input is not passed per call, and every
@@ -16,43 +20,64 @@ import time
 
 import numpy as np
 
-from . import artifact, blas, config
+from . import artifact, blas, config, program_cache
 from .buffer import Buffer, LinkedMemory
 from .device import Device
 from .errors import InputError
 from .link import BindError, aligned_bytes, link
-from .onnx_import import import_onnx, load_model_proto
-from .program import DEFAULT_CACHE, CompileCache
+from .program import DEFAULT_CACHE, CompileCache, compile_program
 
 
 def model_digest(proto_bytes: bytes) -> str:
   return hashlib.sha256(proto_bytes).hexdigest()
 
 
+def _onnx_front_end():
+  """The ONNX importer, imported on first need: onnx (with ml_dtypes) takes about a second to import, and a
+  model found in the program cache needs none of it."""
+  from . import onnx_import  # noqa: PLC0415  (deferred on purpose, see the docstring)
+  return onnx_import
+
+
 class OnnxRunner:
   def __init__(self, path, device: str | None = None, *, config: dict | None = None,
                cache: CompileCache | None = None, input_shapes: dict | None = None, threads: int | None = None):
-    proto = load_model_proto(path)
     self.path = os.fspath(path) if isinstance(path, (str, os.PathLike)) else None
-    self.model_hash = model_digest(proto.SerializeToString())
-    self._from(import_onnx(proto, input_shapes), device, config, cache, threads)
+    dev = Device[device or Device.DEFAULT]
+    self.cache = cache or DEFAULT_CACHE
+    entry = program_cache.entry_for(path, input_shapes, config, dev.name, dev.backend, self.cache.kernels)
+    known = self.cache.recall(entry.key) if entry is not None else None
+    program = known[0] if known is not None else (entry.load() if entry is not None else None)
+    if program is not None:
+      self.model_hash = known[1] if known is not None else entry.model_hash
+      self.graph = program.graph
+      self.program_source = "memory" if known is not None else "program cache"
+      self.cache_source = compile_program(program, self.cache.kernels)[1]
+      self.cache.remember(entry.key, program, self.model_hash)
+    else:
+      front = _onnx_front_end()
+      proto = front.load_model_proto(path)
+      self.model_hash = model_digest(proto.SerializeToString())
+      self.graph = front.import_onnx(proto, input_shapes)
+      program = self.cache.get(self.graph, config, dev.name, dev.backend)
+      self.program_source, self.cache_source = "model", self.cache.last
+      if entry is not None:
+        entry.store(program, self.model_hash)
+        self.cache.remember(entry.key, program, self.model_hash)
+    self._setup(program, dev, threads)
 
   @classmethod
   def from_graph(cls, graph, device: str | None = None, *, config: dict | None = None, cache: CompileCache | None = None,
                  threads: int | None = None, model_hash: str = "") -> "OnnxRunner":
-    """A runner of a runtime Graph (not read from a file) on the same path as a model file's."""
+    """A runner of a runtime Graph (not read from a file) on the same path as a model file's program."""
     self = cls.__new__(cls)
-    self.path, self.model_hash = None, model_hash
-    self._from(graph, device, config, cache, threads)
-    return self
-
-  def _from(self, graph, device, config, cache, threads):
-    self.graph = graph
+    self.path, self.model_hash, self.graph = None, model_hash, graph
     dev = Device[device or Device.DEFAULT]
     self.cache = cache or DEFAULT_CACHE
-    program = self.cache.get(self.graph, config, dev.name, dev.backend)
-    self.cache_source = self.cache.last
+    program = self.cache.get(graph, config, dev.name, dev.backend)
+    self.program_source, self.cache_source = "graph", self.cache.last
     self._setup(program, dev, threads)
+    return self
 
   def _setup(self, program, device, threads):
     self.program, self.program_key, self.device = program, program.program_key, device
@@ -74,12 +99,14 @@ class OnnxRunner:
     dev = Device[device or Device.DEFAULT]
     expect = None
     if model is not None:
-      proto = load_model_proto(model)
-      expect = (model_digest(proto.SerializeToString()), import_onnx(proto))
+      front = _onnx_front_end()
+      proto = front.load_model_proto(model)
+      expect = (model_digest(proto.SerializeToString()), front.import_onnx(proto))
     program = artifact.load(path, device=dev.name, backend=dev.backend, model=expect)
     self = cls.__new__(cls)
     self.path, self.model_hash, self.cache, self.cache_source = None, artifact.read_header(path)["model_hash"], \
         cache or DEFAULT_CACHE, "artifact"
+    self.program_source = "artifact"
     self.graph = program.graph
     self._setup(program, dev, threads)
     return self

@@ -343,6 +343,8 @@ class Lowerer:
         continue
       lz = self.value(i)
       got = self.realize(lz, None if i in self.graph.consts else i)
+      if not got.view[1].is_contiguous:  # a reference kernel reads a plain row-major block from the offset (a
+        got = self.realize(got, None)    # value placed into a concat slot is strided): copy it into one
       ins.append((got.view[0], got.view[1].offset))
     k = build_kernel(node.op, node.attrs, specs, consts, node.describe())
     outs = []

@@ -26,7 +26,7 @@ import onnx
 from onnx import numpy_helper
 
 from runtime import OnnxRunner, RuntimeCoreError
-from runtime.cache import CompileCache
+from runtime.program import CompileCache
 
 ONNX_DATA = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data")
 SETS = ("node", "pytorch-converted", "pytorch-operator")

@@ -15,6 +15,7 @@ from onnx import helper
 
 from runtime import ArtifactError, OnnxRunner, artifact, compiler
 from runtime.cache import KERNEL_DIR, KernelCache, kernel_key, pack_entry, safe_dir
+from runtime.program_cache import PROGRAM_DIR
 from runtime.errors import CacheError, CompilerUnavailable
 from runtime.link import link
 from runtime.onnx_import import import_onnx
@@ -176,10 +177,10 @@ def test_a_cache_dir_owned_by_someone_else_is_refused(tmp_path):
 def test_new_cache_dirs_are_owner_only_and_versioned(tmp_path):
   d = tmp_path / "fresh"
   OnnxRunner(model_bytes(), cache=CompileCache(disk_dir=str(d)))
-  for p in (d, d / KERNEL_DIR):
+  for p in (d, d / KERNEL_DIR, d / PROGRAM_DIR):
     assert os.stat(p).st_mode & 0o777 == 0o700
-  assert all(os.stat(e).st_mode & 0o777 == 0o600 for e in entries(d))
-  assert sorted(os.listdir(d)) == [KERNEL_DIR]  # entries of other formats live in other versions' subdirs
+  assert all(os.stat(e).st_mode & 0o777 == 0o600 for e in entries(d) + list((d / PROGRAM_DIR).iterdir()))
+  assert sorted(os.listdir(d)) == [KERNEL_DIR, PROGRAM_DIR]  # other formats live in other versions' subdirs
 
 
 def test_an_entry_records_its_key_and_digest(tmp_path):

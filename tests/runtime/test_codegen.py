@@ -110,6 +110,19 @@ def test_a_fallback_op_runs_from_the_call_list_and_is_reported():
   assert [k.tags.get("fallback") for k in r.program.kernels if k.kind == "host"] == [True]
 
 
+@pytest.mark.parametrize("device,dtype", [("REF", np.float32), ("CPU", np.float16), ("REF", np.float16)])
+def test_a_value_placed_into_a_concat_slot_reaches_a_reference_kernel_contiguous(device, dtype):
+  """A Concat input stored into its (strided) slot of the concat's buffer is copied into a plain block before a
+  reference kernel reads it (reference kernels read row-major data from an offset)."""
+  rng = np.random.default_rng(0)
+  a, k = rng.random((2, 3, 12, 8)).astype(dtype), rng.random((2, 3, 6, 8)).astype(dtype)
+  nodes = [helper.make_node("Identity", ["k"], ["kr"]), helper.make_node("Concat", ["a", "kr"], ["p"], axis=2),
+           helper.make_node("Identity", ["p"], ["y0"])]
+  r = OnnxRunner(node_model(nodes, {"a": a, "k": k}, {}), device=device, cache=CompileCache(use_disk=False))
+  for _ in range(2):
+    np.testing.assert_array_equal(r(a=a, k=k)["y0"], np.concatenate([a, k], axis=2))
+
+
 def test_an_error_inside_a_fallback_kernel_surfaces_from_run(monkeypatch):
   """It cannot unwind through the C call list: it is kept and raised once the list returns."""
   x = f32(1, 2, 4, 4)

@@ -17,7 +17,7 @@ import onnx_backend as ob
 from rt_helpers import node_model, tiny_model
 from runtime import (InputError, ModelError, OnnxRunner, RuntimeCoreError, UnsupportedDtypeError,
                      UnsupportedOpError)
-from runtime.cache import CompileCache
+from runtime.program import CompileCache
 from runtime.errors import ConfigError, MemoryBudgetError
 from runtime.limits import BUDGET_ENV
 

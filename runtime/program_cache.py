@@ -1,0 +1,106 @@
+"""The program cache: verified artifacts of compiled models, by the digest of the model file's bytes.
+
+Why: building a program from an ONNX file means importing onnx (with ml_dtypes, about a second) and running
+the passes; a daemon that starts again on the same model needs neither. An entry is an artifact (artifact.py)
+and is loaded like one: rendered again by this runtime and checked against its program key and weights. Any
+damage, tampering, or a runtime whose code changed since the entry was written is a miss (the program is built
+from the model and the entry replaced), never an error and never a wrong program.
+
+Key: sha256 over the model bytes' digest, the input shapes, the codegen config, the device target and backend,
+and a digest of the runtime's own source files (a changed runtime never reuses an older one's post-pass graph).
+Entries live in <cache dir>/programs-v1/ beside the kernel cache and under the same rules: the directories are
+owner-only (cache.safe_dir), an entry must be a regular file of ours within MAX_ENTRY_BYTES, and a symlink is
+refused. PYMODELD_DISK_CACHE=0, or a CompileCache without disk, turns this layer off with the kernels' one.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import sys
+
+from . import artifact, config
+from .cache import KernelCache, safe_dir
+from .errors import ArtifactError, CacheError
+from .program import SOURCE_DIGEST, Program, target_for
+
+PROGRAM_DIR = "programs-v1"
+MAX_ENTRY_BYTES = 1 << 30
+
+
+def _model_bytes(model) -> bytes | None:
+  """The serialized model for a path or bytes; None for anything else (an in-memory proto is not keyed)."""
+  if isinstance(model, (bytes, bytearray, memoryview)):
+    return bytes(model)
+  if isinstance(model, (str, os.PathLike)):
+    try:
+      with open(model, "rb") as f:
+        return f.read()
+    except OSError:
+      return None   # the ONNX front end reports a missing or unreadable file in its own words
+  return None
+
+
+class Entry:
+  """One model's slot in the program cache."""
+
+  def __init__(self, key: str, path: str | None, device: str, backend: str):
+    self.key, self.path, self.device, self.backend = key, path, device, backend
+    self.model_hash = ""
+
+  def load(self) -> Program | None:
+    """The cached program, or None (absent, no disk layer, or refused with the reason on stderr: it is then
+    rebuilt)."""
+    if self.path is None:
+      return None
+    try:
+      st = os.lstat(self.path)
+    except FileNotFoundError:
+      return None
+    except OSError as e:
+      return self._reject(f"cannot stat ({e.strerror})")
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_size > MAX_ENTRY_BYTES:
+      return self._reject("not a regular file of ours within the size limit")
+    try:
+      self.model_hash = str(artifact.read_header(self.path).get("model_hash", ""))
+      return artifact.load(self.path, device=self.device, backend=self.backend)
+    except ArtifactError as e:
+      return self._reject(str(e))
+
+  def store(self, program: Program, model_hash: str) -> None:
+    """Write the program as this entry; a full or read-only cache, or a program that cannot be saved (one with
+    held buffers), only means the next start builds it again."""
+    if self.path is None:
+      return
+    try:
+      artifact.save(program, self.path, model_hash=model_hash)
+    except (OSError, ArtifactError):
+      pass
+
+  def _reject(self, why: str) -> None:
+    print(f"runtime: program cache entry {os.path.basename(self.path)[:16]}... rejected ({why}); "
+          f"building the program from the model", file=sys.stderr)
+    return None
+
+
+def entry_for(model, input_shapes: dict | None, codegen_config: dict | None, device: str, backend: str,
+              kernels: KernelCache) -> Entry | None:
+  """The entry for this model on this device (its path None when the disk layer is off), or None when the model
+  is not keyed (an in-memory proto)."""
+  data = _model_bytes(model)
+  if data is None:
+    return None
+  key = hashlib.sha256(json.dumps({
+      "model": hashlib.sha256(data).hexdigest(),
+      "input_shapes": {str(n): [int(d) for d in s] for n, s in sorted((input_shapes or {}).items())},
+      "config": codegen_config or {}, "target": target_for(device, backend).program_name, "backend": backend,
+      "runtime": SOURCE_DIGEST}, sort_keys=True, default=str).encode()).hexdigest()
+  path = None
+  if kernels.use_disk and config.disk_cache_enabled():
+    try:
+      path = os.path.join(safe_dir(os.path.join(safe_dir(kernels.disk_dir or config.cache_dir()), PROGRAM_DIR)),
+                          key + ".zip")
+    except CacheError:
+      pass   # the kernel cache refuses the same directory, loudly, when it is used
+  return Entry(key, path, device, backend)
