@@ -14,6 +14,11 @@ Invariants:
 - Every address handed to a kernel lies inside memory the Linked object keeps alive (the arena, staging
   buffers, consts, held arrays, scratch), at the offset and size the program's buffer table says.
 - A replay allocates nothing (the runner walks a fixed list).
+- `bind_input(name, array)` points one input's address slots at the caller's array instead of its staging
+  buffer (external memory, e.g. a camera frame, read without a host copy). The array is checked first (dtype,
+  byte length, contiguity, alignment, writability where the program writes the input; an input a reference
+  kernel reads cannot be rebound) and referenced by the Linked object until the input is bound again or
+  unbound, so the first invariant holds for rebound inputs too.
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ import numpy as np
 
 from . import blas, config
 from .cache import DEFAULT_KERNELS, KernelCache
+from .errors import InputError
 from .graph import Node, Spec
 from .kernels import build_kernel
 from .limits import check_arena
@@ -145,8 +151,14 @@ def aligned_bytes(nbytes: int, alloc=None) -> np.ndarray:
   return raw[shift:shift + nbytes]
 
 
+class BindError(InputError):
+  """An external array cannot be bound as a program input (wrong size, dtype, layout, or an input that cannot be
+  rebound); the message names the input and what was wrong."""
+
+
 class Linked:
-  """A program bound to memory: `inputs` and `outputs` are the arrays callers copy into and out of."""
+  """A program bound to memory: `inputs` and `outputs` are the arrays callers copy into and out of (a rebound
+  input reads the array given to bind_input instead; `inputs` keeps its staging array)."""
 
   def __init__(self, program: Program, arena, inputs, outputs, calls, keep):
     self.program, self.arena, self.inputs, self.outputs = program, arena, inputs, outputs
@@ -155,6 +167,43 @@ class Linked:
     self._run = runner(keep.get("kernel_cache"))
     self._errors: list = keep["errors"]
     self.threads = config.runtime_threads()   # threads a run may split a kernel's rows across
+    self.bound: dict[str, tuple[np.ndarray, object]] = {}   # input -> (external array, what keeps it valid)
+
+  def bind_input(self, name: str, array: np.ndarray, keep: object = None) -> None:
+    """Make the program read input `name` from `array` (no copy) on every run until it is bound again or
+    unbound. `keep` (e.g. the Buffer or lease behind the array) is referenced along with it."""
+    spec = self.program.inputs.get(name)
+    if spec is None:
+      raise BindError(f"cannot bind {name!r}: the program's inputs are {list(self.program.inputs)}")
+    if not isinstance(array, np.ndarray):
+      raise BindError(f"input {name!r} must be bound to a numpy array, got {type(array).__name__}")
+    if array.dtype != spec.dtype or array.nbytes != spec.nbytes:
+      raise BindError(f"input {name!r} is {spec.nbytes} bytes of {spec.dtype} {spec.shape}; got {array.nbytes} bytes "
+                      f"of {array.dtype} {array.shape}")
+    if not array.flags.c_contiguous:
+      raise BindError(f"input {name!r} must be bound to a C-contiguous array (strides {array.strides})")
+    if array.ctypes.data % spec.dtype.itemsize:   # kernels access elements by typed pointers (vectors by memcpy)
+      raise BindError(f"input {name!r} must be bound to memory aligned to its {spec.dtype.itemsize}-byte elements "
+                      f"(address {array.ctypes.data:#x})")
+    b = self.program.input_bufs[name]
+    if b in self._keep["host_bufs"]:
+      raise BindError(f"input {name!r} is read by a reference kernel, which binds its staging buffer for good")
+    if b in self._keep["out_bufs"]:
+      raise BindError(f"input {name!r} is also an output of the program; it cannot be rebound")
+    if name in self._keep["written"] and not array.flags.writeable:
+      raise BindError(f"the program writes input {name!r}; it cannot be bound to a read-only array")
+    self._point(b, array.ctypes.data)
+    self.bound[name] = (array, keep)
+
+  def unbind_input(self, name: str) -> None:
+    """Read input `name` from its staging array again (and drop the external array)."""
+    if self.bound.pop(name, None) is not None:
+      self._point(self.program.input_bufs[name], self._keep["arrays"][self.program.input_bufs[name]].ctypes.data)
+
+  def _point(self, buf: str, address: int) -> None:
+    args = self._keep["args"]
+    for i, j in self._keep["slots"].get(buf, ()):
+      args[i][j] = address
 
   def run(self, threads: int | None = None) -> None:
     self._run(self._ptr, self._n, self.threads if threads is None else max(1, int(threads)))
@@ -222,11 +271,14 @@ def link(program: Program, alloc=None, held: dict | None = None, kernels: Kernel
     item = spec.dtype.itemsize
     outputs[o] = arrays[b][off * item:off * item + spec.nbytes].view(spec.dtype).reshape(spec.shape)
   calls = np.zeros(3 * len(program.kernels), np.uint64)
-  keep: dict = {"arrays": arrays, "args": [], "host": [], "kernel_cache": kernels, "errors": []}
+  keep: dict = {"arrays": arrays, "args": [], "host": [], "kernel_cache": kernels, "errors": [], "slots": {},
+                "host_bufs": set(), "written": {n.attrs.get("target") for n in program.graph.nodes if n.op == "_Assign"},
+                "out_bufs": {b for b, _ in program.output_place.values()}}
   sgemm = None
   for i, (k, lk) in enumerate(zip(program.kernels, loaded)):
     if k.kind == "host":
       fn = _host_call(k, arrays, program, keep["errors"])
+      keep["host_bufs"].update(p[0] for p in k.params[0] + k.params[1] if p is not None)
       keep["host"].append(fn)
       calls[3 * i] = ctypes.cast(fn, ctypes.c_void_p).value
       continue
@@ -234,6 +286,7 @@ def link(program: Program, alloc=None, held: dict | None = None, kernels: Kernel
     for j, (kind, what) in enumerate(k.params):
       if kind == "buf":
         args[j] = addr[what]
+        keep["slots"].setdefault(what, []).append((len(keep["args"]), j))
       elif what == "sgemm":
         sgemm = sgemm or blas.sgemm_address()
         args[j] = sgemm

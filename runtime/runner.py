@@ -6,7 +6,12 @@ fresh array (readback is the synchronisation point). `last_timings` holds the de
 
 A model given as a file or bytes is looked up first in the program cache (program_cache.py: a verified
 artifact by the digest of the file's bytes), so a daemon that starts on a model it ran before neither imports
-onnx nor runs the passes; on a miss the program is built and stored there."""
+onnx nor runs the passes; on a miss the program is built and stored there.
+
+`OnnxRunner.from_graph` runs a graph built in memory (e.g. a camera warp composed with a model) through the same
+cache, build, link and call path. `bind_input(name, buffer)` makes an input read a Buffer on the runner's device
+(e.g. external memory from Buffer.from_external) without a copy; such an input is not passed per call, and every
+run is recorded on the buffer (and its lease) as a device read."""
 from __future__ import annotations
 
 import hashlib
@@ -16,10 +21,10 @@ import time
 import numpy as np
 
 from . import artifact, blas, config, program_cache
-from .buffer import LinkedMemory
+from .buffer import Buffer, LinkedMemory
 from .device import Device
 from .errors import InputError
-from .link import link
+from .link import BindError, aligned_bytes, link
 from .program import DEFAULT_CACHE, CompileCache, compile_program
 
 
@@ -61,11 +66,25 @@ class OnnxRunner:
         self.cache.remember(entry.key, program, self.model_hash)
     self._setup(program, dev, threads)
 
+  @classmethod
+  def from_graph(cls, graph, device: str | None = None, *, config: dict | None = None, cache: CompileCache | None = None,
+                 threads: int | None = None, model_hash: str = "") -> "OnnxRunner":
+    """A runner of a runtime Graph (not read from a file) on the same path as a model file's program."""
+    self = cls.__new__(cls)
+    self.path, self.model_hash, self.graph = None, model_hash, graph
+    dev = Device[device or Device.DEFAULT]
+    self.cache = cache or DEFAULT_CACHE
+    program = self.cache.get(graph, config, dev.name, dev.backend)
+    self.program_source, self.cache_source = "graph", self.cache.last
+    self._setup(program, dev, threads)
+    return self
+
   def _setup(self, program, device, threads):
     self.program, self.program_key, self.device = program, program.program_key, device
     self.threads = config.runtime_threads() if threads is None else threads  # BLAS threads while running
     self._link()
     self.last_timings: dict[str, float] = {}
+    self.bound: dict = {}   # input name -> the Buffer it reads (bind_input)
 
   def save(self, path: str) -> None:
     """Write the compiled program as a versioned, pickle-free artifact (see runtime.artifact)."""
@@ -97,10 +116,17 @@ class OnnxRunner:
     self._memory = mem
     done = []
     kernels = self.cache.kernels if self.cache is not None else None
+    self._held = {}
+
+    def bind():
+      for n, spec in self.program.held.items():   # mutable state the program keeps between runs, zeroed
+        self._held[n] = aligned_bytes(max(spec.nbytes, 1), mem.alloc)[:spec.nbytes].view(spec.dtype).reshape(spec.shape)
+        self._held[n][...] = 0
+      done.append(link(self.program, alloc=mem.alloc, held=self._held, kernels=kernels))
     # binding touches device memory, so it runs as a command on the device queue
-    self.device.wait(self.device.submit(lambda: done.append(link(self.program, alloc=mem.alloc, kernels=kernels)),
-                                        stage="copy"))
+    self.device.wait(self.device.submit(bind, stage="copy"))
     self.linked = done[0]
+    self.state = {n: mem.buffer_for(a) for n, a in self._held.items()}   # held state, in device memory
     self._in_bufs = {n: mem.buffer_for(a) for n, a in self.linked.inputs.items() if a.nbytes}
     self._out_read = {}
     for n, a in self.linked.outputs.items():
@@ -111,6 +137,31 @@ class OnnxRunner:
         self._out_read[n] = mem.buffer_for(a)
       except ValueError:  # a constant output lives on the host
         self._out_read[n] = a
+
+  def bind_input(self, name: str, buffer: Buffer) -> None:
+    """Input `name` reads `buffer` (on this runner's device, of the input's byte length) from now on, without
+    a copy; the runner references it until the input is bound again or unbound. BindError otherwise."""
+    if not isinstance(buffer, Buffer):
+      raise BindError(f"input {name!r} must be bound to a runtime Buffer, got {type(buffer).__name__}")
+    if buffer.device is not self.device:
+      raise BindError(f"input {name!r}: the buffer is on {buffer.device.name}, the program on {self.device.name} "
+                      f"(copy_from it into a buffer there)")
+    array = buffer.bind_array() if self.device.host_visible else None
+    if array is None:   # binding touches device memory: on a device queue it is a command
+      got = []
+      self.device.wait(self.device.submit(lambda: got.append(buffer.bind_array()), stage="copy"))
+      array = got[0]
+    self.linked.bind_input(name, array.reshape(-1), keep=buffer)
+    self.bound[name] = buffer
+
+  def reset_state(self) -> None:
+    """Zero the program's held state (e.g. a frame history), as a host write to device memory."""
+    for buf in self.state.values():
+      buf.copyin(np.zeros(buf.nbytes, np.uint8))
+
+  def unbind_input(self, name: str) -> None:
+    self.linked.unbind_input(name)
+    self.bound.pop(name, None)
 
   @property
   def input_specs(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
@@ -125,7 +176,10 @@ class OnnxRunner:
     return dict(self.program.metadata)
 
   def _check(self, inputs: dict) -> dict[str, np.ndarray]:
-    specs = self.program.inputs
+    specs = {n: s for n, s in self.program.inputs.items() if n not in self.bound}
+    given_bound = sorted(set(inputs) & set(self.bound))
+    if given_bound:
+      raise InputError(f"input(s) {given_bound} are bound to external memory (bind_input); do not pass them")
     unknown = sorted(set(inputs) - set(specs))
     if unknown:
       raise InputError(f"unknown input name(s) {unknown}; model inputs are {list(specs)}")
@@ -149,17 +203,23 @@ class OnnxRunner:
     self.linked.run(self.threads)
 
   def __call__(self, **inputs) -> dict[str, np.ndarray]:
+    return self.run(inputs)
+
+  def run(self, inputs: dict, readback: bool = True) -> dict[str, np.ndarray]:
+    """One run; readback=False leaves the outputs on the device (read them, or copy_from them, afterwards)."""
     arrays = self._check(inputs)
     if self.device.inline:
-      return self._call_inline(arrays)
+      return self._call_inline(arrays, readback)
     t0 = time.perf_counter()
     with self.device.stage_timer() as t:
       for n, a in arrays.items():
         if a.nbytes:
           self._in_bufs[n].copyin(a)
-      self.device.submit(self._compute, stage="compute")
+      value = self.device.submit(self._compute, stage="compute")
+      for buf in self.bound.values():   # the run reads the bound memory: its owner's lease must wait for it
+        buf._note_read(self.device, value)
       results = {}
-      for n, spec in self.program.output_specs.items():
+      for n, spec in (self.program.output_specs if readback else {}).items():
         src = self._out_read[n]
         if isinstance(src, np.ndarray):
           results[n] = src.copy()
@@ -169,7 +229,7 @@ class OnnxRunner:
                          "total_s": time.perf_counter() - t0}
     return results
 
-  def _call_inline(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  def _call_inline(self, arrays: dict[str, np.ndarray], readback: bool = True) -> dict[str, np.ndarray]:
     """The same stages on a device whose commands would run inline anyway (host memory): the copies and the
     program run here directly, without a command object per stage."""
     self.device.check_usable()
@@ -180,7 +240,8 @@ class OnnxRunner:
     t1 = time.perf_counter()
     self._compute()
     t2 = time.perf_counter()
-    results = {n: self.linked.outputs[n].copy().reshape(spec.shape) for n, spec in self.program.output_specs.items()}
+    results = {n: self.linked.outputs[n].copy().reshape(spec.shape) for n, spec in self.program.output_specs.items()} \
+        if readback else {}
     t3 = time.perf_counter()
     self.last_timings = {"upload_s": t1 - t0, "compute_s": t2 - t1, "readback_s": t3 - t2, "total_s": t3 - t0}
     return results

@@ -24,6 +24,8 @@ DAEMONS_ENV = EnvTable("daemons", {
   "DM_RUNTIME": "dmonitoringmodeld's engine: runtime (default) or onnxruntime",
   "PYMODELD_REALTIME": "SCHED_FIFO frame loops",
   "PYMODELD_CORES": "per-process CPU pinning",
+  "WARP_DEV": "device of the camera warp part of each frame program (frame_program.device_table)",
+  "MODEL_DEV": "device of the primary model part of each frame program (not modeld's small standby)",
 })
 BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 

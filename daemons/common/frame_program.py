@@ -1,0 +1,280 @@
+"""One camera geometry's per-frame work as captured runtime programs: frame -> warp -> model inputs -> model.
+
+Invariants:
+- Built once per geometry (and model), then replayed per frame; `FramePrograms` caches them by geometry, so a
+  geometry change builds (captures) a new one and going back reuses the old one. Calibration is an input
+  tensor (the road transform), never a reason to rebuild.
+- Every part is a `runtime.OnnxRunner` over a graph composed in memory (OnnxRunner.from_graph): the same cache,
+  build_program, link and C call list as a model file; there is no second execution path.
+- On one device the warp and the model are ONE program. When the device table puts them on different devices,
+  the warp is one program and the model another; the warped tensor crosses with `Buffer.copy_from`, recorded in
+  the model device's `transfers`. Errors of the model's device (DeviceTimeout, DeviceDisconnected,
+  DeviceError) propagate unchanged: the wait timeout and the fallback are the daemon's business.
+- A frame is bound into the warp as external memory (Buffer.from_external with a Lease): no host copy before
+  the warp on a host-visible warp device (on any other, the frame's upload is the one copy). The lease is held
+  until the replay's outputs are read back; then the frame input is unbound (no address into the frame stays
+  in the program) and the lease released, never before. `after_warp` (e.g. VisionIPC `still_valid`) is called
+  after the program last read the frame, before the release.
+- A frame whose length or dtype does not match the capture raises JitError; other inputs are checked by the
+  runner (InputError).
+- modeld's 12-channel image pairs (frames t-4 and t) are assembled inside the model program from a ring of the
+  last four warped frames per camera kept in the program's held state on the model's device; features_buffer
+  and desire_pulse stay host inputs (ModelHistory keeps them).
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from daemons.common import warp_program as wp
+from daemons.common.env import DAEMONS_ENV
+from runtime import OnnxRunner
+from runtime.buffer import Buffer, Lease
+from runtime.device import Device
+from runtime.errors import JitError
+from runtime.graph import Graph, Node, Spec
+from runtime.onnx_import import import_onnx, load_model_proto
+from runtime.runner import model_digest
+
+# where each part runs, per daemon (openpilot's tg_input_devices.json); env WARP_DEV / MODEL_DEV override
+DEVICE_TABLES = {
+  "dmonitoringmodeld": {"warp": "CPU", "model": "CPU"},
+  "modeld.small": {"warp": "CPU", "model": "CPU"},
+  "modeld.big": {"warp": "CPU", "model": "USB+AMD"},
+}
+STANDBY = {"modeld.small"}   # the fallback stays where it is: MODEL_DEV moves the primary model only
+
+ROAD_CAMERAS = ("road", "wide")          # modeld's streams: main (narrow) road camera and the wide one
+ROAD_MODEL_INPUTS = {"road": "img", "wide": "big_img"}
+PAIR_HISTORY = 4                         # warped frames t-4 .. t-1 kept per camera (FRAME_SKIP)
+
+
+def device_table(daemon: str, env: dict | None = None) -> dict[str, str]:
+  """{part: device} for a daemon ("dmonitoringmodeld", "modeld.small", "modeld.big"), env overrides applied."""
+  if daemon not in DEVICE_TABLES:
+    raise KeyError(f"no device table for {daemon!r}; known: {sorted(DEVICE_TABLES)}")
+  get = env.get if env is not None else DAEMONS_ENV.get
+  table = dict(DEVICE_TABLES[daemon])
+  if get("WARP_DEV"):
+    table["warp"] = get("WARP_DEV")
+  if get("MODEL_DEV") and daemon not in STANDBY:
+    table["model"] = get("MODEL_DEV")
+  return table
+
+
+# ------------------------------------------------------------------------------------------ graph composition
+
+def renamed(graph: Graph, prefix: str, keep: dict[str, str] | None = None) -> Graph:
+  """graph with every value name prefixed, except those in `keep` (old -> new name)."""
+  keep = keep or {}
+
+  def r(name: str) -> str:
+    return name if not name else keep.get(name, prefix + name)
+  nodes = [Node(n.op, [r(i) for i in n.inputs], [r(o) for o in n.outputs], dict(n.attrs), n.name) for n in graph.nodes]
+  return Graph({r(n): s for n, s in graph.inputs.items()}, [r(o) for o in graph.outputs], nodes,
+               {r(n): a for n, a in graph.consts.items()}, dict(graph.metadata), graph.opset,
+               {r(n): s for n, s in graph.held.items()})
+
+
+def compose(parts: list[Graph], outputs: list[str], held: dict[str, Spec] | None = None) -> Graph:
+  """One graph running `parts` in order; a part's input produced by an earlier part is wired to it, the
+  others are inputs of the whole."""
+  nodes, consts, inputs, produced, meta = [], {}, {}, set(), {}
+  held = dict(held or {})
+  for g in parts:
+    for n, s in g.inputs.items():
+      if n not in produced and n not in held:
+        inputs.setdefault(n, s)
+    nodes += g.nodes
+    consts.update(g.consts)
+    held.update(g.held)
+    produced |= {o for n in g.nodes for o in n.outputs if o} | set(g.consts)
+    meta.update(g.metadata)
+  return Graph(inputs, list(outputs), nodes, consts, meta, max(g.opset for g in parts), held)
+
+
+def _adapt(value: str, spec: Spec, shape, out: str) -> Graph:
+  """out = value reshaped (a view)."""
+  return Graph({value: spec}, [out],
+               [Node("Reshape", [value, out + ":shape"], [out])], {out + ":shape": np.array(shape, np.int64)})
+
+
+def _pair_with_history(warped: str, ring: str, out: str) -> Graph:
+  """out (1, 12, 128, 256) = [ring[0] (frame t-4), warped (frame t)]; the ring then drops its oldest frame and
+  takes `warped` (an assign into held state)."""
+  c = out + ":"
+  k = {c + "s0": np.array([0], np.int64), c + "s1": np.array([1], np.int64), c + "e": np.array([PAIR_HISTORY], np.int64),
+       c + "ax": np.array([0], np.int64), c + "shape": np.array((1,) + wp.OUT_SHAPE, np.int64)}
+  nodes = [Node("Reshape", [warped, c + "shape"], [c + "now"]),
+           Node("Slice", [ring, c + "s0", c + "s1", c + "ax"], [c + "old"]),
+           Node("Concat", [c + "old", c + "now"], [c + "pair6"], {"axis": 1}),
+           Node("Reshape", [c + "pair6", c + "pshape"], [out]),
+           Node("Slice", [ring, c + "s1", c + "e", c + "ax"], [c + "keep"]),
+           Node("Concat", [c + "keep", c + "now"], [c + "next"], {"axis": 0}),
+           Node("_Assign", [c + "next"], [c + "assigned"], {"target": ring, "shape": [PAIR_HISTORY, *wp.OUT_SHAPE],
+                                                             "dtype": "|u1"})]
+  k[c + "pshape"] = np.array((1, 2 * wp.OUT_SHAPE[0]) + wp.OUT_SHAPE[1:], np.int64)
+  return Graph({warped: Spec(wp.OUT_SHAPE, np.dtype(np.uint8))}, [out], nodes, k)
+
+
+# -------------------------------------------------------------------------------------------- the program
+
+@dataclass
+class FrameProgram:
+  """The linked program(s) of one geometry. `run(frames, inputs)` -> (model outputs, stage seconds)."""
+  geometry: tuple
+  frames: dict[str, Spec]                 # frame input name -> its spec (flat uint8 of the buffer's length)
+  warped: list[str]                       # values crossing from the warp program to the model program (split only)
+  model: OnnxRunner                       # the whole program, or the model part when split
+  warp: OnnxRunner | None = None          # the warp part when split
+  leases: dict[str, Lease] = field(default_factory=dict)   # the current replay's frame leases
+
+  @property
+  def runners(self) -> list[OnnxRunner]:
+    return [r for r in (self.warp, self.model) if r is not None]
+
+  @property
+  def frame_runner(self) -> OnnxRunner:
+    return self.warp or self.model
+
+  def reset(self) -> None:
+    """Forget the held frame history (a model that stood by starts over)."""
+    self.model.reset_state()
+
+  def _bind_frames(self, frames: dict) -> None:
+    if set(frames) != set(self.frames):
+      raise JitError(f"frames {sorted(frames)} do not match the capture's {sorted(self.frames)}")
+    runner = self.frame_runner
+    for name, frame in frames.items():
+      spec = self.frames[name]
+      a = frame if isinstance(frame, np.ndarray) else np.frombuffer(frame, np.uint8)
+      if a.dtype != spec.dtype or a.nbytes != spec.nbytes:
+        raise JitError(f"frame {name!r} is {a.nbytes} bytes of {a.dtype}; the program was captured for {spec.nbytes} "
+                       f"bytes of {spec.dtype} (geometry {self.geometry}): a new geometry needs a new capture")
+      lease = Lease(f"frame {name}")
+      self.leases[name] = lease
+      if runner.device.host_visible:
+        runner.bind_input(name, Buffer.from_external(a.reshape(-1), a.nbytes, lease, device=runner.device))
+      else:   # a device that cannot map host memory: the frame's upload is its one copy
+        host = Buffer.from_external(a.reshape(-1), a.nbytes, lease)
+        dst = runner._in_bufs[name]
+        dst.copy_from(host)
+        runner.bind_input(name, dst)
+
+  def _release_frames(self) -> None:
+    runner = self.frame_runner
+    for name in self.frames:
+      if name in runner.bound:
+        runner.unbind_input(name)
+    for lease in self.leases.values():
+      lease.release(wait=True)
+
+  def run(self, frames: dict, inputs: dict, after_warp=None) -> tuple[dict[str, np.ndarray], dict]:
+    """Replay on these frames (name -> uint8 array, e.g. a VisionIPC buffer's data) and inputs. Returns the
+    model's outputs and {"warp", "upload", "model", "readback" seconds, "after_warp": the hook's result}."""
+    self._bind_frames(frames)
+    info: dict = {}
+    try:
+      if self.warp is None:
+        outs = self.model.run(inputs)
+        info["after_warp"] = after_warp() if after_warp else True
+        t = self.model.last_timings
+        info.update(warp=0.0, upload=t["upload_s"], model=t["compute_s"], readback=t["readback_s"])
+      else:
+        warp_inputs = {n: inputs[n] for n in self.warp.program.inputs if n in inputs}
+        self.warp.run(warp_inputs, readback=False)
+        info["after_warp"] = after_warp() if after_warp else True
+        with self.model.device.stage_timer() as cross:
+          for w in self.warped:   # the warped tensor crosses devices: one logical copy, chunked as the link needs
+            self.model._in_bufs[w].copy_from(self.warp._out_read[w])
+        outs = self.model.run({n: a for n, a in inputs.items() if n not in warp_inputs})
+        t = self.model.last_timings   # read after the model's readback (the sync point) so `cross` is complete
+        info.update(warp=self.warp.last_timings["compute_s"], upload=t["upload_s"] + cross.upload_s + cross.copy_s,
+                    model=t["compute_s"], readback=t["readback_s"])
+    finally:
+      self._release_frames()
+    return outs, info
+
+
+def _build(geometry, warp_graph: Graph, model_side: Graph, outputs: list[str], warped: list[str],
+           devices: dict[str, str], frames: dict[str, Spec]) -> FrameProgram:
+  if Device[devices["warp"]] is Device[devices["model"]]:
+    whole = compose([warp_graph, model_side], outputs)
+    return FrameProgram(geometry, frames, [], OnnxRunner.from_graph(whole, devices["model"]))
+  warp = OnnxRunner.from_graph(compose([warp_graph], warped), devices["warp"])
+  model = OnnxRunner.from_graph(model_side, devices["model"])
+  for w in warped:    # filled by copy_from each frame: bound to its own device buffer, never passed per call
+    model.bind_input(w, model._in_bufs[w])
+  return FrameProgram(geometry, frames, list(warped), model, warp)
+
+
+def load_model_graph(path: str) -> Graph:
+  return import_onnx(load_model_proto(path))
+
+
+def dm_frame_program(model: Graph, transform: np.ndarray, width: int, height: int, stride: int, frame_len: int,
+                     devices: dict[str, str], model_input: str = "input_img") -> FrameProgram:
+  """dmonitoringmodeld: cabin frame -> fixed luma warp -> model (input `model_input`; `calib` stays an input)."""
+  warp = renamed(wp.dm_warp_graph(transform, width, height, stride, frame_len), "dm/",
+                 {wp.FRAME: "frame", wp.WARPED: "dm_warped"})
+  spec = model.inputs[model_input]
+  warped = Spec((wp.DM_INPUT_SIZE[1], wp.DM_INPUT_SIZE[0]), np.dtype(np.uint8))
+  side = compose([_adapt("dm_warped", warped, spec.shape, "dm/input"),
+                  renamed(model, "m/", _io_names(model, {model_input: "dm/input"}))], list(model.outputs))
+  return _build((width, height, stride, frame_len), warp, side, list(model.outputs), ["dm_warped"], devices,
+                {"frame": Spec((frame_len,), np.dtype(np.uint8))})
+
+
+def road_frame_program(model: Graph, geometries: dict[str, tuple[int, int, int, int, int]],
+                       devices: dict[str, str]) -> FrameProgram:
+  """modeld: per camera in ROAD_CAMERAS ((width, height, stride, uv_offset, frame_len) each) the frame and its
+  transform (`<cam>_frame`, `<cam>_transform`) -> road warp -> image pair from the held history -> model."""
+  parts, frames, held = [], {}, {}
+  for cam in ROAD_CAMERAS:
+    g = wp.road_warp_graph(*geometries[cam])
+    parts.append(renamed(g, f"{cam}/", {wp.FRAME: f"{cam}_frame", wp.TRANSFORM: f"{cam}_transform", wp.WARPED: f"{cam}_warped"}))
+    frames[f"{cam}_frame"] = Spec((geometries[cam][4],), np.dtype(np.uint8))
+  side_parts = []
+  for cam in ROAD_CAMERAS:
+    ring = f"{cam}_history"
+    held[ring] = Spec((PAIR_HISTORY, *wp.OUT_SHAPE), np.dtype(np.uint8))
+    side_parts.append(_pair_with_history(f"{cam}_warped", ring, f"{cam}/pair"))
+  io = _io_names(model, {ROAD_MODEL_INPUTS[c]: f"{c}/pair" for c in ROAD_CAMERAS})
+  side = compose(side_parts + [renamed(model, "m/", io)], list(model.outputs), held)
+  geometry = tuple(geometries[c] for c in ROAD_CAMERAS)
+  return _build(geometry, compose(parts, [f"{c}_warped" for c in ROAD_CAMERAS]), side, list(model.outputs),
+                [f"{c}_warped" for c in ROAD_CAMERAS], devices, frames)
+
+
+def _io_names(model: Graph, fed: dict[str, str]) -> dict[str, str]:
+  """Model value renames: inputs fed by the warp side get its names, other inputs and outputs keep theirs."""
+  keep = {n: n for n in model.inputs}
+  keep.update(fed)
+  keep.update({o: o for o in model.outputs})
+  return keep
+
+
+class FramePrograms:
+  """Frame programs by geometry: `get(geometry)` builds one on a miss (`captures` counts builds)."""
+
+  def __init__(self, build, max_entries: int = 4):
+    self.build, self.max_entries = build, max_entries
+    self.programs: OrderedDict = OrderedDict()
+    self.captures = 0
+
+  def get(self, geometry) -> FrameProgram:
+    got = self.programs.get(geometry)
+    if got is None:
+      got = self.build(geometry)
+      self.captures += 1
+      self.programs[geometry] = got
+      while len(self.programs) > self.max_entries:
+        self.programs.popitem(last=False)
+    self.programs.move_to_end(geometry)
+    return got
+
+
+__all__ = ["DEVICE_TABLES", "FrameProgram", "FramePrograms", "device_table", "dm_frame_program", "road_frame_program",
+           "load_model_graph", "model_digest"]

@@ -1,0 +1,176 @@
+"""The camera warps as runtime graphs (standard ONNX-style ops), compiled with the model like any other graph.
+
+openpilot's compile_warp (spec/codegen.md §8): the homography inlined as elementwise ops, round, clip, then one
+flat gather into the frame. The numpy warps (dm_warp.py, road_warp.py) stay the oracle: these graphs are
+bit-exact against them, which fixes the arithmetic:
+- Road warp: the transform is a graph INPUT (3x3 float32), so a new calibration is new data, not a new
+  program. Per output pixel, in float32 and in the oracle's order: w = (M20 x + M21 y) + M22,
+  sx = ((M00 x + M01 y) + M02) / w, likewise sy; rint (half to even); NaN -> 0; clip to the image (which
+  also maps +-Inf where nan_to_num does); one gather per plane at row*stride + col (Y) and
+  uv_offset + row*stride + 2 col (+1 for V). The generated C is compiled with FMA contraction allowed, so a
+  float product feeding an add would be fused and rounded once, unlike numpy. Each product M_ij * x is
+  therefore taken in float64, where it is exact (24-bit mantissa times an integer below 2^24), and rounded to
+  float32 by a Cast: that is exactly the float32 product, and no float32 multiply is left to fuse.
+- DM warp: the transform is fixed per geometry (a constant), so it is folded when the graph is built, as
+  openpilot does: a separable transform (every supported camera) becomes a row table and a column table into
+  the luma plane padded by one border row and column of value 16; any other transform becomes one flat
+  table into the frame padded by one border byte.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from daemons.common.dm_warp import BORDER_VALUE, DM_INPUT_SIZE, source_coords
+from daemons.common.road_warp import OUT_SHAPE, WarpError
+from daemons.common.transforms import MODEL_INPUT_SIZE
+from runtime.graph import Graph, Node, Spec, dtype_to_onnx
+
+FRAME = "frame"          # the NV12 frame, a flat uint8 input of the buffer's whole length
+TRANSFORM = "transform"  # the road warp's 3x3 float32 input (model pixels -> camera pixels)
+WARPED = "warped"        # the warp's output value
+
+F32, F64, I64, U8 = (np.dtype(t) for t in (np.float32, np.float64, np.int64, np.uint8))
+UV_SCALE = np.array([[1, 1, 0.5], [1, 1, 0.5], [2, 2, 1]], np.float32)
+
+
+class GraphBuilder:
+  """Appends ONNX-style nodes with fresh value names (prefix + counter); consts are named the same way."""
+
+  def __init__(self, prefix: str = "w"):
+    self.prefix, self.n = prefix, 0
+    self.nodes: list[Node] = []
+    self.consts: dict[str, np.ndarray] = {}
+
+  def _name(self) -> str:
+    self.n += 1
+    return f"{self.prefix}{self.n}"
+
+  def const(self, array) -> str:
+    name = self._name()
+    self.consts[name] = np.ascontiguousarray(array)
+    return name
+
+  def op(self, op: str, *inputs: str, **attrs) -> str:
+    out = self._name()
+    self.nodes.append(Node(op, list(inputs), [out], attrs))
+    return out
+
+  def cast(self, x: str, dtype) -> str:
+    return self.op("Cast", x, to=dtype_to_onnx(np.dtype(dtype)))
+
+  def reshape(self, x: str, shape) -> str:
+    return self.op("Reshape", x, self.const(np.array(shape, np.int64)))
+
+  def slice(self, x: str, start: int, stop: int, axis: int = 0) -> str:
+    return self.op("Slice", x, self.const(np.array([start], np.int64)), self.const(np.array([stop], np.int64)),
+                   self.const(np.array([axis], np.int64)))
+
+  def graph(self, inputs: dict[str, Spec], outputs: list[str], renames: dict[str, str]) -> Graph:
+    """The graph, with internal value names in `renames` (e.g. the last node's output) renamed."""
+    nodes = [Node(n.op, [renames.get(i, i) for i in n.inputs], [renames.get(o, o) for o in n.outputs], dict(n.attrs))
+             for n in self.nodes]
+    return Graph(dict(inputs), outputs, nodes, dict(self.consts))
+
+
+# ----------------------------------------------------------------------------------------------- road warp
+
+def _coords(g: GraphBuilder, m32: str, m64: str, out_w: int, out_h: int, src_w: int, src_h: int) -> tuple[str, str]:
+  """(cols, rows) int64 (out_h, out_w): the oracle's _sample_coords over a flat (9,) transform, given in float32
+  (m32) and float64 (m64)."""
+  xs = g.const(np.arange(out_w, dtype=np.float64).reshape(1, out_w))
+  ys = g.const(np.arange(out_h, dtype=np.float64).reshape(out_h, 1))
+
+  def prod(k: int, axis: str) -> str:   # fl32(M_k * axis): exact in float64, rounded once by the cast
+    return g.cast(g.op("Mul", g.slice(m64, k, k + 1), axis), F32)
+
+  def entry(k: int) -> str:
+    return g.slice(m32, k, k + 1)
+  den = g.op("Add", g.op("Add", prod(6, xs), prod(7, ys)), entry(8))
+  out = []
+  for row, size in ((0, src_w), (3, src_h)):
+    s = g.op("Div", g.op("Add", g.op("Add", prod(row, xs), prod(row + 1, ys)), entry(row + 2)), den)
+    c = g.op("Clip", g.op("Round", s), g.const(np.float32(0)), g.const(np.float32(size - 1)))
+    c = g.op("Where", g.op("Equal", c, c), c, g.const(np.float32(0)))   # NaN -> 0 (nan_to_num)
+    out.append(g.cast(c, I64))
+  return out[0], out[1]
+
+
+def check_road_geometry(width: int, height: int, stride: int, uv_offset: int, frame_len: int) -> int:
+  """The oracle's geometry checks (RoadWarp) plus the frame length; returns the bytes the warp reads."""
+  if width <= 0 or height <= 0 or width % 2 or height % 2:
+    raise WarpError(f"camera size must be positive and even, got {width}x{height}")
+  if stride < width:
+    raise WarpError(f"stride {stride} is smaller than the width {width}")
+  if uv_offset < stride * height:
+    raise WarpError(f"uv_offset {uv_offset} overlaps the Y plane ({stride}*{height})")
+  need = uv_offset + (height // 2 - 1) * stride + width
+  if frame_len < need:
+    raise WarpError(f"a frame of {frame_len} bytes is too short for {width}x{height} stride {stride} "
+                    f"uv_offset {uv_offset} (needs {need})")
+  return need
+
+
+def road_warp_graph(width: int, height: int, stride: int, uv_offset: int, frame_len: int, prefix: str = "rw") -> Graph:
+  """NV12 `frame` (frame_len,) uint8 + `transform` (3, 3) float32 -> `warped` (6, 128, 256) uint8."""
+  check_road_geometry(width, height, stride, uv_offset, frame_len)
+  g = GraphBuilder(prefix)
+  m32 = g.reshape(TRANSFORM, (9,))
+  muv = g.op("Mul", m32, g.const(UV_SCALE.reshape(9)))
+  w, h = MODEL_INPUT_SIZE
+  cols, rows = _coords(g, m32, g.cast(m32, F64), w, h, width, height)
+  y_idx = g.op("Add", g.op("Mul", rows, g.const(np.int64(stride))), cols)
+  # channels 0..3 = Y[0::2, 0::2], Y[1::2, 0::2], Y[0::2, 1::2], Y[1::2, 1::2]: channel = 2 * col parity + row parity
+  y4 = g.reshape(g.op("Transpose", g.reshape(y_idx, (h // 2, 2, w // 2, 2)), perm=[3, 1, 0, 2]), (4, h // 2, w // 2))
+  ucols, urows = _coords(g, muv, g.cast(muv, F64), w // 2, h // 2, width // 2, height // 2)
+  u_idx = g.op("Add", g.op("Add", g.op("Mul", urows, g.const(np.int64(stride))), g.op("Mul", ucols, g.const(np.int64(2)))),
+               g.const(np.int64(uv_offset)))
+  u_idx = g.reshape(u_idx, (1, h // 2, w // 2))
+  v_idx = g.op("Add", u_idx, g.const(np.int64(1)))
+  planes = [g.op("Gather", FRAME, idx, axis=0) for idx in (y4, u_idx, v_idx)]
+  out = g.op("Concat", *planes, axis=0)
+  inputs = {FRAME: Spec((frame_len,), U8), TRANSFORM: Spec((3, 3), F32)}
+  graph = g.graph(inputs, [WARPED], {out: WARPED})
+  assert OUT_SHAPE == (6, h // 2, w // 2)
+  return graph
+
+
+# ------------------------------------------------------------------------------------------------- DM warp
+
+def _pick(g: GraphBuilder, x: str, idx: np.ndarray, axis: int) -> str:
+  """x's entries idx along axis: a Slice (a view) when idx is one unit-step run, else a Gather by a table."""
+  if idx.size and (np.diff(idx) == 1).all():
+    return g.slice(x, int(idx[0]), int(idx[-1]) + 1, axis)
+  return g.op("Gather", x, g.const(idx), axis=axis)
+
+
+def dm_warp_graph(M: np.ndarray, width: int, height: int, stride: int, frame_len: int, prefix: str = "dw") -> Graph:
+  """Luma of `frame` (frame_len,) uint8 -> `warped` (960, 1440) uint8 under the constant transform M (the DM
+  model's (1, 1382400) input is a reshape of it: kept 2-D, the copy loops stay rows of columns)."""
+  if width <= 0 or height <= 0:
+    raise WarpError(f"camera size must be positive, got {width}x{height}")
+  if stride < width:
+    raise WarpError(f"stride {stride} is smaller than the width {width}")
+  if frame_len < height * stride:
+    raise WarpError(f"a frame of {frame_len} bytes is shorter than its luma plane ({height}*{stride})")
+  out_w, out_h = DM_INPUT_SIZE
+  rx, ry = source_coords(M, out_w, out_h)       # folding the constant homography (the oracle's arithmetic)
+  inside = (rx >= 0) & (rx <= width - 1) & (ry >= 0) & (ry <= height - 1)
+  g = GraphBuilder(prefix)
+  border = g.const(np.uint8(BORDER_VALUE))
+  if (rx == rx[:1]).all() and (ry == ry[:, :1]).all():
+    col_in = (rx[0] >= 0) & (rx[0] <= width - 1)
+    row_in = (ry[:, 0] >= 0) & (ry[:, 0] <= height - 1)
+    # outside columns/rows read the padding column `stride` / row `height`, whose bytes are the border
+    cols = np.where(col_in, np.clip(rx[0], 0, width - 1), stride).astype(np.int64)
+    rows = np.where(row_in, np.clip(ry[:, 0], 0, height - 1), height).astype(np.int64)
+    luma = g.reshape(g.slice(FRAME, 0, height * stride), (height, stride))
+    if not (col_in.all() and row_in.all()):
+      luma = g.op("Pad", luma, g.const(np.array([0, 0, 1, 1], np.int64)), border, mode="constant")
+    picked = _pick(g, _pick(g, luma, rows, 0), cols, 1)
+  else:
+    ix = np.clip(np.nan_to_num(rx), 0, width - 1).astype(np.int64)
+    iy = np.clip(np.nan_to_num(ry), 0, height - 1).astype(np.int64)
+    flat = np.where(inside, iy * stride + ix, frame_len).reshape(-1)
+    padded = g.op("Pad", FRAME, g.const(np.array([0, 1], np.int64)), border, mode="constant")
+    picked = g.op("Gather", padded, g.const(flat.reshape(out_h, out_w)), axis=0)
+  return g.graph({FRAME: Spec((frame_len,), U8)}, [WARPED], {picked: WARPED})
