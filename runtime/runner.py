@@ -32,6 +32,19 @@ def model_digest(proto_bytes: bytes) -> str:
   return hashlib.sha256(proto_bytes).hexdigest()
 
 
+def index_input_ranges(program) -> dict[str, list[tuple[str, int]]]:
+  """Graph inputs read directly as Gather indices -> (op, axis size) each must lie in (as [-size, size)).
+  Generated code clamps a run-time index into its axis, so no index ever reads out of bounds; an input that
+  is out of range is refused here, on the host, as the InputError a caller can act on."""
+  out: dict[str, list[tuple[str, int]]] = {}
+  for n in program.graph.nodes:
+    if n.op == "Gather" and len(n.inputs) > 1 and n.inputs[1] in program.inputs and n.inputs[0] in program.specs:
+      shape = program.specs[n.inputs[0]].shape
+      if shape:
+        out.setdefault(n.inputs[1], []).append(("Gather", int(shape[int(n.attrs.get("axis", 0)) % len(shape)])))
+  return out
+
+
 def _onnx_front_end():
   """The ONNX importer, imported on first need: onnx (with ml_dtypes) takes about a second to import, and a
   model found in the program cache needs none of it."""
@@ -82,6 +95,7 @@ class OnnxRunner:
   def _setup(self, program, device, threads):
     self.program, self.program_key, self.device = program, program.program_key, device
     self.threads = config.runtime_threads() if threads is None else threads  # BLAS threads while running
+    self._index_ranges = index_input_ranges(program)
     self._link()
     self.last_timings: dict[str, float] = {}
     self.bound: dict = {}   # input name -> the Buffer it reads (bind_input)
@@ -196,6 +210,10 @@ class OnnxRunner:
       if tuple(a.shape) != spec.shape:
         raise InputError(f"input {n!r} has shape {tuple(a.shape)}, the model expects {spec.shape}")
       out[n] = np.ascontiguousarray(a)
+      for op, size in self._index_ranges.get(n, ()):
+        if a.size and (int(a.min()) < -size or int(a.max()) >= size):
+          bad = a[(a < -size) | (a >= size)].reshape(-1)[0]
+          raise InputError(f"{op}: index {int(bad)} in input {n!r} is out of range for an axis of size {size}")
     return out
 
   def _compute(self):

@@ -159,7 +159,9 @@ def binary(ctx, node, ins, specs, consts):
     return [ew(ctx, lambda x, y: ir.cast(ir.alu("pow", ir.cast(x, np.float64), ir.cast(y, np.float64)), dt),
                [a, b], dt, cost=4)]
   if op == "Mod":
-    fmod = int(node.attrs.get("fmod", 0)) == 1 or specs[0].dtype.kind == "f"
+    if int(node.attrs.get("fmod", 0)) == 0 and specs[0].dtype.kind == "f":
+      raise NotLowered("float Mod with fmod=0 (the divisor's sign) runs on its reference kernel")
+    fmod = int(node.attrs.get("fmod", 0)) == 1
     return [ew(ctx, lambda x, y: ir.alu("fmod" if fmod else "mod", x, y), [a, b])]
   if op == "BitShift":
     name = "shl" if node.attrs.get("direction", "") == "LEFT" else "shr"
@@ -238,6 +240,15 @@ def _movable(ctx, x: Lazy) -> Lazy:
 
 @rule("Dropout")
 def dropout(ctx, node, ins, specs, consts):
+  """Inference is the identity (and an all-true mask); training mode, or a training_mode read at run time,
+  runs on the reference kernel (its seeded mask)."""
+  opset = int(node.attrs.get("_opset", 13))
+  if opset < 7 and int(node.attrs.get("is_test", 0)) == 0:
+    raise NotLowered("Dropout in training mode")
+  if opset >= 12 and len(node.inputs) > 2 and node.inputs[2]:
+    t = consts[2]
+    if t is None or bool(np.asarray(t).reshape(-1)[0]):
+      raise NotLowered("Dropout in training mode")
   outs = [ins[0]]
   if len(node.outputs) > 1:
     outs.append(Lazy.constant(True, BOOL, specs[0].shape))
