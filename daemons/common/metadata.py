@@ -12,6 +12,8 @@ startup rather than per frame.
 A daemon states its model's I/O contract once (`ModelContract`: input names, dtypes and shapes; output heads
 and their widths); `load_metadata(path, contract=...)` checks the model against all of it in one pass and one
 `ModelMetadataError` lists every mismatch, inputs first, so fixing a model file is one round, not one per error.
+`runner_metadata(runner, ...)` checks the same from a compiled model (its metadata_props and I/O specs), so a
+daemon whose model came from the runtime's program cache never imports onnx.
 """
 import base64
 import io
@@ -20,7 +22,6 @@ import pickle
 from dataclasses import dataclass, field
 
 import numpy as np
-import onnx
 
 
 class ModelMetadataError(ValueError):
@@ -78,13 +79,6 @@ def _json_slices(text: str) -> dict[str, slice]:
 
 def _dims(value_info) -> tuple[int, ...]:
   return tuple(d.dim_value for d in value_info.type.tensor_type.shape.dim)
-
-
-def _dtype(value_info) -> str:
-  try:
-    return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(value_info.type.tensor_type.elem_type)).name
-  except (KeyError, TypeError, ValueError):
-    return f"onnx type {value_info.type.tensor_type.elem_type}"
 
 
 @dataclass
@@ -168,31 +162,60 @@ class ModelContract:
     return out
 
 
-def load_metadata(model_path: str, required: tuple[str, ...] = (), contract: ModelContract | None = None) -> ModelMetadata:
-  """Read and validate the metadata of an ONNX model file (weights are not loaded); with a contract, the whole
-  contract is checked and every mismatch named in one ModelMetadataError."""
+def _onnx():
+  """onnx, imported on first need: with ml_dtypes it takes about a second, and a daemon whose compiled model
+  carries its metadata (runner_metadata) needs none of it."""
+  import onnx  # noqa: PLC0415  (deferred on purpose, see the docstring)
+  return onnx
+
+
+def _dtype(value_info) -> str:
   try:
-    model = onnx.load(model_path, load_external_data=False)
-  except Exception as e:
-    raise ModelMetadataError(f"cannot read ONNX model {model_path!r}: {e}") from e
-  props = {p.key: p.value for p in model.metadata_props}
+    return np.dtype(_onnx().helper.tensor_dtype_to_np_dtype(value_info.type.tensor_type.elem_type)).name
+  except (KeyError, TypeError, ValueError):
+    return f"onnx type {value_info.type.tensor_type.elem_type}"
+
+
+def metadata_from(where: str, props: dict[str, str], inputs: dict[str, tuple[str, tuple[int, ...]]],
+                  outputs: dict[str, tuple[int, ...]], required: tuple[str, ...] = (),
+                  contract: ModelContract | None = None) -> ModelMetadata:
+  """Validate a model's metadata_props and I/O (input name -> (dtype name, shape), output name -> shape)."""
   if "output_slices_json" in props:
     slices = _json_slices(props["output_slices_json"])
   elif "output_slices" in props:
     slices = load_pickled_slices(props["output_slices"])
   else:
-    raise ModelMetadataError(f"{model_path!r} has no output_slices in its metadata_props")
-  inits = {i.name for i in model.graph.initializer}
-  inputs = [i for i in model.graph.input if i.name not in inits]
-  outputs = {o.name: _dims(o) for o in model.graph.output}
+    raise ModelMetadataError(f"{where!r} has no output_slices in its metadata_props")
   if len(outputs) != 1:
-    raise ModelMetadataError(f"{model_path!r}: expected one flat output, found {sorted(outputs)}")
-  meta = ModelMetadata(slices, {i.name: _dims(i) for i in inputs}, outputs, props, {i.name: _dtype(i) for i in inputs})
+    raise ModelMetadataError(f"{where!r}: expected one flat output, found {sorted(outputs)}")
+  meta = ModelMetadata(slices, {n: tuple(s) for n, (_, s) in inputs.items()}, dict(outputs), dict(props),
+                       {n: d for n, (d, _) in inputs.items()})
   if contract is not None:
     problems = contract.problems(meta)
     if problems:
-      raise ModelMetadataError(f"{model_path}: does not match the {contract.name} model contract "
+      raise ModelMetadataError(f"{where}: does not match the {contract.name} model contract "
                                f"({len(problems)} problem{'s' * (len(problems) > 1)}): " + "; ".join(problems))
   else:
     validate_slices(slices, meta.output_size, required)
   return meta
+
+
+def load_metadata(model_path: str, required: tuple[str, ...] = (), contract: ModelContract | None = None) -> ModelMetadata:
+  """Read and validate the metadata of an ONNX model file (weights are not loaded); with a contract, the whole
+  contract is checked and every mismatch named in one ModelMetadataError."""
+  try:
+    model = _onnx().load(model_path, load_external_data=False)
+  except Exception as e:
+    raise ModelMetadataError(f"cannot read ONNX model {model_path!r}: {e}") from e
+  inits = {i.name for i in model.graph.initializer}
+  inputs = {i.name: (_dtype(i), _dims(i)) for i in model.graph.input if i.name not in inits}
+  return metadata_from(model_path, {p.key: p.value for p in model.metadata_props}, inputs,
+                       {o.name: _dims(o) for o in model.graph.output}, required, contract)
+
+
+def runner_metadata(runner, where: str, required: tuple[str, ...] = (), contract: ModelContract | None = None) -> ModelMetadata:
+  """The same checks from a compiled model: `runner.metadata` (the model's metadata_props), `input_specs` and
+  `output_specs` ({name: (shape, dtype)}), as runtime.OnnxRunner has them."""
+  inputs = {n: (np.dtype(dt).name, tuple(shape)) for n, (shape, dt) in runner.input_specs.items()}
+  outputs = {n: tuple(shape) for n, (shape, _) in runner.output_specs.items()}
+  return metadata_from(where, dict(runner.metadata), inputs, outputs, required, contract)

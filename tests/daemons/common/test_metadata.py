@@ -7,10 +7,11 @@ import pickle
 import onnx
 import pytest
 
-from daemons.common.metadata import ModelMetadataError, load_metadata, load_pickled_slices, validate_slices
+from daemons.common.metadata import ModelMetadataError, load_metadata, load_pickled_slices, runner_metadata, validate_slices
 from daemons.dmonitoringmodeld.model_state import DM_CONTRACT, MODEL_PATH
 from daemons.modeld.model_state import MODEL_PATHS, ROAD_CONTRACT
 from repo_paths import REPO_ROOT
+from runtime import OnnxRunner
 
 
 def _blob(slices) -> str:
@@ -112,3 +113,18 @@ def test_the_daemon_readmes_state_the_contract_the_code_checks(readme, contract)
   inputs, heads = _readme_tables(f"{REPO_ROOT}/{readme}")
   assert inputs == contract.inputs
   assert heads == contract.heads
+
+
+@pytest.mark.parametrize("path,contract", [(MODEL_PATH, DM_CONTRACT), (MODEL_PATHS["small"], ROAD_CONTRACT)])
+def test_a_compiled_model_gives_the_same_metadata_as_its_file(path, contract):
+  """runner_metadata reads what load_metadata reads, from the compiled program (no onnx needed)."""
+  from_file = load_metadata(path, contract=contract)
+  from_runner = runner_metadata(OnnxRunner(path), path, contract=contract)
+  assert from_runner.output_slices == from_file.output_slices
+  assert (from_runner.input_shapes, from_runner.input_dtypes) == (from_file.input_shapes, from_file.input_dtypes)
+  assert from_runner.output_shapes == from_file.output_shapes and from_runner.props == from_file.props
+
+
+def test_a_compiled_model_that_misses_the_contract_names_every_mismatch():
+  with pytest.raises(ModelMetadataError, match="does not match the road model contract.*missing inputs"):
+    runner_metadata(OnnxRunner(MODEL_PATH), MODEL_PATH, contract=ROAD_CONTRACT)
