@@ -28,6 +28,8 @@ def record(bench: str, figures: dict, argv: list[str] | None = None, note: str =
   if os.path.exists(path):
     with open(path) as f:
       runs = json.load(f)
+    if isinstance(runs, dict):   # a file written before the benches appended: its one run comes first
+      runs = [runs]
   argv = sys.argv if argv is None else argv
   runs.append({"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                "command": " ".join(shlex.quote(a) for a in [f"bench/{os.path.basename(argv[0])}", *argv[1:]]),

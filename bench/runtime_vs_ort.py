@@ -1,7 +1,7 @@
 """Replay time of the pymodeld runtime against onnxruntime and OpenVINO on models with non-constant weights.
 
     python bench/runtime_vs_ort.py [--iters 30] [--models dm,small] [--threads 1,2] [--no-openvino]
-                                   [--compile] [--per-kernel N] [--out bench/results/runtime_vs_ort.json]
+                                   [--compile] [--per-kernel N]
 
 Models (bench/make_nets.py writes them once, deterministically): our daemons' models (daemons/*/models), two
 nets of our own shaped like them (a 1-channel 1440x960 patchify net, a depthwise mobilenet-like net), and the
@@ -15,11 +15,10 @@ The ratio is ours / peer; "rel err" is max |ours - onnxruntime| / max |onnxrunti
 
 --compile also measures, each in a fresh process, a cold compile (empty kernel cache) and a load from the
 disk cache, for the daemons' models. --per-kernel N prints our N slowest kernels per model.
-Results (with the machine's load average before and after) go to --out as JSON."""
+Each run (with the machine's load average before and after) is appended to bench/results/runtime_vs_ort.json."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -33,6 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 
+import results  # noqa: E402
 from make_nets import NETS_DIR, all_models  # noqa: E402
 from runtime import OnnxRunner, blas  # noqa: E402
 from runtime.program import CompileCache  # noqa: E402
@@ -52,7 +52,6 @@ def parse():
   ap.add_argument("--no-openvino", action="store_true")
   ap.add_argument("--compile", action="store_true", help="measure cold compile and disk-cache load too")
   ap.add_argument("--per-kernel", type=int, default=0, metavar="N")
-  ap.add_argument("--out", default=os.path.join(REPO, "bench", "results", "runtime_vs_ort.json"))
   return ap.parse_args()
 
 
@@ -178,7 +177,9 @@ def compile_figures(path: str) -> dict:
       r = subprocess.run([sys.executable, "-c", COMPILE_CODE, path, d], capture_output=True, text=True, cwd=REPO,
                          timeout=600, check=True)
       t, imp = (float(v) for v in r.stdout.split())
-      out[what], out["import_s"] = t, imp
+      out[what], out[what.replace("_s", "_import_s")] = t, imp
+  out["import_s"] = out["disk_import_s"]
+  out["disk_total_s"] = out["disk_s"] + out["disk_import_s"]   # a fresh process from start to a runnable model
   return out
 
 
@@ -211,16 +212,12 @@ def main():
         compile_rows[name] = compile_figures(os.path.join(REPO, p))
         c = compile_rows[name]
         print(f"compile {name:18s} cold {c['cold_s']:6.2f} s   from disk cache {c['disk_s']:6.3f} s   "
-              f"(import {c['import_s']:.2f} s, not included)")
+              f"(import {c['import_s']:.2f} s, not included; with it {c['disk_total_s']:.3f} s)")
   load1 = os.getloadavg()
   print(f"load average after: {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")
-  result = {"when": time.strftime("%Y-%m-%dT%H:%M:%S"), "cpus": os.cpu_count(), "load_before": load0,
-            "load_after": load1, "args": vars(args), "rows": rows, "summary": summary, "compile": compile_rows,
-            "targets": TARGETS}
-  os.makedirs(os.path.dirname(args.out), exist_ok=True)
-  with open(args.out, "w") as f:
-    json.dump(result, f, indent=1)
-  print(f"results: {args.out}")
+  figures = {"load_before": load0, "load_after": load1, "args": vars(args), "rows": rows, "summary": summary,
+             "compile": compile_rows, "targets": TARGETS}
+  print(f"results: {results.record('runtime_vs_ort', figures)}")
 
 
 if __name__ == "__main__":
