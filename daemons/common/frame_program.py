@@ -30,6 +30,7 @@ import numpy as np
 
 from daemons.common import warp_program as wp
 from daemons.common.env import DAEMONS_ENV
+from daemons.common.runner import last_stage_times
 from runtime import OnnxRunner
 from runtime.buffer import Buffer, Lease
 from runtime.device import Device
@@ -180,8 +181,8 @@ class FrameProgram:
       if self.warp is None:
         outs = self.model.run(inputs)
         info["after_warp"] = after_warp() if after_warp else True
-        t = self.model.last_timings
-        info.update(warp=0.0, upload=t["upload_s"], model=t["compute_s"], readback=t["readback_s"])
+        t = last_stage_times(self.model)
+        info.update(warp=0.0, upload=t.upload, model=t.model, readback=t.readback)
       else:
         warp_inputs = {n: inputs[n] for n in self.warp.program.inputs if n in inputs}
         self.warp.run(warp_inputs, readback=False)
@@ -190,9 +191,9 @@ class FrameProgram:
           for w in self.warped:   # the warped tensor crosses devices: one logical copy, chunked as the link needs
             self.model._in_bufs[w].copy_from(self.warp._out_read[w])
         outs = self.model.run({n: a for n, a in inputs.items() if n not in warp_inputs})
-        t = self.model.last_timings   # read after the model's readback (the sync point) so `cross` is complete
-        info.update(warp=self.warp.last_timings["compute_s"], upload=t["upload_s"] + cross.upload_s + cross.copy_s,
-                    model=t["compute_s"], readback=t["readback_s"])
+        t = last_stage_times(self.model)   # after the model's readback (the sync point): `cross` is complete
+        info.update(warp=last_stage_times(self.warp).model, upload=t.upload + cross.upload_s + cross.copy_s, model=t.model,
+                    readback=t.readback)
     finally:
       self._release_frames()
     return outs, info

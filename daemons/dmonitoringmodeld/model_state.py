@@ -6,7 +6,11 @@
 Invariants:
 - The model's metadata is validated at load (required heads, sizes, slices inside the output); its inputs must be
   `input_img` (1, 1382400) and `calib` (1, 3).
-- `run()` returns the parsed heads, the raw output, its StageTimes (parse on the host) and the heads that
+- Two paths, one parse. The daemon's path is the captured frame program (`load_programs`): per frame, the cabin
+  frame's own memory -> warp -> model as one runtime program per geometry (daemons/common/frame_runner.py),
+  `run_frame()`. The other is a runner over the warped image in `img` (`run()`): the numpy warp's path, kept as
+  the test oracle and for the DM_RUNTIME=onnxruntime peer. Both give bit-identical outputs.
+- `run()` / `run_frame()` return the parsed heads, the raw output, its StageTimes (parse on the host) and the heads that
   hold NaN/Inf, or raises ModelMetadataError for an output of the wrong size: it never parses a short array.
 """
 import os
@@ -14,7 +18,10 @@ import time
 
 import numpy as np
 
-from daemons.common.dm_warp import DM_INPUT_SIZE
+from daemons.common.cameras import config_for_frame
+from daemons.common.dm_warp import DM_INPUT_SIZE, dm_transform
+from daemons.common.frame_program import device_table, dm_frame_program, load_model_graph
+from daemons.common.frame_runner import FrameRunner
 from daemons.common.metadata import ModelContract, ModelMetadata, ModelMetadataError, load_metadata
 from daemons.common.runner import Runner, StageTimes, run_model
 from daemons.dmonitoringmodeld.parse import HEAD_SIZES, non_finite_heads, parse_outputs
@@ -30,9 +37,23 @@ def load_dm_metadata(path: str) -> ModelMetadata:
   return load_metadata(path, contract=DM_CONTRACT)
 
 
+def dm_frame_runner(path: str = MODEL_PATH, devices: dict[str, str] | None = None) -> FrameRunner:
+  """The DM frame programs of the model at `path`, one per cabin geometry (width, height, stride, frame length),
+  on the daemon's device table (env WARP_DEV / MODEL_DEV) unless `devices` is given."""
+  graph = load_model_graph(path)
+  devs = devices or device_table("dmonitoringmodeld")
+
+  def build(geometry):
+    width, height, stride, frame_len = geometry
+    return dm_frame_program(graph, dm_transform(config_for_frame(width, height).cabin), width, height, stride,
+                            frame_len, devs)
+  return FrameRunner(build)
+
+
 class ModelState:
-  def __init__(self, runner: Runner, metadata: ModelMetadata):
+  def __init__(self, runner: Runner | None, metadata: ModelMetadata, frames: FrameRunner | None = None):
     self.runner = runner
+    self.frames = frames           # the frame programs (the daemon's path), or None: the runner over `img`
     self.meta = metadata
     self.img = np.zeros(INPUT_SHAPES["input_img"], np.uint8)     # the warp writes the frame here
     self.calib = np.zeros(INPUT_SHAPES["calib"], np.float32)
@@ -43,10 +64,27 @@ class ModelState:
     meta = load_dm_metadata(path)
     return cls(runner_factory(path), meta)
 
+  @classmethod
+  def load_programs(cls, path: str = MODEL_PATH, devices: dict[str, str] | None = None) -> "ModelState":
+    """The daemon's path: the frame programs of the model at `path`."""
+    meta = load_dm_metadata(path)
+    return cls(None, meta, dm_frame_runner(path, devices))
+
   def run(self, calib: np.ndarray) -> tuple[dict, np.ndarray, StageTimes, list[str]]:
     """Run on the warped image in `self.img` and this calibration; (parsed, raw, times, non-finite heads)."""
     self.calib[0, :] = calib
     raw, times = run_model(self.runner, {"input_img": self.img, "calib": self.calib})
+    return self._parsed(raw, times)
+
+  def run_frame(self, frame, calib: np.ndarray, after_warp=None) -> tuple[dict, np.ndarray, StageTimes, list[str]]:
+    """Run the frame program on this cabin Frame (its buffer bound, not copied) and calibration; `after_warp` is
+    called after the program last read the frame, before its lease is released. Same result as run()."""
+    self.calib[0, :] = calib
+    geometry = (frame.width, frame.height, frame.stride, memoryview(frame.data).nbytes)
+    raw, times, _ = self.frames(geometry, {"frame": frame.data}, {"calib": self.calib}, after_warp)
+    return self._parsed(raw, times)
+
+  def _parsed(self, raw: np.ndarray, times: StageTimes) -> tuple[dict, np.ndarray, StageTimes, list[str]]:
     if raw.size != self.meta.output_size:
       raise ModelMetadataError(f"model returned {raw.size} values, metadata says {self.meta.output_size}")
     t0 = time.perf_counter()
