@@ -25,6 +25,7 @@ from daemons.common.frame_runner import FrameRunner
 from daemons.common.metadata import ModelContract, ModelMetadata, ModelMetadataError, load_metadata
 from daemons.common.runner import Runner, StageTimes, run_model
 from daemons.dmonitoringmodeld.parse import HEAD_SIZES, non_finite_heads, parse_outputs
+from runtime import config as runtime_config
 
 MODEL_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models", "dmonitoring_model.onnx")
 INPUT_SHAPES = {"input_img": (1, DM_INPUT_SIZE[0] * DM_INPUT_SIZE[1]), "calib": (1, 3)}
@@ -41,7 +42,8 @@ def dm_frame_runner(path: str = MODEL_PATH, devices: dict[str, str] | None = Non
   """The DM frame programs of the model at `path`, one per cabin geometry (width, height, stride, frame length),
   on the daemon's device table (env WARP_DEV / MODEL_DEV) unless `devices` is given."""
   graph = load_model_graph(path)
-  devs = devices or device_table("dmonitoringmodeld")
+  # DEV (the runtime's default device) moves the whole daemon, as it did before the frame program
+  devs = devices or device_table("dmonitoringmodeld", default=runtime_config.default_device())
 
   def build(geometry):
     width, height, stride, frame_len = geometry
