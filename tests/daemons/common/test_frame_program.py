@@ -186,6 +186,9 @@ def test_device_tables_name_each_part_and_env_overrides_them():
   assert fp.device_table("modeld.small", env) == {"warp": "USB+AMD", "model": "CPU"}   # the standby stays put
   with pytest.raises(KeyError, match="no device table"):
     fp.device_table("camerad", {})
+  # a default (the runtime's DEV for dmonitoringmodeld) moves every part; WARP_DEV / MODEL_DEV still override it
+  assert fp.device_table("dmonitoringmodeld", {}, default="USB+AMD") == {"warp": "USB+AMD", "model": "USB+AMD"}
+  assert fp.device_table("dmonitoringmodeld", {"WARP_DEV": "CPU"}, default="USB+AMD") == {"warp": "CPU", "model": "USB+AMD"}
 
 
 def test_the_road_index_tables_are_computed_only_when_a_transform_changes_and_equal_the_oracles():
