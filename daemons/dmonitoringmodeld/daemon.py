@@ -26,6 +26,7 @@ from daemons.common.realtime import SCHEDULING_HELP, scheduling_plan
 from daemons.common.runner import RunnerUnavailable, make_runner
 from daemons.dmonitoringmodeld.core import Calibration, DMonitoringmodeld
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH, ModelState
+from daemons.dmonitoringmodeld.programs import load_programs
 from msgq.namespace import runtime_dir
 from runtime import config as runtime_config
 from visionipc import VisionIpcClient, VisionStreamType
@@ -66,7 +67,7 @@ def main(argv=None) -> int:
   t0 = time.monotonic()
   backend = dm_runtime()
   if backend == "runtime":   # the captured frame program per cabin geometry (captured at the first frame)
-    model = ModelState.load_programs(args.model)
+    model = load_programs(args.model)
   else:                      # a peer engine: the numpy warp, then the model through the runner protocol
     model = ModelState.load(lambda path: make_runner(path, backend=backend), args.model)
   dm = DMonitoringmodeld(model)

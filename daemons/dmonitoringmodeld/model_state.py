@@ -6,7 +6,7 @@
 Invariants:
 - The model's metadata is validated at load (required heads, sizes, slices inside the output); its inputs must be
   `input_img` (1, 1382400) and `calib` (1, 3).
-- Two paths, one parse. The daemon's path is the captured frame program (`load_programs`): per frame, the cabin
+- Two paths, one parse. The daemon's path is the captured frame program (programs.load_programs): per frame, the cabin
   frame's own memory -> warp -> model as one runtime program per geometry (daemons/common/frame_runner.py),
   `run_frame()`. The other is a runner over the warped image in `img` (`run()`): the numpy warp's path, kept as
   the test oracle and for the DM_RUNTIME=onnxruntime peer. Both give bit-identical outputs.
@@ -18,14 +18,10 @@ import time
 
 import numpy as np
 
-from daemons.common.cameras import config_for_frame
-from daemons.common.dm_warp import DM_INPUT_SIZE, dm_transform
-from daemons.common.frame_program import device_table, dm_frame_program, load_model_graph
-from daemons.common.frame_runner import FrameRunner
+from daemons.common.dm_warp import DM_INPUT_SIZE
 from daemons.common.metadata import ModelContract, ModelMetadata, ModelMetadataError, load_metadata
 from daemons.common.runner import Runner, StageTimes, run_model
 from daemons.dmonitoringmodeld.parse import HEAD_SIZES, non_finite_heads, parse_outputs
-from runtime import config as runtime_config
 
 MODEL_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models", "dmonitoring_model.onnx")
 INPUT_SHAPES = {"input_img": (1, DM_INPUT_SIZE[0] * DM_INPUT_SIZE[1]), "calib": (1, 3)}
@@ -38,24 +34,10 @@ def load_dm_metadata(path: str) -> ModelMetadata:
   return load_metadata(path, contract=DM_CONTRACT)
 
 
-def dm_frame_runner(path: str = MODEL_PATH, devices: dict[str, str] | None = None) -> FrameRunner:
-  """The DM frame programs of the model at `path`, one per cabin geometry (width, height, stride, frame length),
-  on the daemon's device table (env WARP_DEV / MODEL_DEV) unless `devices` is given."""
-  graph = load_model_graph(path)
-  # DEV (the runtime's default device) moves the whole daemon, as it did before the frame program
-  devs = devices or device_table("dmonitoringmodeld", default=runtime_config.default_device())
-
-  def build(geometry):
-    width, height, stride, frame_len = geometry
-    return dm_frame_program(graph, dm_transform(config_for_frame(width, height).cabin), width, height, stride,
-                            frame_len, devs)
-  return FrameRunner(build)
-
-
 class ModelState:
-  def __init__(self, runner: Runner | None, metadata: ModelMetadata, frames: FrameRunner | None = None):
+  def __init__(self, runner: Runner | None, metadata: ModelMetadata, frames=None):
     self.runner = runner
-    self.frames = frames           # the frame programs (the daemon's path), or None: the runner over `img`
+    self.frames = frames           # the frame programs (programs.py: a FrameRunner; the daemon's path), or None
     self.meta = metadata
     self.img = np.zeros(INPUT_SHAPES["input_img"], np.uint8)     # the warp writes the frame here
     self.calib = np.zeros(INPUT_SHAPES["calib"], np.float32)
@@ -65,12 +47,6 @@ class ModelState:
   def load(cls, runner_factory, path: str = MODEL_PATH) -> "ModelState":
     meta = load_dm_metadata(path)
     return cls(runner_factory(path), meta)
-
-  @classmethod
-  def load_programs(cls, path: str = MODEL_PATH, devices: dict[str, str] | None = None) -> "ModelState":
-    """The daemon's path: the frame programs of the model at `path`."""
-    meta = load_dm_metadata(path)
-    return cls(None, meta, dm_frame_runner(path, devices))
 
   def run(self, calib: np.ndarray) -> tuple[dict, np.ndarray, StageTimes, list[str]]:
     """Run on the warped image in `self.img` and this calibration; (parsed, raw, times, non-finite heads)."""

@@ -12,6 +12,7 @@ from daemons.common.frame_loop import Frame
 from daemons.common.runner import make_runner
 from daemons.dmonitoringmodeld.core import Calibration, DMonitoringmodeld
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH, ModelState
+from daemons.dmonitoringmodeld.programs import load_programs
 from selfdrive_stub.scenes import SceneRenderer
 from visionipc import VISION_STREAM_CABIN, VisionIpcClient, VisionIpcServer, get_nv12_info
 
@@ -27,7 +28,7 @@ def _calib(now=0.0) -> Calibration:
 
 @pytest.fixture(scope="module")
 def programs():
-  return DMonitoringmodeld(ModelState.load_programs(MODEL_PATH), send_raw_pred=True)
+  return DMonitoringmodeld(load_programs(MODEL_PATH), send_raw_pred=True)
 
 
 @pytest.fixture(scope="module")
