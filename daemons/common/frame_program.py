@@ -22,8 +22,9 @@ Invariants:
 - A frame whose length or dtype does not match the capture raises JitError; other inputs are checked by the
   runner (InputError).
 - modeld's 12-channel image pairs (frames t-4 and t) are assembled inside the model program from a ring of the
-  last four warped frames per camera kept in the program's held state on the model's device; features_buffer
-  and desire_pulse stay host inputs (ModelHistory keeps them).
+  last warped frames per camera: RING buffers on the model's device, two of them bound per frame (frame t-4
+  read, frame t written), so no frame of the history is moved; features_buffer and desire_pulse stay host
+  inputs (ModelHistory keeps them).
 """
 from __future__ import annotations
 
@@ -54,6 +55,7 @@ STANDBY = {"modeld.small"}   # the fallback stays where it is: MODEL_DEV moves t
 ROAD_CAMERAS = ("road", "wide")          # modeld's streams: main (narrow) road camera and the wide one
 ROAD_MODEL_INPUTS = {"road": "img", "wide": "big_img"}
 PAIR_HISTORY = 4                         # warped frames t-4 .. t-1 kept per camera (FRAME_SKIP)
+RING = PAIR_HISTORY + 1                  # ring buffers per camera: the frames t-4 .. t-1 and the one being written
 
 
 def device_table(daemon: str, env: dict | None = None, default: str | None = None) -> dict[str, str]:
@@ -109,27 +111,19 @@ def _adapt(value: str, spec: Spec, shape, out: str) -> Graph:
                [Node("Reshape", [value, out + ":shape"], [out])], {out + ":shape": np.array(shape, np.int64)})
 
 
-def history_slots(ring: str) -> list[str]:
-  """The held slot names of one camera's frame history, oldest (frame t-4) first."""
-  return [f"{ring}{k}" for k in range(PAIR_HISTORY)]
-
-
-def _pair_with_history(warped: str, ring: str, out: str) -> Graph:
-  """out (1, 12, 128, 256) = [slot 0 (frame t-4), warped (frame t)]; then every slot takes the next one's frame
-  and the last takes `warped` (assigns into held state, one frame each: no slot is read after it is written, so
-  no temporary copy of the history is made)."""
+def _pair_with_history(warped: str, old: str, slot: str, out: str) -> Graph:
+  """out (1, 12, 128, 256) = [input `old` (frame t-4), warped (frame t)]; `warped` is assigned into input `slot`.
+  Both inputs are bound per frame to buffers of the program's ring (FrameProgram.rings): no frame of the
+  history is moved, only the binding turns."""
   c = out + ":"
-  slots = history_slots(ring)
   k = {c + "shape": np.array((1,) + wp.OUT_SHAPE, np.int64),
        c + "pshape": np.array((1, 2 * wp.OUT_SHAPE[0]) + wp.OUT_SHAPE[1:], np.int64)}
   nodes = [Node("Reshape", [warped, c + "shape"], [c + "now"]),
-           Node("Concat", [slots[0], c + "now"], [c + "pair6"], {"axis": 1}),
-           Node("Reshape", [c + "pair6", c + "pshape"], [out])]
-  attrs = {"shape": [1, *wp.OUT_SHAPE], "dtype": "|u1"}
-  for i, slot in enumerate(slots):
-    src = slots[i + 1] if i + 1 < len(slots) else c + "now"
-    nodes.append(Node("_Assign", [src], [c + f"assigned{i}"], {"target": slot, **attrs}))
-  return Graph({warped: Spec(wp.OUT_SHAPE, np.dtype(np.uint8))}, [out], nodes, k)
+           Node("Concat", [old, c + "now"], [c + "pair6"], {"axis": 1}),
+           Node("Reshape", [c + "pair6", c + "pshape"], [out]),
+           Node("_Assign", [c + "now"], [c + "assigned"], {"target": slot, "shape": [1, *wp.OUT_SHAPE], "dtype": "|u1"})]
+  spec = Spec((1, *wp.OUT_SHAPE), np.dtype(np.uint8))
+  return Graph({warped: Spec(wp.OUT_SHAPE, np.dtype(np.uint8)), old: spec, slot: spec}, [out], nodes, k)
 
 
 # -------------------------------------------------------------------------------------------- the program
@@ -147,6 +141,8 @@ class FrameProgram:
   index_of: dict[str, str] = field(default_factory=dict)   # transform input -> index input of the frame runner
   index_runs: int = 0
   _transforms: dict = field(default_factory=dict)          # the transforms the held index tables were made from
+  rings: list = field(default_factory=list)   # road: [(old input, slot input, RING buffers on the model device)]
+  pushed: int = 0                             # frames written into the rings since the last reset
 
   @property
   def runners(self) -> list[OnnxRunner]:
@@ -157,8 +153,19 @@ class FrameProgram:
     return self.warp or self.model
 
   def reset(self) -> None:
-    """Forget the held frame history (a model that stood by starts over)."""
+    """Forget the frame history (a model that stood by starts over)."""
     self.model.reset_state()
+    for _, _, bufs in self.rings:
+      for b in bufs:
+        b.copyin(np.zeros(b.nbytes, np.uint8))
+    self.pushed = 0
+
+  def _bind_history(self) -> None:
+    """Frame n reads frame n-4 from ring[(n + 1) % RING] and writes itself into ring[n % RING] (distinct buffers,
+    so the program's read of the old frame never aliases its write)."""
+    for old, slot, bufs in self.rings:
+      self.model.bind_input(old, bufs[(self.pushed + 1) % RING])
+      self.model.bind_input(slot, bufs[self.pushed % RING])
 
   def _bind_frames(self, frames: dict) -> None:
     if set(frames) != set(self.frames):
@@ -214,6 +221,7 @@ class FrameProgram:
     info: dict = {}
     inputs = self._update_index(inputs, info)
     self._bind_frames(frames)
+    self._bind_history()
     try:
       if self.warp is None:
         outs = self.model.run(inputs)
@@ -233,6 +241,7 @@ class FrameProgram:
                     readback=t.readback)
     finally:
       self._release_frames()
+    self.pushed += 1
     return outs, info
 
 
@@ -278,10 +287,7 @@ def road_frame_program(model: Graph, geometries: dict[str, tuple[int, int, int, 
     frames[f"{cam}_frame"] = Spec((geometries[cam][4],), np.dtype(np.uint8))
   side_parts = []
   for cam in ROAD_CAMERAS:
-    ring = f"{cam}_history"
-    for slot in history_slots(ring):
-      held[slot] = Spec((1, *wp.OUT_SHAPE), np.dtype(np.uint8))
-    side_parts.append(_pair_with_history(f"{cam}_warped", ring, f"{cam}/pair"))
+    side_parts.append(_pair_with_history(f"{cam}_warped", f"{cam}_old", f"{cam}_slot", f"{cam}/pair"))
   io = _io_names(model, {ROAD_MODEL_INPUTS[c]: f"{c}/pair" for c in ROAD_CAMERAS})
   side = compose(side_parts + [renamed(model, "m/", io)], list(model.outputs), held)
   geometry = tuple(geometries[c] for c in ROAD_CAMERAS)
@@ -294,6 +300,13 @@ def road_frame_program(model: Graph, geometries: dict[str, tuple[int, int, int, 
   runner = prog.frame_runner
   for idx in prog.index_of.values():
     runner.bind_input(idx, runner._in_bufs[idx])
+  nbytes = int(np.prod(wp.OUT_SHAPE))
+  for cam in ROAD_CAMERAS:   # each camera's last RING warped frames, on the model's device, zeros at first
+    bufs = [Buffer(prog.model.device, nbytes, preallocate=True) for _ in range(RING)]
+    for b in bufs:
+      b.copyin(np.zeros(nbytes, np.uint8))
+    prog.rings.append((f"{cam}_old", f"{cam}_slot", bufs))
+  prog._bind_history()
   return prog
 
 
