@@ -6,7 +6,9 @@ The step (`FrameStep.step`), for each received frame (or main/extra pair):
   2. `check`: the daemon's input rules (calibration in camera time, dropped frames, sync, malformed inputs);
   3. `prepare`: the daemon's warp of the frames into its model inputs (host wall clock: stage `warp`);
   4. still_valid: every frame read in 3 is checked after its pixels were last read; an overwritten one makes
-     the step invalid ("frame 1258 overwritten while it was warped", naming each such frame);
+     the step invalid ("frame 1258 overwritten while it was warped", naming each such frame). A step whose
+     warp runs inside `run` (a captured frame program: `warps_in_run(frames)` is True) does this check from
+     the program's after-warp hook instead (`check_overwritten`), after the program last read the frames;
   5. `run`: the daemon's model(s) through the runner protocol (daemons/common/runner.py) and the parse of the
      flat output; the daemon adds its own reasons (non-finite output, failure, history filling). The
      outputs are parsed when it returns: modelExecutionTime ends here;
@@ -85,15 +87,25 @@ class FrameStep:
   def build(self, frames: Sequence[Frame], inputs, outcome: ModelOutcome, reasons: list[str]) -> list:
     raise NotImplementedError
 
+  def warps_in_run(self, frames: Sequence[Frame]) -> bool:
+    """True when `run` warps these frames itself (and calls check_overwritten after its last read of them)."""
+    return False
+
+  def check_overwritten(self, frames: Sequence[Frame], reasons: list[str]) -> bool:
+    """Ask every frame still_valid; an overwritten one adds the reason naming it. True when all are valid."""
+    overwritten = [f for f in _distinct(frames) if not f.still_valid()]   # every frame is asked
+    if overwritten:
+      reasons.append(overwritten_reason(overwritten))
+    return not overwritten
+
   def step(self, frames: Sequence[Frame], inputs=None) -> StepResult:
     t0 = self.clock()
     reasons = list(self.check(frames, inputs))
     t1 = self.clock()
     model_inputs = self.prepare(frames, inputs)
     warp_s = self.clock() - t1
-    overwritten = [f for f in _distinct(frames) if not f.still_valid()]   # every frame is asked
-    if overwritten:
-      reasons.append(overwritten_reason(overwritten))
+    if not self.warps_in_run(frames):
+      self.check_overwritten(frames, reasons)
     outcome = self.run(model_inputs, inputs, reasons)
     execution_s = self.clock() - t0
     times = outcome.times if "warp" in outcome.times.on_device else outcome.times.host(warp=warp_s)

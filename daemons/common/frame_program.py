@@ -15,11 +15,16 @@ Invariants:
   until the replay's outputs are read back; then the frame input is unbound (no address into the frame stays
   in the program) and the lease released, never before. `after_warp` (e.g. VisionIPC `still_valid`) is called
   after the program last read the frame, before the release.
+- The road warp's per-pixel homography is its own small program (the index program: transforms -> source byte
+  index tables), run only when a transform differs from the last one; its tables stay bound in the frame
+  runner's input buffers on the warp device, and each frame's warp is one gather through them. Bit-exact with
+  the one-graph warp and the numpy oracle (RoadWarp.index is the same table).
 - A frame whose length or dtype does not match the capture raises JitError; other inputs are checked by the
   runner (InputError).
 - modeld's 12-channel image pairs (frames t-4 and t) are assembled inside the model program from a ring of the
-  last four warped frames per camera kept in the program's held state on the model's device; features_buffer
-  and desire_pulse stay host inputs (ModelHistory keeps them).
+  last warped frames per camera: RING buffers on the model's device, two of them bound per frame (frame t-4
+  read, frame t written), so no frame of the history is moved; features_buffer and desire_pulse stay host
+  inputs (ModelHistory keeps them).
 """
 from __future__ import annotations
 
@@ -30,6 +35,7 @@ import numpy as np
 
 from daemons.common import warp_program as wp
 from daemons.common.env import DAEMONS_ENV
+from daemons.common.runner import last_stage_times
 from runtime import OnnxRunner
 from runtime.buffer import Buffer, Lease
 from runtime.device import Device
@@ -49,14 +55,18 @@ STANDBY = {"modeld.small"}   # the fallback stays where it is: MODEL_DEV moves t
 ROAD_CAMERAS = ("road", "wide")          # modeld's streams: main (narrow) road camera and the wide one
 ROAD_MODEL_INPUTS = {"road": "img", "wide": "big_img"}
 PAIR_HISTORY = 4                         # warped frames t-4 .. t-1 kept per camera (FRAME_SKIP)
+RING = PAIR_HISTORY + 1                  # ring buffers per camera: the frames t-4 .. t-1 and the one being written
 
 
-def device_table(daemon: str, env: dict | None = None) -> dict[str, str]:
-  """{part: device} for a daemon ("dmonitoringmodeld", "modeld.small", "modeld.big"), env overrides applied."""
+def device_table(daemon: str, env: dict | None = None, default: str | None = None) -> dict[str, str]:
+  """{part: device} for a daemon ("dmonitoringmodeld", "modeld.small", "modeld.big"), env overrides applied.
+  `default` (e.g. the runtime's DEV) replaces every part of the table before WARP_DEV / MODEL_DEV apply."""
   if daemon not in DEVICE_TABLES:
     raise KeyError(f"no device table for {daemon!r}; known: {sorted(DEVICE_TABLES)}")
   get = env.get if env is not None else DAEMONS_ENV.get
   table = dict(DEVICE_TABLES[daemon])
+  if default:
+    table = {part: default for part in table}
   if get("WARP_DEV"):
     table["warp"] = get("WARP_DEV")
   if get("MODEL_DEV") and daemon not in STANDBY:
@@ -101,22 +111,19 @@ def _adapt(value: str, spec: Spec, shape, out: str) -> Graph:
                [Node("Reshape", [value, out + ":shape"], [out])], {out + ":shape": np.array(shape, np.int64)})
 
 
-def _pair_with_history(warped: str, ring: str, out: str) -> Graph:
-  """out (1, 12, 128, 256) = [ring[0] (frame t-4), warped (frame t)]; the ring then drops its oldest frame and
-  takes `warped` (an assign into held state)."""
+def _pair_with_history(warped: str, old: str, slot: str, out: str) -> Graph:
+  """out (1, 12, 128, 256) = [input `old` (frame t-4), warped (frame t)]; `warped` is assigned into input `slot`.
+  Both inputs are bound per frame to buffers of the program's ring (FrameProgram.rings): no frame of the
+  history is moved, only the binding turns."""
   c = out + ":"
-  k = {c + "s0": np.array([0], np.int64), c + "s1": np.array([1], np.int64), c + "e": np.array([PAIR_HISTORY], np.int64),
-       c + "ax": np.array([0], np.int64), c + "shape": np.array((1,) + wp.OUT_SHAPE, np.int64)}
+  k = {c + "shape": np.array((1,) + wp.OUT_SHAPE, np.int64),
+       c + "pshape": np.array((1, 2 * wp.OUT_SHAPE[0]) + wp.OUT_SHAPE[1:], np.int64)}
   nodes = [Node("Reshape", [warped, c + "shape"], [c + "now"]),
-           Node("Slice", [ring, c + "s0", c + "s1", c + "ax"], [c + "old"]),
-           Node("Concat", [c + "old", c + "now"], [c + "pair6"], {"axis": 1}),
+           Node("Concat", [old, c + "now"], [c + "pair6"], {"axis": 1}),
            Node("Reshape", [c + "pair6", c + "pshape"], [out]),
-           Node("Slice", [ring, c + "s1", c + "e", c + "ax"], [c + "keep"]),
-           Node("Concat", [c + "keep", c + "now"], [c + "next"], {"axis": 0}),
-           Node("_Assign", [c + "next"], [c + "assigned"], {"target": ring, "shape": [PAIR_HISTORY, *wp.OUT_SHAPE],
-                                                             "dtype": "|u1"})]
-  k[c + "pshape"] = np.array((1, 2 * wp.OUT_SHAPE[0]) + wp.OUT_SHAPE[1:], np.int64)
-  return Graph({warped: Spec(wp.OUT_SHAPE, np.dtype(np.uint8))}, [out], nodes, k)
+           Node("_Assign", [c + "now"], [c + "assigned"], {"target": slot, "shape": [1, *wp.OUT_SHAPE], "dtype": "|u1"})]
+  spec = Spec((1, *wp.OUT_SHAPE), np.dtype(np.uint8))
+  return Graph({warped: Spec(wp.OUT_SHAPE, np.dtype(np.uint8)), old: spec, slot: spec}, [out], nodes, k)
 
 
 # -------------------------------------------------------------------------------------------- the program
@@ -130,6 +137,12 @@ class FrameProgram:
   model: OnnxRunner                       # the whole program, or the model part when split
   warp: OnnxRunner | None = None          # the warp part when split
   leases: dict[str, Lease] = field(default_factory=dict)   # the current replay's frame leases
+  index: OnnxRunner | None = None         # road: transforms -> source index tables, run when a transform changes
+  index_of: dict[str, str] = field(default_factory=dict)   # transform input -> index input of the frame runner
+  index_runs: int = 0
+  _transforms: dict = field(default_factory=dict)          # the transforms the held index tables were made from
+  rings: list = field(default_factory=list)   # road: [(old input, slot input, RING buffers on the model device)]
+  pushed: int = 0                             # frames written into the rings since the last reset
 
   @property
   def runners(self) -> list[OnnxRunner]:
@@ -140,8 +153,19 @@ class FrameProgram:
     return self.warp or self.model
 
   def reset(self) -> None:
-    """Forget the held frame history (a model that stood by starts over)."""
+    """Forget the frame history (a model that stood by starts over)."""
     self.model.reset_state()
+    for _, _, bufs in self.rings:
+      for b in bufs:
+        b.copyin(np.zeros(b.nbytes, np.uint8))
+    self.pushed = 0
+
+  def _bind_history(self) -> None:
+    """Frame n reads frame n-4 from ring[(n + 1) % RING] and writes itself into ring[n % RING] (distinct buffers,
+    so the program's read of the old frame never aliases its write)."""
+    for old, slot, bufs in self.rings:
+      self.model.bind_input(old, bufs[(self.pushed + 1) % RING])
+      self.model.bind_input(slot, bufs[self.pushed % RING])
 
   def _bind_frames(self, frames: dict) -> None:
     if set(frames) != set(self.frames):
@@ -171,17 +195,39 @@ class FrameProgram:
     for lease in self.leases.values():
       lease.release(wait=True)
 
+  def _update_index(self, inputs: dict, info: dict) -> dict:
+    """Run the index program when a transform differs from the one the held tables came from (a new
+    calibration is new data to it, never a new capture); the tables stay in the frame runner's bound input
+    buffers on its device. Returns the inputs without the transforms."""
+    info["index"] = 0.0
+    if self.index is None:
+      return inputs
+    given = {n: inputs[n] for n in self.index_of if n in inputs}   # a missing one: the index runner's InputError
+    key = {n: (a.dtype.str, a.shape, a.tobytes()) if isinstance(a, np.ndarray) else None for n, a in given.items()}
+    if key != self._transforms or len(given) != len(self.index_of):
+      outs = self.index.run(given)
+      runner = self.frame_runner
+      for idx in self.index_of.values():
+        runner._in_bufs[idx].copyin(outs[idx])
+      self._transforms = key
+      self.index_runs += 1
+      info["index"] = last_stage_times(self.index).model
+    return {n: a for n, a in inputs.items() if n not in self.index_of}
+
   def run(self, frames: dict, inputs: dict, after_warp=None) -> tuple[dict[str, np.ndarray], dict]:
     """Replay on these frames (name -> uint8 array, e.g. a VisionIPC buffer's data) and inputs. Returns the
-    model's outputs and {"warp", "upload", "model", "readback" seconds, "after_warp": the hook's result}."""
-    self._bind_frames(frames)
+    model's outputs and {"warp", "upload", "model", "readback", "index" seconds, "after_warp": the hook's result}
+    ("index": the index program's device seconds when it ran for a changed transform, else 0)."""
     info: dict = {}
+    inputs = self._update_index(inputs, info)
+    self._bind_frames(frames)
+    self._bind_history()
     try:
       if self.warp is None:
         outs = self.model.run(inputs)
         info["after_warp"] = after_warp() if after_warp else True
-        t = self.model.last_timings
-        info.update(warp=0.0, upload=t["upload_s"], model=t["compute_s"], readback=t["readback_s"])
+        t = last_stage_times(self.model)
+        info.update(warp=0.0, upload=t.upload, model=t.model, readback=t.readback)
       else:
         warp_inputs = {n: inputs[n] for n in self.warp.program.inputs if n in inputs}
         self.warp.run(warp_inputs, readback=False)
@@ -190,11 +236,12 @@ class FrameProgram:
           for w in self.warped:   # the warped tensor crosses devices: one logical copy, chunked as the link needs
             self.model._in_bufs[w].copy_from(self.warp._out_read[w])
         outs = self.model.run({n: a for n, a in inputs.items() if n not in warp_inputs})
-        t = self.model.last_timings   # read after the model's readback (the sync point) so `cross` is complete
-        info.update(warp=self.warp.last_timings["compute_s"], upload=t["upload_s"] + cross.upload_s + cross.copy_s,
-                    model=t["compute_s"], readback=t["readback_s"])
+        t = last_stage_times(self.model)   # after the model's readback (the sync point): `cross` is complete
+        info.update(warp=last_stage_times(self.warp).model, upload=t.upload + cross.upload_s + cross.copy_s, model=t.model,
+                    readback=t.readback)
     finally:
       self._release_frames()
+    self.pushed += 1
     return outs, info
 
 
@@ -231,21 +278,36 @@ def road_frame_program(model: Graph, geometries: dict[str, tuple[int, int, int, 
                        devices: dict[str, str]) -> FrameProgram:
   """modeld: per camera in ROAD_CAMERAS ((width, height, stride, uv_offset, frame_len) each) the frame and its
   transform (`<cam>_frame`, `<cam>_transform`) -> road warp -> image pair from the held history -> model."""
-  parts, frames, held = [], {}, {}
+  parts, index_parts, frames, held = [], [], {}, {}
   for cam in ROAD_CAMERAS:
-    g = wp.road_warp_graph(*geometries[cam])
-    parts.append(renamed(g, f"{cam}/", {wp.FRAME: f"{cam}_frame", wp.TRANSFORM: f"{cam}_transform", wp.WARPED: f"{cam}_warped"}))
+    index_parts.append(renamed(wp.road_index_graph(*geometries[cam]), f"{cam}/i/",
+                               {wp.TRANSFORM: f"{cam}_transform", wp.INDEX: f"{cam}_index"}))
+    parts.append(renamed(wp.road_gather_graph(geometries[cam][4]), f"{cam}/",
+                         {wp.FRAME: f"{cam}_frame", wp.INDEX: f"{cam}_index", wp.WARPED: f"{cam}_warped"}))
     frames[f"{cam}_frame"] = Spec((geometries[cam][4],), np.dtype(np.uint8))
   side_parts = []
   for cam in ROAD_CAMERAS:
-    ring = f"{cam}_history"
-    held[ring] = Spec((PAIR_HISTORY, *wp.OUT_SHAPE), np.dtype(np.uint8))
-    side_parts.append(_pair_with_history(f"{cam}_warped", ring, f"{cam}/pair"))
+    side_parts.append(_pair_with_history(f"{cam}_warped", f"{cam}_old", f"{cam}_slot", f"{cam}/pair"))
   io = _io_names(model, {ROAD_MODEL_INPUTS[c]: f"{c}/pair" for c in ROAD_CAMERAS})
   side = compose(side_parts + [renamed(model, "m/", io)], list(model.outputs), held)
   geometry = tuple(geometries[c] for c in ROAD_CAMERAS)
-  return _build(geometry, compose(parts, [f"{c}_warped" for c in ROAD_CAMERAS]), side, list(model.outputs),
+  prog = _build(geometry, compose(parts, [f"{c}_warped" for c in ROAD_CAMERAS]), side, list(model.outputs),
                 [f"{c}_warped" for c in ROAD_CAMERAS], devices, frames)
+  # the source index tables: computed by their own small program when a transform changes, held in the frame
+  # runner's input buffers (bound, so never passed per frame); each frame only gathers through them
+  prog.index = OnnxRunner.from_graph(compose(index_parts, [f"{c}_index" for c in ROAD_CAMERAS]), devices["warp"])
+  prog.index_of = {f"{c}_transform": f"{c}_index" for c in ROAD_CAMERAS}
+  runner = prog.frame_runner
+  for idx in prog.index_of.values():
+    runner.bind_input(idx, runner._in_bufs[idx])
+  nbytes = int(np.prod(wp.OUT_SHAPE))
+  for cam in ROAD_CAMERAS:   # each camera's last RING warped frames, on the model's device, zeros at first
+    bufs = [Buffer(prog.model.device, nbytes, preallocate=True) for _ in range(RING)]
+    for b in bufs:
+      b.copyin(np.zeros(nbytes, np.uint8))
+    prog.rings.append((f"{cam}_old", f"{cam}_slot", bufs))
+  prog._bind_history()
+  return prog
 
 
 def _io_names(model: Graph, fed: dict[str, str]) -> dict[str, str]:

@@ -91,6 +91,11 @@ def stage_times_from_runtime(timings: Mapping[str, float]) -> StageTimes:
                     on_device=frozenset(RUNTIME_STAGES))
 
 
+def last_stage_times(model: OnnxRunner) -> StageTimes:
+  """The stage times of an OnnxRunner's last run (device timeline)."""
+  return stage_times_from_runtime(model.last_timings)
+
+
 class RuntimeRunner:
   """A model on our runtime (runtime.OnnxRunner) on a named device (None: env DEV, else CPU)."""
 

@@ -28,8 +28,9 @@ from runtime.graph import Graph, Node, Spec, dtype_to_onnx
 FRAME = "frame"          # the NV12 frame, a flat uint8 input of the buffer's whole length
 TRANSFORM = "transform"  # the road warp's 3x3 float32 input (model pixels -> camera pixels)
 WARPED = "warped"        # the warp's output value
+INDEX = "index"          # the road warp's (6, 128, 256) int32 source byte index (road_index_graph's output)
 
-F32, F64, I64, U8 = (np.dtype(t) for t in (np.float32, np.float64, np.int64, np.uint8))
+F32, F64, I32, I64, U8 = (np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64, np.uint8))
 UV_SCALE = np.array([[1, 1, 0.5], [1, 1, 0.5], [2, 2, 1]], np.float32)
 
 
@@ -110,10 +111,8 @@ def check_road_geometry(width: int, height: int, stride: int, uv_offset: int, fr
   return need
 
 
-def road_warp_graph(width: int, height: int, stride: int, uv_offset: int, frame_len: int, prefix: str = "rw") -> Graph:
-  """NV12 `frame` (frame_len,) uint8 + `transform` (3, 3) float32 -> `warped` (6, 128, 256) uint8."""
-  check_road_geometry(width, height, stride, uv_offset, frame_len)
-  g = GraphBuilder(prefix)
+def _road_index(g: GraphBuilder, width: int, height: int, stride: int, uv_offset: int) -> str:
+  """The (6, 128, 256) int64 flat byte index of every output byte into the NV12 frame (RoadWarp.index)."""
   m32 = g.reshape(TRANSFORM, (9,))
   muv = g.op("Mul", m32, g.const(UV_SCALE.reshape(9)))
   w, h = MODEL_INPUT_SIZE
@@ -126,12 +125,37 @@ def road_warp_graph(width: int, height: int, stride: int, uv_offset: int, frame_
                g.const(np.int64(uv_offset)))
   u_idx = g.reshape(u_idx, (1, h // 2, w // 2))
   v_idx = g.op("Add", u_idx, g.const(np.int64(1)))
-  planes = [g.op("Gather", FRAME, idx, axis=0) for idx in (y4, u_idx, v_idx)]
-  out = g.op("Concat", *planes, axis=0)
-  inputs = {FRAME: Spec((frame_len,), U8), TRANSFORM: Spec((3, 3), F32)}
-  graph = g.graph(inputs, [WARPED], {out: WARPED})
   assert OUT_SHAPE == (6, h // 2, w // 2)
-  return graph
+  return g.op("Concat", y4, u_idx, v_idx, axis=0)
+
+
+def road_warp_graph(width: int, height: int, stride: int, uv_offset: int, frame_len: int, prefix: str = "rw") -> Graph:
+  """NV12 `frame` (frame_len,) uint8 + `transform` (3, 3) float32 -> `warped` (6, 128, 256) uint8, in one graph
+  (the index arithmetic per pixel every run; the daemons split it: road_index_graph + road_gather_graph)."""
+  check_road_geometry(width, height, stride, uv_offset, frame_len)
+  g = GraphBuilder(prefix)
+  out = g.op("Gather", FRAME, _road_index(g, width, height, stride, uv_offset), axis=0)
+  inputs = {FRAME: Spec((frame_len,), U8), TRANSFORM: Spec((3, 3), F32)}
+  return g.graph(inputs, [WARPED], {out: WARPED})
+
+
+def road_index_graph(width: int, height: int, stride: int, uv_offset: int, frame_len: int, prefix: str = "ri") -> Graph:
+  """`transform` (3, 3) float32 -> `index` (6, 128, 256) int32: the road warp's source byte of every output byte,
+  run only when the transform (calibration) changes; always inside the frame (clipped, NaN -> 0)."""
+  check_road_geometry(width, height, stride, uv_offset, frame_len)
+  if frame_len > np.iinfo(np.int32).max:
+    raise WarpError(f"a frame of {frame_len} bytes is too long for 32-bit source indices")
+  g = GraphBuilder(prefix)
+  out = g.cast(_road_index(g, width, height, stride, uv_offset), I32)   # half the bytes each frame's gather reads
+  return g.graph({TRANSFORM: Spec((3, 3), F32)}, [INDEX], {out: INDEX})
+
+
+def road_gather_graph(frame_len: int, prefix: str = "rg") -> Graph:
+  """NV12 `frame` (frame_len,) uint8 gathered through `index` (road_index_graph's) -> `warped` (6, 128, 256) uint8:
+  the road warp's per-frame part."""
+  g = GraphBuilder(prefix)
+  out = g.op("Gather", FRAME, INDEX, axis=0)
+  return g.graph({FRAME: Spec((frame_len,), U8), INDEX: Spec(OUT_SHAPE, I32)}, [WARPED], {out: WARPED})
 
 
 # ------------------------------------------------------------------------------------------------- DM warp

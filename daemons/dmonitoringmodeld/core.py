@@ -87,12 +87,24 @@ class DMonitoringmodeld(FrameStep):
     problem = calib.problem(camera_time(frame.frame_id))
     return [problem] if problem else []
 
-  def prepare(self, frames, calib: Calibration) -> None:
-    (frame,) = frames
-    self.ensure_plan(frame.width, frame.height, frame.stride)(frame.data, out=self.model.img)
+  def warps_in_run(self, frames) -> bool:
+    return self.model.frames is not None
 
-  def run(self, _model_inputs, calib: Calibration, reasons: list[str]) -> ModelOutcome:
-    parsed, raw, times, bad = self.model.run(calib.rpy)
+  def prepare(self, frames, calib: Calibration):
+    """The numpy warp into the model's image, or (frame program path) nothing: the program warps the frame."""
+    (frame,) = frames
+    plan = self.ensure_plan(frame.width, frame.height, frame.stride)   # the geometry is checked on both paths
+    if self.model.frames is not None:
+      return frame
+    plan(frame.data, out=self.model.img)
+    return None
+
+  def run(self, model_inputs, calib: Calibration, reasons: list[str]) -> ModelOutcome:
+    if self.model.frames is not None:
+      frame = model_inputs
+      parsed, raw, times, bad = self.model.run_frame(frame, calib.rpy, lambda: self.check_overwritten([frame], reasons))
+    else:
+      parsed, raw, times, bad = self.model.run(calib.rpy)
     if bad:
       reasons.append(f"non-finite model output in {bad}")
     return ModelOutcome(parsed, raw, times, "dmonitoring")

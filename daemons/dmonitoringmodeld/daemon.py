@@ -26,6 +26,7 @@ from daemons.common.realtime import SCHEDULING_HELP, scheduling_plan
 from daemons.common.runner import RunnerUnavailable, make_runner
 from daemons.dmonitoringmodeld.core import Calibration, DMonitoringmodeld
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH, ModelState
+from daemons.dmonitoringmodeld.programs import load_programs
 from msgq.namespace import runtime_dir
 from runtime import config as runtime_config
 from visionipc import VisionIpcClient, VisionStreamType
@@ -65,7 +66,11 @@ def main(argv=None) -> int:
   log(f"loading model {args.model}")
   t0 = time.monotonic()
   backend = dm_runtime()
-  dm = DMonitoringmodeld(ModelState.load(lambda path: make_runner(path, backend=backend), args.model))
+  if backend == "runtime":   # the captured frame program per cabin geometry (captured at the first frame)
+    model = load_programs(args.model)
+  else:                      # a peer engine: the numpy warp, then the model through the runner protocol
+    model = ModelState.load(lambda path: make_runner(path, backend=backend), args.model)
+  dm = DMonitoringmodeld(model)
   log(f"model compiled and loaded in {time.monotonic() - t0:.1f} s")
   pm = PubMaster(["driverStateV2"], process=PROCESS_NAME)
   sm = SubMaster(["extrinsicsCalibration"])
@@ -97,6 +102,10 @@ def main(argv=None) -> int:
     if state["first"]:
       log(f"first frame {buf.frame_id}: cabin stream {buf.width}x{buf.height} stride {buf.stride}, "
           f"warp plan {dm.plan.kind}")
+      if dm.model.frames is not None:
+        t = time.monotonic()
+        dm.model.frames.program((buf.width, buf.height, buf.stride, memoryview(buf.data).nbytes))
+        log(f"frame program captured in {time.monotonic() - t:.1f} s")
       state["first"] = False
     state["skipped_geometry"] = None
     return [Frame.from_buf(buf)]

@@ -6,7 +6,11 @@
 Invariants:
 - The model's metadata is validated at load (required heads, sizes, slices inside the output); its inputs must be
   `input_img` (1, 1382400) and `calib` (1, 3).
-- `run()` returns the parsed heads, the raw output, its StageTimes (parse on the host) and the heads that
+- Two paths, one parse. The daemon's path is the captured frame program (programs.load_programs): per frame, the cabin
+  frame's own memory -> warp -> model as one runtime program per geometry (daemons/common/frame_runner.py),
+  `run_frame()`. The other is a runner over the warped image in `img` (`run()`): the numpy warp's path, kept as
+  the test oracle and for the DM_RUNTIME=onnxruntime peer. Both give bit-identical outputs.
+- `run()` / `run_frame()` return the parsed heads, the raw output, its StageTimes (parse on the host) and the heads that
   hold NaN/Inf, or raises ModelMetadataError for an output of the wrong size: it never parses a short array.
 """
 import os
@@ -31,8 +35,9 @@ def load_dm_metadata(path: str) -> ModelMetadata:
 
 
 class ModelState:
-  def __init__(self, runner: Runner, metadata: ModelMetadata):
+  def __init__(self, runner: Runner | None, metadata: ModelMetadata, frames=None):
     self.runner = runner
+    self.frames = frames           # the frame programs (programs.py: a FrameRunner; the daemon's path), or None
     self.meta = metadata
     self.img = np.zeros(INPUT_SHAPES["input_img"], np.uint8)     # the warp writes the frame here
     self.calib = np.zeros(INPUT_SHAPES["calib"], np.float32)
@@ -47,6 +52,17 @@ class ModelState:
     """Run on the warped image in `self.img` and this calibration; (parsed, raw, times, non-finite heads)."""
     self.calib[0, :] = calib
     raw, times = run_model(self.runner, {"input_img": self.img, "calib": self.calib})
+    return self._parsed(raw, times)
+
+  def run_frame(self, frame, calib: np.ndarray, after_warp=None) -> tuple[dict, np.ndarray, StageTimes, list[str]]:
+    """Run the frame program on this cabin Frame (its buffer bound, not copied) and calibration; `after_warp` is
+    called after the program last read the frame, before its lease is released. Same result as run()."""
+    self.calib[0, :] = calib
+    geometry = (frame.width, frame.height, frame.stride, memoryview(frame.data).nbytes)
+    raw, times, _ = self.frames(geometry, {"frame": frame.data}, {"calib": self.calib}, after_warp)
+    return self._parsed(raw, times)
+
+  def _parsed(self, raw: np.ndarray, times: StageTimes) -> tuple[dict, np.ndarray, StageTimes, list[str]]:
     if raw.size != self.meta.output_size:
       raise ModelMetadataError(f"model returned {raw.size} values, metadata says {self.meta.output_size}")
     t0 = time.perf_counter()

@@ -78,7 +78,7 @@ def test_a_road_replay_with_its_image_history_is_bit_identical_to_warps_history_
     want = ref(img=pushed["img"], big_img=pushed["big_img"], **other)
     assert out["outputs"].tobytes() == want["outputs"].tobytes(), f"step {step}"
   prog.reset()   # a standby model starts over: the history is zeros again
-  assert all(not b.numpy().any() for b in prog.model.state.values())
+  assert prog.pushed == 0 and all(not b.numpy().any() for _, _, bufs in prog.rings for b in bufs)
 
 
 def test_a_geometry_change_recaptures_and_a_known_geometry_is_replayed():
@@ -186,3 +186,34 @@ def test_device_tables_name_each_part_and_env_overrides_them():
   assert fp.device_table("modeld.small", env) == {"warp": "USB+AMD", "model": "CPU"}   # the standby stays put
   with pytest.raises(KeyError, match="no device table"):
     fp.device_table("camerad", {})
+  # a default (the runtime's DEV for dmonitoringmodeld) moves every part; WARP_DEV / MODEL_DEV still override it
+  assert fp.device_table("dmonitoringmodeld", {}, default="USB+AMD") == {"warp": "USB+AMD", "model": "USB+AMD"}
+  assert fp.device_table("dmonitoringmodeld", {"WARP_DEV": "CPU"}, default="USB+AMD") == {"warp": "CPU", "model": "USB+AMD"}
+
+
+def test_the_road_index_tables_are_computed_only_when_a_transform_changes_and_equal_the_oracles():
+  w, h = 1928, 1208
+  size, stride, uv_offset = padded_nv12_layout(w, h)
+  prog = fp.road_frame_program(fp.load_model_graph(MODEL_PATHS["small"]), {c: (w, h, stride, uv_offset, size)
+                                                                          for c in fp.ROAD_CAMERAS}, CPU)
+  per_frame_ops = {n.op for r in prog.runners for n in r.program.graph.nodes}
+  assert "Div" not in per_frame_ops and "Round" not in per_frame_ops   # no homography arithmetic per frame
+  specs = prog.model.input_specs
+  other = {n: np.zeros(specs[n][0], np.float32) for n in ("features_buffer", "desire_pulse", "traffic_convention", "action_t")}
+  frames = {f"{c}_frame": np.zeros(size, np.uint8) for c in fp.ROAD_CAMERAS}
+  m = np.array([[1.1, 0.01, 200], [0, 1, 300], [0, 1e-5, 1]], np.float32)
+  for step in range(3):
+    prog.run(frames, {"road_transform": m, "wide_transform": m, **other})
+  assert prog.index_runs == 1
+  m2 = m.copy()
+  m2[0, 2] += 7                                 # recalibrated: new data for the index program, not a new capture
+  prog.run(frames, {"road_transform": m2, "wide_transform": m, **other})
+  assert prog.index_runs == 2
+  oracle = RoadWarp(w, h, stride, uv_offset)
+  for cam, mat in (("road", m2), ("wide", m)):
+    oracle.set_transform(mat)
+    held = prog.frame_runner._in_bufs[f"{cam}_index"].numpy().view(np.int32).reshape(oracle.index.shape)
+    assert (held == oracle.index).all()
+  with pytest.raises(InputError, match="road_transform"):
+    prog.run(frames, {"road_transform": np.zeros((3, 4), np.float32), "wide_transform": m, **other})
+  assert prog.index_runs == 2 and prog.leases and all(lease.released for lease in prog.leases.values())
