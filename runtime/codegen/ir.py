@@ -292,8 +292,21 @@ def linear(e: E) -> tuple[dict, int]:
 
 
 
+_structure: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _structural(a: E) -> str:
+  """A node's structure as text (memoised): a sort key that is the same in every process, unlike id()."""
+  got = _structure.get(a)
+  if got is None:
+    got = _structure[a] = f"{a.op}:{a.dtype.str}:{a.arg!r}(" + ",".join(_structural(s) for s in a.srcs) + ")"
+  return got
+
+
 def _order(a: E):
-  return (a.op != "VAR", a.arg[0] if a.op == "VAR" else "", id(a))
+  """Terms of a sum in a fixed order: variables by name, then other terms by structure (the rendered source,
+  and so the program key and every cache key built on it, must not depend on memory addresses)."""
+  return (a.op != "VAR", a.arg[0] if a.op == "VAR" else "", "" if a.op == "VAR" else _structural(a))
 
 
 def from_linear(terms: dict, c: int) -> E:

@@ -16,6 +16,7 @@ from onnx import helper
 from runtime import ArtifactError, OnnxRunner, artifact, compiler
 from runtime.cache import KERNEL_DIR, KernelCache, kernel_key, pack_entry, safe_dir
 from runtime.program_cache import PROGRAM_DIR
+from repo_paths import REPO_ROOT
 from runtime.errors import CacheError, CompilerUnavailable
 from runtime.link import link
 from runtime.onnx_import import import_onnx
@@ -401,3 +402,19 @@ def test_build_program_is_deterministic():
   g = import_onnx(model_bytes())
   a, b = build_program(g), build_program(import_onnx(model_bytes()))
   assert a.program_key == b.program_key and [k.source for k in a.kernels] == [k.source for k in b.kernels]
+
+
+def test_an_artifact_saved_in_one_process_loads_in_another_whatever_its_memory_layout(tmp_path):
+  """Rendering must not depend on memory addresses: the road model's index sums were once ordered by id(), so
+  a program rebuilt in another process (other allocations first) rendered other C and every artifact and
+  program-cache entry of it was refused."""
+  model = os.path.join(REPO_ROOT, "daemons", "modeld", "models", "driving_small.onnx")
+  art = str(tmp_path / "road.zip")
+  save = f"from runtime import OnnxRunner\nOnnxRunner({model!r}).save({art!r})\n"
+  load = ("junk = [object() for _ in range(200000)]\nfrom runtime import artifact\n"
+          f"[artifact.read_header({art!r}) for _ in range(3)]\nartifact.load({art!r})\nprint('loaded')\n")
+  env = dict(os.environ, PYMODELD_DISK_CACHE="0")
+  for i, code in enumerate([save, load, load]):
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+                       env={**env, "PYTHONHASHSEED": str(i + 1)})
+    assert r.returncode == 0, r.stderr[-2000:]
