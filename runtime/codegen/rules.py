@@ -15,7 +15,9 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from ..errors import UnsupportedOpError
 from ..kernels.nn import bn_affine, window_geometry
+from ..kernels.shape_ops import source_coords
 from . import ir
 from .ir import BOOL, INDEX, E
 from .lazy import Lazy, broadcast_shapes, combine, gate_loads
@@ -751,19 +753,11 @@ def layer_norm(ctx, node, ins, specs, consts):
 # ------------------------------------------------------------------------------------------------ resize
 
 def _source_coords(mode, out_len, in_len, scale):
-  o = np.arange(out_len, dtype=np.float64)
-  if mode == "half_pixel":
-    return (o + 0.5) / scale - 0.5
-  if mode == "pytorch_half_pixel":
-    return (o + 0.5) / scale - 0.5 if out_len > 1 else np.zeros(out_len)
-  if mode == "align_corners":
-    return o * (in_len - 1) / (out_len - 1) if out_len > 1 else np.zeros(out_len)
-  if mode == "asymmetric":
-    return o / scale
-  if mode == "half_pixel_symmetric":
-    adj = out_len / (scale * in_len)
-    return in_len / 2 * (1 - adj) + (o + 0.5) / scale - 0.5
-  raise NotLowered(f"Resize coordinate_transformation_mode {mode!r}")
+  """The reference kernel's coordinates (one definition of the modes); a mode it does not know is not lowered."""
+  try:
+    return source_coords(mode, out_len, in_len, scale)
+  except UnsupportedOpError as e:
+    raise NotLowered(str(e)) from None
 
 
 def _nearest(coords, in_len, how):

@@ -463,7 +463,8 @@ def _const_kernel(op, val: np.ndarray) -> Kernel:
 
 # ---------------------------------------------------------------- Resize / Upsample
 
-def _source_coords(mode, out_len, in_len, scale):
+def source_coords(mode, out_len, in_len, scale):
+  """Input coordinate of every output position along one axis (ONNX coordinate_transformation_mode), float64."""
   o = np.arange(out_len, dtype=np.float64)
   if mode == "half_pixel":
     return (o + 0.5) / scale - 0.5
@@ -553,7 +554,7 @@ def resize(op, attrs, specs, consts):
     if i == o and (ctm != "align_corners" or True) and s == 1.0:
       plan.append(None)
       continue
-    c = _source_coords(ctm, o, i, s)
+    c = source_coords(ctm, o, i, s)
     if mode == "nearest":
       plan.append((_nearest(c, i, nearest_mode), None, None))
     else:
