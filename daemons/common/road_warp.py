@@ -42,19 +42,24 @@ def uv_transform(M: np.ndarray) -> np.ndarray:
   return (np.asarray(M, dtype=np.float32) * np.array([[1, 1, 0.5], [1, 1, 0.5], [2, 2, 1]], dtype=np.float32)).astype(np.float32)
 
 
+def check_geometry(width: int, height: int, stride: int, uv_offset: int) -> int:
+  """Refuse a camera geometry the warp cannot use (WarpError); return the bytes a frame must hold (up to the
+  last UV row's last V byte)."""
+  if width <= 0 or height <= 0 or width % 2 or height % 2:
+    raise WarpError(f"camera size must be positive and even, got {width}x{height}")
+  if stride < width:
+    raise WarpError(f"stride {stride} is smaller than the width {width}")
+  if uv_offset < stride * height:
+    raise WarpError(f"uv_offset {uv_offset} overlaps the Y plane ({stride}*{height})")
+  return uv_offset + (height // 2 - 1) * stride + width
+
+
 class RoadWarp:
   """Precomputed warp of one camera stream (geometry fixed; transform replaceable)."""
 
   def __init__(self, width: int, height: int, stride: int, uv_offset: int):
-    if width <= 0 or height <= 0 or width % 2 or height % 2:
-      raise WarpError(f"camera size must be positive and even, got {width}x{height}")
-    if stride < width:
-      raise WarpError(f"stride {stride} is smaller than the width {width}")
-    if uv_offset < stride * height:
-      raise WarpError(f"uv_offset {uv_offset} overlaps the Y plane ({stride}*{height})")
+    self.min_frame_len = check_geometry(width, height, stride, uv_offset)
     self.width, self.height, self.stride, self.uv_offset = width, height, stride, uv_offset
-    # bytes the frame must hold: the last UV row's last V byte
-    self.min_frame_len = uv_offset + (height // 2 - 1) * stride + width
     self.index: np.ndarray | None = None
     self.transform: np.ndarray | None = None
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from daemons.common.dm_warp import BORDER_VALUE, DM_INPUT_SIZE, source_coords
-from daemons.common.road_warp import OUT_SHAPE, WarpError
+from daemons.common.road_warp import OUT_SHAPE, WarpError, check_geometry
 from daemons.common.transforms import MODEL_INPUT_SIZE
 from runtime.graph import Graph, Node, Spec, dtype_to_onnx
 
@@ -97,14 +97,9 @@ def _coords(g: GraphBuilder, m32: str, m64: str, out_w: int, out_h: int, src_w: 
 
 
 def check_road_geometry(width: int, height: int, stride: int, uv_offset: int, frame_len: int) -> int:
-  """The oracle's geometry checks (RoadWarp) plus the frame length; returns the bytes the warp reads."""
-  if width <= 0 or height <= 0 or width % 2 or height % 2:
-    raise WarpError(f"camera size must be positive and even, got {width}x{height}")
-  if stride < width:
-    raise WarpError(f"stride {stride} is smaller than the width {width}")
-  if uv_offset < stride * height:
-    raise WarpError(f"uv_offset {uv_offset} overlaps the Y plane ({stride}*{height})")
-  need = uv_offset + (height // 2 - 1) * stride + width
+  """The oracle's geometry checks (road_warp.check_geometry) plus the frame length; returns the bytes the warp
+  reads."""
+  need = check_geometry(width, height, stride, uv_offset)
   if frame_len < need:
     raise WarpError(f"a frame of {frame_len} bytes is too short for {width}x{height} stride {stride} "
                     f"uv_offset {uv_offset} (needs {need})")
