@@ -23,6 +23,7 @@ Invariants:
 from __future__ import annotations
 
 import ctypes
+import weakref
 
 import numpy as np
 
@@ -130,18 +131,18 @@ void pm_run(const uint64_t* list, int64_t n, int64_t threads) {
 }
 """
 _HOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-_runner_cache: dict = {}
+# per kernel cache, weakly: keyed by id() a new cache at a dead one's address got its runner and never stored
+# the runner in its own disk dir, and the dict held every dead cache's runner alive
+_runner_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def runner(kc: KernelCache | None = None):
   kc = kc or DEFAULT_KERNELS
-  fn = _runner_cache.get(id(kc))
-  if fn is None:
+  got = _runner_cache.get(kc)
+  if got is None:
     (lk,), _ = kc.get_many([(RUNNER_SOURCE, "pm_run")], "runner")
-    fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(lk.address)
-    _runner_cache[id(kc)] = (fn, lk)
-    return fn
-  return fn[0]
+    got = _runner_cache[kc] = (ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(lk.address), lk)
+  return got[0]
 
 
 def aligned_bytes(nbytes: int, alloc=None) -> np.ndarray:

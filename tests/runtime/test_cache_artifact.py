@@ -143,6 +143,16 @@ def test_a_damaged_cache_entry_is_reported_and_recompiled_not_run(tmp_path, dama
   assert victim.read_bytes() != bytes(data)  # rewritten with the recompiled code
 
 
+def test_every_fresh_cache_dir_gets_every_kernel_even_when_caches_come_and_go(tmp_path):
+  # a cache made where a dropped one lived must not inherit the dropped one's kernels (the run-list runner was
+  # keyed by id(), so some dirs lacked its entry and a damaged-entry test then counted two compiles)
+  want_n = len(_one_entry_runner(tmp_path)[1])
+  for i in range(20):
+    d = tmp_path / f"c{i}"
+    OnnxRunner(model_bytes(), cache=CompileCache(disk_dir=str(d)))
+    assert len(entries(d)) == want_n, f"cache dir {i} holds {len(entries(d))} of {want_n} entries"
+
+
 def test_a_symlinked_cache_entry_is_never_followed(tmp_path):
   d, ents = _one_entry_runner(tmp_path)
   target = tmp_path / "elsewhere.so"
