@@ -35,6 +35,11 @@ class FrameRunner:
     """The program of this geometry (captured on first use)."""
     return self.programs.get(geometry)
 
+  def reset(self) -> None:
+    """Forget every program's frame history (a model that stood by starts over)."""
+    for prog in self.programs.programs.values():
+      prog.reset()
+
   def __call__(self, geometry, frames: dict, inputs: dict, after_warp=None) -> tuple[np.ndarray, StageTimes, object]:
     prog = self.programs.get(geometry)
     outs, info = prog.run(frames, inputs, after_warp)

@@ -87,6 +87,8 @@ class Modeld(FrameStep):
     self.fallback_reason = ""
     self.main_is_wide = main_is_wide
     self.calib: np.ndarray | None = None
+    self.transforms: dict[str, np.ndarray] = {}
+    self._host_warped = False
     self.set_geometry(cameras, main_geom, extra_geom)
     self.send_raw_pred = env_send_raw_pred() if send_raw_pred is None else send_raw_pred
     self.clock = clock
@@ -102,8 +104,10 @@ class Modeld(FrameStep):
   def set_geometry(self, cameras: DeviceCameraConfig, main_geom: tuple[int, int, int, int],
                    extra_geom: tuple[int, int, int, int] | None) -> None:
     """(Re)build the warps for the streams' geometry, e.g. after camerad restarted with another camera; the
-    active model's past came from the old camera, so it starts over."""
+    active model's past came from the old camera, so it starts over. (A model on frame programs captures the
+    new geometry's program at its first frame; the numpy warps check the geometry here.)"""
     self.cameras = cameras
+    self.main_geom, self.extra_geom = tuple(main_geom), tuple(extra_geom) if extra_geom is not None else None
     self.warp_main = RoadWarp(*main_geom)
     self.warp_extra = RoadWarp(*extra_geom) if extra_geom is not None else None
     # until calibration arrives: a level calibration (outputs are valid=False meanwhile)
@@ -146,10 +150,29 @@ class Modeld(FrameStep):
 
   # ---- calibration -------------------------------------------------------------------------------------
   def _set_transforms(self, rpy: np.ndarray) -> None:
+    """The warp matrices of this calibration: inputs of the frame programs (a new calibration is new data, never
+    a new capture); the numpy warps take them when they next warp."""
     main_cam = self.cameras.wide if self.main_is_wide else self.cameras.road
-    self.warp_main.set_transform(get_warp_matrix(rpy, main_cam.intrinsics, bigmodel_frame=False))
-    if self.warp_extra is not None:
-      self.warp_extra.set_transform(get_warp_matrix(rpy, self.cameras.wide.intrinsics, bigmodel_frame=True))
+    main = get_warp_matrix(rpy, main_cam.intrinsics, bigmodel_frame=False)
+    extra = get_warp_matrix(rpy, self.cameras.wide.intrinsics, bigmodel_frame=True) if self.warp_extra is not None else main
+    self.transforms = {"road_transform": main, "wide_transform": extra}
+
+  def program_geometry(self, main_len: int, extra_len: int | None = None) -> tuple:
+    """The frame programs' key for frames of these byte lengths: ((main), (extra)) camera geometry, each
+    (width, height, stride, uv_offset, frame length); one camera serves as both."""
+    main = (*self.main_geom, int(main_len))
+    if self.extra_geom is None:
+      return main, main
+    return main, (*self.extra_geom, int(main_len if extra_len is None else extra_len))
+
+  def _warp_on_host(self, frames) -> None:
+    """The numpy warps (the oracle, and the path of a model without frame programs) into the model images."""
+    main, extra = frames
+    for warp, m in ((self.warp_main, self.transforms["road_transform"]), (self.warp_extra, self.transforms["wide_transform"])):
+      if warp is not None and (warp.transform is None or not np.array_equal(warp.transform, m)):
+        warp.set_transform(m)
+    self.warp_main.warp(main.data, out=self._img)
+    (self.warp_extra or self.warp_main).warp(extra.data, out=self._big_img)
 
   def _update_calibration(self, car: CarInputs) -> str:
     """Apply a new calibration; returns why it cannot be used ("" if it can)."""
@@ -194,12 +217,38 @@ class Modeld(FrameStep):
       reasons.append(f"frames out of sync by {(main.timestamp_sof - extra.timestamp_sof) / 1e6:.1f} ms")
     return reasons
 
-  def prepare(self, frames, car: CarInputs) -> None:
-    main, extra = frames
-    self.warp_main.warp(main.data, out=self._img)
-    (self.warp_extra or self.warp_main).warp(extra.data, out=self._big_img)
+  def warps_in_run(self, frames) -> bool:
+    return self.active.frames is not None
 
-  def run(self, _model_inputs, car: CarInputs, reasons: list[str]) -> ModelOutcome:
+  def prepare(self, frames, car: CarInputs):
+    """The numpy warps when the active model has no frame programs; otherwise nothing (its program warps).
+    Returns the frames: `run` hands them to the model."""
+    self._host_warped = self.active.frames is None
+    if self._host_warped:
+      self._warp_on_host(frames)
+    return frames
+
+  def _after_warp(self, frames, reasons: list[str]) -> bool:
+    """still_valid of the frames after a model last read them (asked again when the same frame is re-run on the
+    small model; a reason is given once)."""
+    found: list[str] = []
+    ok = self.check_overwritten(frames, found)
+    reasons.extend(r for r in found if r not in reasons)
+    return ok
+
+  def _run_on(self, model: ModelState, frames, desire, traffic, action_t, reasons: list[str]):
+    if model.frames is None:
+      if not self._host_warped:   # a fallback model without frame programs after one with them
+        self._warp_on_host(frames)
+        self._host_warped = True
+        self._after_warp(frames, reasons)
+      return model.run(self._img, self._big_img, desire, traffic, action_t)
+    main, extra = frames
+    geometry = self.program_geometry(memoryview(main.data).nbytes, memoryview(extra.data).nbytes)
+    return model.run_frames(geometry, main.data, extra.data, self.transforms, desire, traffic, action_t,
+                            lambda: self._after_warp(frames, reasons))
+
+  def run(self, frames, car: CarInputs, reasons: list[str]) -> ModelOutcome:
     traffic = np.zeros(2, np.float32)
     traffic[int(car.is_rhd)] = 1.0
     desire = np.zeros(DESIRE_LEN, np.float32)
@@ -212,7 +261,7 @@ class Modeld(FrameStep):
     model = self.active
     outs, raw, times, error = None, None, StageTimes(), ""
     try:
-      outs, raw, times = model.run(self._img, self._big_img, desire, traffic, action_t)
+      outs, raw, times = self._run_on(model, frames, desire, traffic, action_t, reasons)
     except Exception as e:  # any big-model failure means fallback; the frame is re-run on the small model
       if model is self.small:
         error = f"small model failed: {type(e).__name__}: {e}"
@@ -220,7 +269,7 @@ class Modeld(FrameStep):
         self._switch_to_small(e)
         model = self.small
         try:   # modelExecutionTime keeps counting: this frame's model time includes the failed attempt
-          outs, raw, times = model.run(self._img, self._big_img, desire, traffic, action_t)
+          outs, raw, times = self._run_on(model, frames, desire, traffic, action_t, reasons)
         except Exception as e2:
           error = f"small model failed: {type(e2).__name__}: {e2}"
     if error:

@@ -30,10 +30,11 @@ from daemons.common.env import DAEMONS_ENV
 from daemons.common.frame_loop import Frame, run_frame_loop
 from daemons.common.metadata import ModelMetadataError
 from daemons.common.realtime import SCHEDULING_HELP, scheduling_plan
-from daemons.common.runner import RuntimeRunner, warmup
+from daemons.common.frame_program import device_table
 from daemons.modeld.car_inputs import CarInputReader
 from daemons.modeld.core import Modeld
 from daemons.modeld.model_state import ModelState, model_path
+from daemons.modeld.programs import load_programs
 from msgq.namespace import runtime_dir
 from runtime import config as runtime_config
 from runtime.device import Device, DeviceError, DeviceUnavailable
@@ -49,10 +50,11 @@ SUBSCRIPTIONS = ["deviceState", "carState", "narrowRoadCameraState", "extrinsics
 
 
 class BigModelLoader:
-  """Loads the big model in a daemon thread; `poll()` says loaded / failed / still loading."""
+  """Loads the big model in a daemon thread: its frame programs on the `modeld.big` device table, the one of
+  `geometry` captured (compiled, linked, run once on the device); `poll()` says loaded / failed / still loading."""
 
-  def __init__(self, limit_s: float):
-    self.limit_s, self.started = limit_s, time.monotonic()
+  def __init__(self, limit_s: float, geometry):
+    self.limit_s, self.started, self.geometry = limit_s, time.monotonic(), geometry
     self.result: ModelState | None = None
     self.error: str = ""
     self.thread = threading.Thread(target=self._load, name="big-model-load", daemon=True)
@@ -60,8 +62,8 @@ class BigModelLoader:
 
   def _load(self) -> None:
     try:
-      big = ModelState.load("big", lambda path: RuntimeRunner(path, BIG_DEVICE))
-      warmup(big.runner, big.metadata.input_shapes)
+      big = load_programs("big")
+      big.capture(self.geometry)
       self.result = big
     except Exception as e:
       self.error = f"{type(e).__name__}: {e}"
@@ -103,8 +105,19 @@ def _geometry(client: VisionIpcClient) -> tuple[int, int, int, int]:
   return client.width, client.height, client.stride, client.uv_offset
 
 
+def _program_geometry(modeld: Modeld, main: VisionIpcClient, extra: VisionIpcClient | None) -> tuple:
+  return modeld.program_geometry(main.buffer_len, extra.buffer_len if extra is not None else None)
+
+
 def log(msg: str) -> None:
   print(f"modeld: {msg}", flush=True)
+
+
+def capture(model: ModelState, geometry) -> None:
+  """Capture a model's frame program of this geometry (compile, link, one run), timed in the log."""
+  t0 = time.monotonic()
+  model.capture(geometry)
+  log(f"{model.name} frame program captured for {geometry} in {time.monotonic() - t0:.1f} s")
 
 
 def wait_for_streams(stop: threading.Event) -> set[int]:
@@ -140,10 +153,8 @@ def main(argv=None) -> int:
   for sig in (signal.SIGINT, signal.SIGTERM):
     signal.signal(sig, lambda *_: stop.set())
 
-  log(f"loading the small model {model_path('small')} on CPU")
-  t0 = time.monotonic()
-  small = ModelState.load("small", lambda path: RuntimeRunner(path, "CPU"))
-  log(f"small model compiled and loaded in {time.monotonic() - t0:.1f} s")
+  log(f"loading the small model {model_path('small')} (frame programs on {device_table('modeld.small')})")
+  small = load_programs("small")   # the contract is checked here, before any camera is needed
 
   streams = wait_for_streams(stop)
   if not streams:
@@ -161,18 +172,20 @@ def main(argv=None) -> int:
 
   cameras = config_for_frame(vipc_main.width, vipc_main.height)
   modeld = Modeld(small, cameras, _geometry(vipc_main), _geometry(vipc_extra) if vipc_extra else None, main_is_wide)
+  geometry = _program_geometry(modeld, vipc_main, vipc_extra)
   loader = None
   if not args.no_big:
     ok, why = big_model_available(args.wait_timeout_ms)
     if ok:
       modeld.start_big_loading()
-      loader = BigModelLoader(args.big_load_limit_s)
+      loader = BigModelLoader(args.big_load_limit_s, geometry)
     else:
       modeld.big_unavailable(why)
     log(f"big model {'loading on ' + BIG_DEVICE if ok else 'not used: ' + why}")
 
   if args.no_big:
     modeld.big_unavailable("disabled (--no-big)")
+  capture(small, geometry)   # the standby: captured now, so neither the first frame nor a fallback compiles
   pm = messaging.PubMaster(["modelV2", "drivingModelData", "cameraOdometry", "usbGpuState"], process="modeld")
   sm = messaging.SubMaster(SUBSCRIPTIONS)
   scheduling.apply(lambda m: print(f"modeld: {m}", flush=True))
@@ -193,6 +206,8 @@ def main(argv=None) -> int:
       log(f"camera geometry changed to {geometry}")
       modeld.set_geometry(config_for_frame(vipc_main.width, vipc_main.height), *geometry)
       state["geometry"] = geometry
+      for model in dict.fromkeys(m for m in (modeld.active, modeld.small) if m is not None):
+        capture(model, _program_geometry(modeld, vipc_main, vipc_extra))
     main_frame = Frame.from_buf(buf_main)
     return main_frame, (Frame.from_buf(state["buf_extra"]) if vipc_extra is not None else main_frame)
 

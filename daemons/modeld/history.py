@@ -59,27 +59,33 @@ class ModelHistory:
 
     The returned arrays are owned by the history and overwritten by the next push.
     """
-    pulse = self.desire_edge(desire)
     slot = self.frames_pushed % N_IMG_SLOTS
     old = (self.frames_pushed - FRAME_SKIP) % N_IMG_SLOTS
     for key, frame in (("img", img), ("big_img", big_img)):
       if frame.shape != IMG_SHAPE or frame.dtype != np.uint8:
         raise HistoryError(f"{key} must be uint8 {IMG_SHAPE}, got {frame.dtype} {frame.shape}")
+    out = self.push_temporal(desire)
+    for key, frame in (("img", img), ("big_img", big_img)):
       ring = self._imgs[key]
       ring[slot] = frame
       self._pairs[key][0, :6] = ring[old]
       self._pairs[key][0, 6:] = ring[slot]
+    return {"img": self._pairs["img"], "big_img": self._pairs["big_img"], **out}
+
+  def push_temporal(self, desire: np.ndarray) -> dict[str, np.ndarray]:
+    """Advance one step whose image pair is kept elsewhere (a captured frame program holds the warped frames in
+    its own ring, daemons/common/frame_program.py): the desire and feature queues only, and the frame count
+    that `pair_filled` reads. Returns features_buffer and desire_pulse, owned by the history."""
+    pulse = self.desire_edge(desire)
     n = self.frames_pushed
     self.frames_pushed += 1
-
     # after this push the queue, oldest first, is ring[(n + 1 + k) % size] for k = 0 .. size-1
     self._feat_q[n % N_FEAT] = self.prev_feat
     np.take(self._feat_q, (n + 1 + np.arange(0, N_FEAT, FRAME_SKIP)) % N_FEAT, axis=0, out=self._features[0])
     self._desire_q[n % N_DESIRE] = pulse
     ordered = np.take(self._desire_q, (n + 1 + np.arange(N_DESIRE)) % N_DESIRE, axis=0)
     np.max(ordered.reshape(DESIRE_HISTORY, FRAME_SKIP, DESIRE_LEN), axis=1, out=self._desires[0])
-    return {"img": self._pairs["img"], "big_img": self._pairs["big_img"],
-            "features_buffer": self._features, "desire_pulse": self._desires}
+    return {"features_buffer": self._features, "desire_pulse": self._desires}
 
   def update_hidden(self, hidden_state: np.ndarray) -> None:
     """Remember this step's hidden state; it enters the feature queue on the next push."""

@@ -56,28 +56,60 @@ class NonFiniteOutput(ModelOutputError):
 
 
 class ModelState:
-  def __init__(self, name: str, runner: Runner, metadata: ModelMetadata):
+  def __init__(self, name: str, runner: Runner | None, metadata: ModelMetadata, frames=None):
     self.name = name
     self.runner = runner
+    self.frames = frames      # the captured frame programs (programs.py: a FrameRunner; the daemon's path), or None
     self.metadata = metadata
     self.history = ModelHistory()
     self.publish_state = PublishState()
     self.runs = 0
 
   @classmethod
-  def load(cls, name: str, runner_factory: Callable[[str], Runner], path: str | None = None) -> "ModelState":
+  def load(cls, name: str, runner_factory: Callable[[str], Runner] | None, path: str | None = None,
+           frames_factory: Callable[[str], object] | None = None) -> "ModelState":
+    """The model at `path` (default: model_path(name)), its contract checked before anything is compiled; run
+    by a runner over warped images (runner_factory) or by captured frame programs (frames_factory)."""
     path = path or model_path(name)
     metadata = load_metadata(path, contract=ROAD_CONTRACT)
-    return cls(name, runner_factory(path), metadata)
+    return cls(name, runner_factory(path) if runner_factory else None, metadata,
+               frames_factory(path) if frames_factory else None)
 
   def run(self, img: np.ndarray, big_img: np.ndarray, desire: np.ndarray, traffic_convention: np.ndarray,
           action_t: np.ndarray) -> tuple[dict, np.ndarray, StageTimes]:
-    """One 20 Hz step: push the warped frames, run, check, parse. Returns (parsed outputs, raw output, stage
+    """One 20 Hz step on warped images: push them, run, check, parse. Returns (parsed outputs, raw output, stage
     times: the runner's, plus the parse on the host)."""
     inputs = self.history.push(img, big_img, desire)
-    inputs["traffic_convention"] = np.asarray(traffic_convention, np.float32).reshape(1, 2)
-    inputs["action_t"] = np.asarray(action_t, np.float32).reshape(1, 2)
+    inputs.update(_step_inputs(traffic_convention, action_t))
     raw, timings = run_model(self.runner, inputs)
+    return self._checked(raw, timings)
+
+  def run_frames(self, geometry, main_frame, extra_frame, transforms: dict[str, np.ndarray], desire: np.ndarray,
+                 traffic_convention: np.ndarray, action_t: np.ndarray, after_warp=None) -> tuple[dict, np.ndarray, StageTimes]:
+    """One 20 Hz step on the frames themselves: the frame program of `geometry` ((main, extra) camera geometry,
+    each (width, height, stride, uv_offset, frame length)) warps them with `transforms` (road_transform,
+    wide_transform), pairs them with its own image history and runs the model; `after_warp` is called after it
+    last read the frames. Same result as run() on the numpy warps' images."""
+    inputs = self.history.push_temporal(desire)
+    inputs.update(transforms)
+    inputs.update(_step_inputs(traffic_convention, action_t))
+    raw, timings, _ = self.frames(geometry, {"road_frame": main_frame, "wide_frame": extra_frame}, inputs, after_warp)
+    return self._checked(raw, timings)
+
+  def capture(self, geometry) -> None:
+    """Capture the frame program of this geometry now (startup), not at its first frame, and run it once on
+    zero frames and inputs (as the reference's warmup: the device is touched before a real frame needs it);
+    the image rings are reset after, and the history is not touched."""
+    if self.frames is None:
+      return
+    self.frames.program(geometry)
+    main, extra = geometry
+    inputs = {n: np.zeros(shape, np.float32) for n, shape in self.metadata.input_shapes.items() if "img" not in n}
+    inputs.update(road_transform=np.eye(3, dtype=np.float32), wide_transform=np.eye(3, dtype=np.float32))
+    self.frames(geometry, {"road_frame": np.zeros(main[-1], np.uint8), "wide_frame": np.zeros(extra[-1], np.uint8)}, inputs)
+    self.frames.reset()
+
+  def _checked(self, raw: np.ndarray, timings: StageTimes) -> tuple[dict, np.ndarray, StageTimes]:
     if raw.size != self.metadata.output_size:
       raise ModelOutputError(f"{self.name} model returned {raw.size} values, expected {self.metadata.output_size}")
     if not all_finite(raw):
@@ -89,10 +121,18 @@ class ModelState:
     return outs, raw, timings.host(parse=time.perf_counter() - t0)
 
   def reset(self) -> None:
-    """Forget the past (history and publish state), e.g. after standing by while another model ran."""
+    """Forget the past (history, the frame programs' image rings, publish state), e.g. after standing by while
+    another model ran."""
     self.history.reset()
+    if self.frames is not None:
+      self.frames.reset()
     self.publish_state = PublishState()
 
   @property
   def pair_filled(self) -> bool:
     return self.history.pair_filled
+
+
+def _step_inputs(traffic_convention: np.ndarray, action_t: np.ndarray) -> dict[str, np.ndarray]:
+  return {"traffic_convention": np.asarray(traffic_convention, np.float32).reshape(1, 2),
+          "action_t": np.asarray(action_t, np.float32).reshape(1, 2)}

@@ -180,7 +180,7 @@ def test_camera_geometry_change_rebuilds_warps_and_restarts_history(small_runner
   mici_geom, mici_size = geometry(MICI.road)
   md.set_geometry(MICI, mici_geom, mici_geom)
   assert (md.warp_main.width, md.warp_extra.height) == (1344, 760)
-  np.testing.assert_array_equal(md.warp_main.transform, get_warp_matrix(CALIB, MICI.road.intrinsics))
+  np.testing.assert_array_equal(md.transforms["road_transform"], get_warp_matrix(CALIB, MICI.road.intrinsics))
   mici_frame = np.random.default_rng(2).integers(0, 256, mici_size, dtype=np.uint8)
   results = [step(md, mici_frame, i + k) for k in range(5)]
   assert [r.valid for r in results] == [False] * 4 + [True]

@@ -15,6 +15,7 @@ from runtime.device import Device
 from selfdrive_stub.selfdrived import SelfdriveStateMachine, collect_events
 from visionipc import get_nv12_info
 from daemons.modeld.daemon import BigModelLoader, big_model_available
+from daemons.modeld.programs import load_programs
 
 HANG_WAIT_TIMEOUT_MS = 1000     # short, so a hang test is quick; still well above a loaded big-model run
 N_BIG = 6                       # frames on the big model before the fault (enough to fill its image pair)
@@ -38,6 +39,19 @@ def small_runner():
   return RuntimeRunner(MODEL_PATHS["small"], "CPU")
 
 
+def tici_geometry():
+  stride, y_height, _, size = get_nv12_info(1928, 1208)
+  return (1928, 1208, stride, stride * y_height), size
+
+
+def load_models(path: str, small_runner):
+  """(small, big loader) on the daemon's frame programs ("programs") or on runners over the numpy warps."""
+  if path == "programs":
+    return load_programs("small"), lambda: load_programs("big")
+  return (ModelState.load("small", lambda _: small_runner),
+          lambda: ModelState.load("big", lambda p: RuntimeRunner(p, "USB+AMD")))
+
+
 def frames(nv12, frame_id):
   sof = 10**9 + frame_id * 50_000_000
   return Frame(nv12, frame_id, sof, sof + 10**7), Frame(nv12, frame_id, sof, sof + 10**7)
@@ -55,14 +69,14 @@ def healthy_others(tick):
   return msgs
 
 
-@pytest.mark.parametrize("fault", ["hang", "disconnect", "nan", "transfer_error"])
-def test_fault_switches_to_small_without_losing_frames(usb_amd, small_runner, fault):
+@pytest.mark.parametrize("fault, path", [("hang", "programs"), ("disconnect", "programs"), ("nan", "programs"),
+                                         ("transfer_error", "programs"), ("hang", "runners")])
+def test_fault_switches_to_small_without_losing_frames(usb_amd, small_runner, fault, path):
   # generous until the fault is armed, so that only the injected fault (never a slow run on a loaded
   # machine) can fail the big model; then 1 s for a hang (the reference's 3000 ms in production)
   usb_amd.wait_timeout_ms = 60_000
-  stride, y_height, _, size = get_nv12_info(1928, 1208)
-  geom = (1928, 1208, stride, stride * y_height)
-  small = ModelState.load("small", lambda path: small_runner)
+  geom, size = tici_geometry()
+  small, load_big = load_models(path, small_runner)
   md = Modeld(small, TICI, geom, geom)
   frame = np.random.default_rng(1).integers(0, 256, size, dtype=np.uint8)
   # while the big model loads, the small one runs the frames (published invalid) ...
@@ -71,7 +85,8 @@ def test_fault_switches_to_small_without_losing_frames(usb_amd, small_runner, fa
     r = md.step(frames(frame, i), CarInputs(v_ego=20.0, calibration=[0, 0, 0]))
     assert r.model_name == "small" and "big model loading" in r.reasons
   # ... then the big model takes over from its own empty history
-  md.big_loaded(ModelState.load("big", lambda path: RuntimeRunner(path, "USB+AMD")))
+  md.big_loaded(load_big())
+  uploads = usb_amd.transfers.by_kind.get("upload", 0)
 
   # selfdrived sees each frame's model messages plus healthy DM/calibration/car inputs on a simulated
   # 20 Hz clock, so its verdicts depend on the messages' content, not on this machine's load
@@ -97,6 +112,8 @@ def test_fault_switches_to_small_without_losing_frames(usb_amd, small_runner, fa
     sm.update_msgs(sim[0], [m.as_reader() for s, m in r.events if s in ("modelV2", "drivingModelData", "usbGpuState")])
     states.append(machine.update(collect_events(sm), engage_request=True if i == N_BIG - 1 else None).state)
 
+  if path == "programs":   # the big model's warped frames crossed to the USB+AMD device, counted
+    assert usb_amd.transfers.by_kind.get("upload", 0) - uploads >= 2 * N_BIG
   names = [r.model_name for r in results]
   assert names == ["big"] * N_BIG + ["small"] * (N_FRAMES - N_BIG)      # the failing frame re-ran on small
   ids = [r.events[0][1].modelV2.frameId for r in results]
@@ -129,11 +146,14 @@ def test_fault_switches_to_small_without_losing_frames(usb_amd, small_runner, fa
 def test_big_model_availability_and_loader(usb_amd):
   ok, why = big_model_available(3000)
   assert ok and why == "" and Device["USB+AMD"].wait_timeout_ms == 3000
-  loader = BigModelLoader(limit_s=120)
+  geom, size = tici_geometry()
+  geometry = ((*geom, size), (*geom, size))
+  loader = BigModelLoader(120, geometry)
   loader.thread.join(120)
   state, big = loader.poll()
   assert state == "loaded" and big.name == "big" and not big.pair_filled   # warmed up, history untouched
-  late = BigModelLoader(limit_s=0)
+  assert big.frames.programs.captures == 1 and big.frames.program(geometry).model.device.name == "USB+AMD"
+  late = BigModelLoader(0, geometry)
   assert late.poll() == ("failed", "did not load within 0 s")
   late.thread.join(120)    # a timed-out load goes on in the background; let it finish before the unplug below
   Device.close("USB+AMD")

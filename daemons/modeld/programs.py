@@ -1,0 +1,28 @@
+"""The road models' captured frame programs: one per (main, extra) camera geometry and model
+(daemons/common/frame_runner.py), on the device table of `modeld.small` / `modeld.big`.
+
+Kept apart from model_state.py so that reading the road contract does not load the graph importer.
+"""
+from daemons.common.frame_program import device_table, load_model_graph, road_frame_program
+from daemons.common.frame_runner import FrameRunner
+from daemons.modeld.model_state import ModelState
+
+OUTPUT = "outputs"    # the road model's one flat output
+
+
+def road_frame_runner(path: str, devices: dict[str, str]) -> FrameRunner:
+  """The frame programs of the road model at `path`, keyed by ((main geometry), (extra geometry)), each
+  (width, height, stride, uv_offset, frame length); the main camera feeds `img`, the extra one `big_img`."""
+  graph = load_model_graph(path)
+
+  def build(geometry):
+    main, extra = geometry
+    return road_frame_program(graph, {"road": main, "wide": extra}, devices)
+  return FrameRunner(build, output=OUTPUT)
+
+
+def load_programs(name: str, devices: dict[str, str] | None = None, path: str | None = None) -> ModelState:
+  """The daemon's path for road model `name` ("small" or "big"): its validated contract, then its frame programs
+  (captured per geometry by `ModelState.capture` or on first use)."""
+  devs = devices or device_table(f"modeld.{name}")
+  return ModelState.load(name, None, path, frames_factory=lambda p: road_frame_runner(p, devs))
