@@ -15,6 +15,8 @@ from visionipc import get_nv12_info
 from daemons.modeld.car_inputs import car_inputs
 from daemons.modeld.daemon import SUBSCRIPTIONS
 from daemons.modeld.daemon import pair_extra
+from daemons.modeld.programs import road_frame_runner
+from daemons.common.frame_program import device_table
 
 CALIB = [0.0, 0.02, -0.01]
 
@@ -24,14 +26,30 @@ def small_runner():
   return RuntimeRunner(MODEL_PATHS["small"], "CPU")
 
 
+@pytest.fixture(scope="module", params=["runner", "programs"])
+def small_model(request, small_runner):
+  """The small model on a runner over the numpy warps, or on the daemon's frame programs (shared by the module's
+  tests: a new Modeld resets their image rings)."""
+  if request.param == "runner":
+    return ModelFactory(lambda: ModelState.load("small", lambda path: small_runner))
+  frames = road_frame_runner(MODEL_PATHS["small"], device_table("modeld.small", {}))
+  return ModelFactory(lambda: ModelState.load("small", None, frames_factory=lambda path: frames))
+
+
+class ModelFactory:
+  def __init__(self, make):
+    self.make = make
+
+
 def geometry(cam):
   stride, y_height, _, size = get_nv12_info(cam.width, cam.height)
   return (cam.width, cam.height, stride, stride * y_height), size
 
 
-def make(small_runner, device=TICI, single=False, **kw):
+def make(small, device=TICI, single=False, **kw):
+  """small: a runner (wrapped in a ModelState) or a small_model ModelFactory."""
   geom, size = geometry(device.road)
-  small = ModelState.load("small", lambda path: small_runner)
+  small = small.make() if isinstance(small, ModelFactory) else ModelState.load("small", lambda path: small)
   md = Modeld(small, device, geom, None if single else geom, main_is_wide=single, **kw)
   frame = np.random.default_rng(0).integers(0, 256, size, dtype=np.uint8)
   return md, frame
@@ -44,8 +62,8 @@ def step(md, frame, i, car=None, sof_offset=0, still_valid=lambda: True, extra=T
   return md.step((main, ext), car or CarInputs(v_ego=15.0, calibration=CALIB))
 
 
-def test_valid_after_history_fills_and_messages_are_complete(small_runner):
-  md, frame = make(small_runner)
+def test_valid_after_history_fills_and_messages_are_complete(small_model):
+  md, frame = make(small_model)
   results = [step(md, frame, i) for i in range(6)]
   assert [r.valid for r in results] == [False] * 4 + [True] * 2
   assert "small model history filling (1/5 frames)" in results[0].reasons
@@ -79,8 +97,8 @@ def warm(md, frame, n=5):
   (CarInputs(calibration=CALIB, calibration_stale=True), "calibration stale"),
   (CarInputs(calibration=CALIB, calibration_invalid="calStatus invalid"), "calibration invalid: calStatus invalid"),
 ])
-def test_calibration_rules(small_runner, car, reason):
-  md, frame = make(small_runner)
+def test_calibration_rules(small_model, car, reason):
+  md, frame = make(small_model)
   i = warm(md, frame)
   r = step(md, frame, i, car)
   assert not r.valid and any(x.startswith(reason) for x in r.reasons), r.reasons
@@ -95,8 +113,8 @@ def test_calibration_change_recomputes_the_warp(small_runner):
   assert not np.array_equal(before, md.warp_main.index)
 
 
-def test_dropped_overwritten_and_unsynced_frames_are_invalid(small_runner):
-  md, frame = make(small_runner)
+def test_dropped_overwritten_and_unsynced_frames_are_invalid(small_model):
+  md, frame = make(small_model)
   i = warm(md, frame, 12)
   r = step(md, frame, i + 3)          # frames i, i+1, i+2 never arrived
   assert not r.valid and "3 frames dropped before frame 15" in r.reasons
@@ -109,8 +127,8 @@ def test_dropped_overwritten_and_unsynced_frames_are_invalid(small_runner):
   assert r.reasons == ["frames out of sync by -12.0 ms"]
 
 
-def test_single_camera_device_uses_main_for_both_inputs(small_runner):
-  md, frame = make(small_runner, device=MICI, single=True)
+def test_single_camera_device_uses_main_for_both_inputs(small_model):
+  md, frame = make(small_model, device=MICI, single=True)
   r = [step(md, frame, i, extra=False) for i in range(6)][-1]
   assert r.valid and r.events[0][1].modelV2.frameIdExtra == 5
 
@@ -174,8 +192,8 @@ def test_extra_frames_pair_by_start_of_frame():
   assert pair_extra(300 * ms, None, recv) is None                        # stream ran dry: skip this main frame
 
 
-def test_camera_geometry_change_rebuilds_warps_and_restarts_history(small_runner):
-  md, frame = make(small_runner, device=TICI)
+def test_camera_geometry_change_rebuilds_warps_and_restarts_history(small_model):
+  md, frame = make(small_model, device=TICI)
   i = warm(md, frame, 6)
   mici_geom, mici_size = geometry(MICI.road)
   md.set_geometry(MICI, mici_geom, mici_geom)
