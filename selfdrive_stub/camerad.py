@@ -10,6 +10,11 @@ Invariants:
 - Frames are published at their EOF stamp, as a sensor's are: frame k+1 is rendered (or read from its frame
   file) into its buffers while camerad waits for its EOF, so at the stamp the only work left is the hand-off
   (announce + FrameData), stream after stream. No stream waits behind another's rendering.
+- The rendering is done as late in the wait as it safely can be: it starts PREPARE_MARGIN x the longest of the
+  last PREPARE_WINDOW renders (+ PREPARE_SLACK_NS) before the EOF stamp. A sensor takes no host CPU, and rendering
+  right after a hand-off ran beside the models that the hand-off had just woken, on the same cores, so their
+  frames waited for camerad's rendering. A render that overruns its lead makes that frame late (the lateness
+  shows in every EOF-based figure); the lead then grows with it.
 - Pixels come from the synthetic scenes (frame k of --seed, selfdrive_stub/scenes.py), or from recorded
   frame files; recorded pixels are served with this run's frame ids and timestamps.
 - SIGINT/SIGTERM end the run cleanly (exit 0) after the frame in progress. A bad --frames path or frame file
@@ -20,6 +25,7 @@ import os
 import signal
 import sys
 import time
+from collections import deque
 
 import numpy as np
 from setproctitle import setproctitle
@@ -36,6 +42,9 @@ from visionipc.nv12 import padded_nv12_layout
 FRAME_PERIOD_NS = 1_000_000_000 // FPS
 READOUT_NS = 10_000_000          # start of frame -> end of frame (sensor readout)
 VIPC_BUFFER_COUNT = 18           # as openpilot's camerad: a frame survives 18 periods (0.9 s) before reuse
+PREPARE_WINDOW = 20              # renders remembered for the lead
+PREPARE_MARGIN = 1.5             # lead = margin x the longest remembered render + slack
+PREPARE_SLACK_NS = 3_000_000
 
 # scene/stream name, VisionIPC stream, FrameData service
 CAMERAS = (("road", VISION_STREAM_NARROW_ROAD, "narrowRoadCameraState"),
@@ -124,6 +133,7 @@ class Camerad:
     end = None if duration_s is None else start + int(duration_s * 1e9)
     k = served = 0
     prepared: tuple[int, list] | None = None   # (frame, its filled buffers), made while waiting for its EOF
+    renders: deque[int] = deque(maxlen=PREPARE_WINDOW)
     while not should_stop():
       eof = start + k * FRAME_PERIOD_NS
       if end is not None and eof >= end:
@@ -131,7 +141,13 @@ class Camerad:
       if prepared is None or prepared[0] != k:
         if self.exhausted():
           break
+        now = time.monotonic_ns()
+        begin = eof - prepare_lead_ns(renders)
+        if now < begin:
+          time.sleep((begin - now) / 1e9)
+          continue
         prepared = (k, self.prepare(k))
+        renders.append(time.monotonic_ns() - now)
         continue  # re-check the clock and stop after the work
       now = time.monotonic_ns()
       if now < eof:
@@ -148,6 +164,13 @@ class Camerad:
   def close(self) -> None:
     self.server.close()
     self.pm.close()
+
+
+def prepare_lead_ns(renders) -> int:
+  """How long before a frame's EOF its rendering starts: a whole period until a render was timed."""
+  if not renders:
+    return FRAME_PERIOD_NS
+  return min(FRAME_PERIOD_NS, int(PREPARE_MARGIN * max(renders)) + PREPARE_SLACK_NS)
 
 
 def recorded_sources(frames: str | None, per_stream: dict[str, str | None], loop: bool) -> dict[str, RecordedFrames]:

@@ -144,6 +144,27 @@ def test_one_step_serves_frame_n_of_the_seed_on_every_tici_stream():
     stub.close()
 
 
+def test_the_next_frame_is_rendered_late_in_its_period_not_beside_the_daemons_woken_by_a_hand_off():
+  stub = Camerad(device_config("tici"), num_buffers=2)
+  starts: dict[int, int] = {}
+  prepare = stub.prepare
+
+  def timed(frame_id):
+    starts[frame_id] = time.monotonic_ns()
+    return prepare(frame_id)
+  stub.prepare = timed
+  stub.renderer.render_into = lambda *a: None      # a cheap render: its lead is a few ms
+  t0 = time.monotonic_ns()
+  try:
+    served = stub.run(1.0)
+  finally:
+    stub.close()
+  assert served >= 15
+  # camerad's schedule: frame k's EOF is t0 + k periods (give or take the set-up before run() read its clock)
+  after_previous_eof = [(starts[k] - t0 - (k - 1) * FRAME_PERIOD_NS) / 1e6 for k in sorted(starts) if k >= 2]
+  assert np.median(after_previous_eof) > 0.6 * FRAME_PERIOD_NS / 1e6, after_previous_eof
+
+
 def _render_ms(camera: str = "tici", n: int = 12) -> float:
   """Median time to render one frame of one stream here and now: the peer for camerad's announce delays."""
   device = device_config(camera)
