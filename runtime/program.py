@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import time
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -123,7 +124,9 @@ class Program:
   held: dict = field(default_factory=dict)   # held name -> Spec
   machine_target: str = ""                   # Target.name: part of every kernel's machine-code key
   program_key: str = ""
-  loaded: dict = field(default_factory=dict)  # kernel cache id -> loaded kernels (in process only)
+  # kernel cache -> its loaded kernels (in process only; weak, as an id() key let a new cache at a dead one's
+  # address take the dead one's kernels and never store them itself)
+  loaded: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
 
   @property
   def output_specs(self) -> dict[str, Spec]:
@@ -340,7 +343,7 @@ def measured_conv_strategies(graph: Graph, specs: dict, device: str, cfg: dict) 
 def compile_program(program: Program, kernels: KernelCache | None = None) -> tuple[list, str]:
   """The loaded machine code of each C kernel (None for host kernels), and where it came from."""
   kc = kernels or DEFAULT_KERNELS
-  got = program.loaded.get(id(kc))
+  got = program.loaded.get(kc)
   if got is not None:
     return got[0], "memory"
   c = [(i, k) for i, k in enumerate(program.kernels) if k.kind == "c"]
@@ -348,7 +351,7 @@ def compile_program(program: Program, kernels: KernelCache | None = None) -> tup
   out: list = [None] * len(program.kernels)
   for (i, _), lk in zip(c, loaded):
     out[i] = lk
-  program.loaded[id(kc)] = (out, source)
+  program.loaded[kc] = (out, source)
   return out, source
 
 

@@ -18,9 +18,10 @@ from runtime.cache import KERNEL_DIR, KernelCache, kernel_key, pack_entry, safe_
 from runtime.program_cache import PROGRAM_DIR
 from repo_paths import REPO_ROOT
 from runtime.errors import CacheError, CompilerUnavailable
+from runtime import link as link_module
 from runtime.link import link
 from runtime.onnx_import import import_onnx
-from runtime.program import CompileCache, build_program, graph_key
+from runtime.program import CompileCache, build_program, compile_program, graph_key
 
 from rt_helpers import node_model, ort_run
 
@@ -143,14 +144,26 @@ def test_a_damaged_cache_entry_is_reported_and_recompiled_not_run(tmp_path, dama
   assert victim.read_bytes() != bytes(data)  # rewritten with the recompiled code
 
 
-def test_every_fresh_cache_dir_gets_every_kernel_even_when_caches_come_and_go(tmp_path):
-  # a cache made where a dropped one lived must not inherit the dropped one's kernels (the run-list runner was
-  # keyed by id(), so some dirs lacked its entry and a damaged-entry test then counted two compiles)
-  want_n = len(_one_entry_runner(tmp_path)[1])
-  for i in range(20):
+def test_each_kernel_cache_that_comes_and_goes_gets_its_own_run_list_runner(tmp_path):
+  # the runner was kept by id() of its cache: a cache made where a dropped one lived took the dropped one's runner
+  # and never stored it in its own dir (a damaged-entry test then counted two compiles)
+  for i in range(6):
     d = tmp_path / f"c{i}"
-    OnnxRunner(model_bytes(), cache=CompileCache(disk_dir=str(d)))
-    assert len(entries(d)) == want_n, f"cache dir {i} holds {len(entries(d))} of {want_n} entries"
+    kc = KernelCache(str(d))
+    link_module.runner(kc)
+    assert len(entries(d)) == 1, f"cache {i} holds {len(entries(d))} entries, not the runner's"
+    del kc
+
+
+def test_one_program_compiled_through_caches_that_come_and_go_fills_each_ones_dir(tmp_path):
+  program = build_program(import_onnx(model_bytes()))
+  n = sum(k.kind == "c" for k in program.kernels)
+  for i in range(8):
+    d = tmp_path / f"k{i}"
+    kc = KernelCache(str(d))
+    _, source = compile_program(program, kc)
+    assert source == "compile" and len(entries(d)) == n, f"cache {i}: {source}, {len(entries(d))} of {n} entries"
+    del kc
 
 
 def test_a_symlinked_cache_entry_is_never_followed(tmp_path):
