@@ -26,8 +26,8 @@ import onnx
 from onnx import numpy_helper
 
 from runtime import OnnxRunner, RuntimeCoreError
-from runtime.cache import KernelCache
-from runtime.program import CompileCache
+
+from rt_helpers import memory_cache
 
 ONNX_DATA = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data")
 SETS = ("node", "pytorch-converted", "pytorch-operator")
@@ -137,20 +137,9 @@ def _compare(got, want, rtol, atol, what: str) -> str:
   return ""
 
 
-# one in-memory machine-code cache for every case of a process: the cases share the run-list runner and many
-# kernels (compiling them per case was most of the suite's time); programs stay per case, nothing goes to disk
-_KERNELS = KernelCache(use_disk=False)
-
-
-def case_cache() -> CompileCache:
-  cache = CompileCache(use_disk=False)
-  cache.kernels, cache.stats = _KERNELS, _KERNELS.stats
-  return cache
-
-
 def load_runner(case: Case, input_shapes: dict | None = None) -> OnnxRunner:
   model = case.model.SerializeToString() if isinstance(case.model, onnx.ModelProto) else case.model
-  return OnnxRunner(model, cache=case_cache(), input_shapes=input_shapes)
+  return OnnxRunner(model, cache=memory_cache(), input_shapes=input_shapes)
 
 
 def run_case(case: Case) -> Outcome:

@@ -6,12 +6,27 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from runtime.cache import KernelCache
+from runtime.program import CompileCache
+
 NP2ONNX = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): TensorProto.DOUBLE,
            np.dtype(np.int64): TensorProto.INT64, np.dtype(np.int32): TensorProto.INT32,
            np.dtype(np.uint8): TensorProto.UINT8, np.dtype(np.bool_): TensorProto.BOOL,
            np.dtype(np.float16): TensorProto.FLOAT16, np.dtype(np.int8): TensorProto.INT8}
 
 ONNX_DATA = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data")
+
+# one in-memory machine-code cache for the tests of a process that compile many models and cases: they share the
+# run-list runner and many kernels (compiled per test they were most of the suite's time); programs stay per test
+# (memory_cache), nothing goes to disk
+SHARED_KERNELS = KernelCache(use_disk=False)
+
+
+def memory_cache() -> CompileCache:
+  """A fresh program cache, in memory only, over SHARED_KERNELS."""
+  cache = CompileCache(use_disk=False)
+  cache.kernels, cache.stats = SHARED_KERNELS, SHARED_KERNELS.stats
+  return cache
 
 
 def tiny_model(op, inputs: dict, attrs=None, n_outputs=1, consts=None, opset=17, out_names=None,

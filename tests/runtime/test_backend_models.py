@@ -9,9 +9,8 @@ import pytest
 from onnx import numpy_helper
 
 from runtime import OnnxRunner, UnsupportedOpError
-from runtime.program import CompileCache
 
-from rt_helpers import ONNX_DATA, ort_run
+from rt_helpers import ONNX_DATA, memory_cache, ort_run
 
 # models with 60-140 M weights (mostly fully connected): a second engine on them costs ~10 s each
 HEAVY = ("vgg19", "bvlc_alexnet", "zfnet512")
@@ -38,8 +37,8 @@ def _check(runner, inputs, expected, rtol, atol):
 
 
 def _load(path):
-  try:  # a fresh in-memory cache per model: the light models' weights total over 1 GB
-    return OnnxRunner(path, cache=CompileCache(use_disk=False))
+  try:  # a fresh in-memory program cache per model (the light models' weights total over 1 GB), shared kernels
+    return OnnxRunner(path, cache=memory_cache())
   except UnsupportedOpError as e:
     pytest.skip(f"unsupported: {e}")
 

@@ -44,7 +44,7 @@ def _snapshot(namespace):
 
 
 def test_a_second_manager_on_the_same_prefix_refuses_naming_the_owner_and_touches_nothing(namespace):
-  first = _manager("--duration", "20", "--rate-tolerance", "0.6", *LIGHT)
+  first = _manager("--duration", "12", "--rate-tolerance", "0.6", *LIGHT)
   try:
     seen = _read_until(first, "all processes up")
     assert "all processes up" in seen, seen
