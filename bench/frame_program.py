@@ -58,7 +58,7 @@ def compare(name: str, program_step, peer_step, rounds: int) -> dict:
 def dm_case(cam, rounds: int) -> dict:
   w, h = cam.cabin.size
   size, stride, _ = padded_nv12_layout(w, h)
-  prog = fp.dm_frame_program(fp.load_model_graph(DM_MODEL), dm_transform(cam.cabin), w, h, stride, size,
+  prog = fp.dm_frame_program(fp.ModelGraph(DM_MODEL), dm_transform(cam.cabin), w, h, stride, size,
                              fp.device_table("dmonitoringmodeld", {}))
   runner, plan = OnnxRunner(DM_MODEL, "CPU"), plan_for_camera(w, h, stride)
   rng = np.random.default_rng(0)
@@ -75,7 +75,7 @@ def dm_case(cam, rounds: int) -> dict:
 def road_case(cam, rounds: int) -> dict:
   w, h = cam.road.size
   size, stride, uv_offset = padded_nv12_layout(w, h)
-  prog = fp.road_frame_program(fp.load_model_graph(MODEL_PATHS["small"]),
+  prog = fp.road_frame_program(fp.ModelGraph(MODEL_PATHS["small"]),
                                {c: (w, h, stride, uv_offset, size) for c in fp.ROAD_CAMERAS},
                                fp.device_table("modeld.small", {}))
   runner = OnnxRunner(MODEL_PATHS["small"], "CPU")

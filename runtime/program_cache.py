@@ -1,4 +1,5 @@
-"""The program cache: verified artifacts of compiled models, by the digest of the model file's bytes.
+"""The program cache: verified artifacts of compiled models, by the digest of the model file's bytes (or, for a
+graph composed in memory, by the fields its builder names: entry_for_key).
 
 Why: building a program from an ONNX file means importing onnx (with ml_dtypes, about a second) and running
 the passes; a daemon that starts again on the same model needs neither. An entry is an artifact (artifact.py)
@@ -91,11 +92,16 @@ def entry_for(model, input_shapes: dict | None, codegen_config: dict | None, dev
   data = _model_bytes(model)
   if data is None:
     return None
-  key = hashlib.sha256(json.dumps({
-      "model": hashlib.sha256(data).hexdigest(),
-      "input_shapes": {str(n): [int(d) for d in s] for n, s in sorted((input_shapes or {}).items())},
-      "config": codegen_config or {}, "target": target_for(device, backend).program_name, "backend": backend,
-      "runtime": SOURCE_DIGEST}, sort_keys=True, default=str).encode()).hexdigest()
+  return entry_for_key({"model": hashlib.sha256(data).hexdigest(),
+                        "input_shapes": {str(n): [int(d) for d in s] for n, s in sorted((input_shapes or {}).items())},
+                        "config": codegen_config or {}}, device, backend, kernels)
+
+
+def entry_for_key(fields: dict, device: str, backend: str, kernels: KernelCache) -> Entry:
+  """The entry of a program that its builder names by `fields` (JSON-able; e.g. a composed graph's sources: model
+  digests, geometry, the composing code's digest), on this device."""
+  key = hashlib.sha256(json.dumps({**fields, "target": target_for(device, backend).program_name, "backend": backend,
+                                   "runtime": SOURCE_DIGEST}, sort_keys=True, default=str).encode()).hexdigest()
   path = None
   if kernels.use_disk and config.disk_cache_enabled():
     try:

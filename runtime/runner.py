@@ -59,36 +59,56 @@ class OnnxRunner:
     dev = Device[device or Device.DEFAULT]
     self.cache = cache or DEFAULT_CACHE
     entry = program_cache.entry_for(path, input_shapes, config, dev.name, dev.backend, self.cache.kernels)
-    known = self.cache.recall(entry.key) if entry is not None else None
-    program = known[0] if known is not None else (entry.load() if entry is not None else None)
-    if program is not None:
-      self.model_hash = known[1] if known is not None else entry.model_hash
-      self.graph = program.graph
-      self.program_source = "memory" if known is not None else "program cache"
-      self.cache_source = compile_program(program, self.cache.kernels)[1]
-      self.cache.remember(entry.key, program, self.model_hash)
-    else:
+    program = self._cached(entry)
+    if program is None:
       front = _onnx_front_end()
       proto = front.load_model_proto(path)
       self.model_hash = model_digest(proto.SerializeToString())
       self.graph = front.import_onnx(proto, input_shapes)
-      program = self.cache.get(self.graph, config, dev.name, dev.backend)
-      self.program_source, self.cache_source = "model", self.cache.last
-      if entry is not None:
-        entry.store(program, self.model_hash)
-        self.cache.remember(entry.key, program, self.model_hash)
+      program = self._built(entry, config, dev, "model")
     self._setup(program, dev, threads)
+
+  def _cached(self, entry):
+    """The program of a program-cache entry, from this process's cache or the disk layer; None on a miss."""
+    if entry is None:
+      return None
+    known = self.cache.recall(entry.key)
+    program = known[0] if known is not None else entry.load()
+    if program is None:
+      return None
+    self.model_hash = known[1] if known is not None else entry.model_hash
+    self.graph = program.graph
+    self.program_source = "memory" if known is not None else "program cache"
+    self.cache_source = compile_program(program, self.cache.kernels)[1]
+    self.cache.remember(entry.key, program, self.model_hash)
+    return program
+
+  def _built(self, entry, config, dev, source: str):
+    """Build self.graph's program (a miss) and store it as the entry."""
+    program = self.cache.get(self.graph, config, dev.name, dev.backend)
+    self.program_source, self.cache_source = source, self.cache.last
+    if entry is not None:
+      entry.store(program, self.model_hash)
+      self.cache.remember(entry.key, program, self.model_hash)
+    return program
 
   @classmethod
   def from_graph(cls, graph, device: str | None = None, *, config: dict | None = None, cache: CompileCache | None = None,
-                 threads: int | None = None, model_hash: str = "") -> "OnnxRunner":
-    """A runner of a runtime Graph (not read from a file) on the same path as a model file's program."""
+                 threads: int | None = None, model_hash: str = "", cache_key: dict | None = None) -> "OnnxRunner":
+    """A runner of a runtime Graph (not read from a file) on the same path as a model file's program. With
+    `cache_key` (the fields that name the graph: program_cache.entry_for_key) the program is looked up in the
+    program cache first, and `graph` may be a zero-argument callable that builds the Graph only on a miss."""
     self = cls.__new__(cls)
-    self.path, self.model_hash, self.graph = None, model_hash, graph
+    self.path, self.model_hash = None, model_hash
     dev = Device[device or Device.DEFAULT]
     self.cache = cache or DEFAULT_CACHE
-    program = self.cache.get(graph, config, dev.name, dev.backend)
-    self.program_source, self.cache_source = "graph", self.cache.last
+    entry = None if cache_key is None else \
+        program_cache.entry_for_key(cache_key, dev.name, dev.backend, self.cache.kernels)
+    program = self._cached(entry)
+    if program is None:
+      self.model_hash = model_hash
+      self.graph = graph() if callable(graph) else graph
+      program = self._built(entry, config, dev, "graph")
     self._setup(program, dev, threads)
     return self
 

@@ -28,8 +28,12 @@ Invariants:
 """
 from __future__ import annotations
 
+import functools
+import hashlib
+import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -41,7 +45,6 @@ from runtime.buffer import Buffer, Lease
 from runtime.device import Device
 from runtime.errors import JitError
 from runtime.graph import Graph, Node, Spec
-from runtime.onnx_import import import_onnx, load_model_proto
 from runtime.runner import model_digest
 
 # where each part runs, per daemon (openpilot's tg_input_devices.json); env WARP_DEV / MODEL_DEV override
@@ -51,6 +54,9 @@ DEVICE_TABLES = {
   "modeld.big": {"warp": "CPU", "model": "USB+AMD"},
 }
 STANDBY = {"modeld.small"}   # the fallback stays where it is: MODEL_DEV moves the primary model only
+# what a composed program is built from besides the model and the geometry: these files' code (a changed warp or
+# composition is another program-cache entry, never an older program)
+_COMPOSING_SOURCES = ("frame_program.py", "warp_program.py", "dm_warp.py", "road_warp.py", "transforms.py", "cameras.py")
 
 ROAD_CAMERAS = ("road", "wide")          # modeld's streams: main (narrow) road camera and the wide one
 ROAD_MODEL_INPUTS = {"road": "img", "wide": "big_img"}
@@ -245,57 +251,106 @@ class FrameProgram:
     return outs, info
 
 
-def _build(geometry, warp_graph: Graph, model_side: Graph, outputs: list[str], warped: list[str],
-           devices: dict[str, str], frames: dict[str, Spec]) -> FrameProgram:
+@functools.lru_cache(maxsize=1)
+def composing_digest() -> str:
+  h = hashlib.sha256()
+  here = os.path.dirname(os.path.abspath(__file__))
+  for name in _COMPOSING_SOURCES:
+    with open(os.path.join(here, name), "rb") as f:
+      h.update(name.encode() + b"\0" + f.read())
+  return h.hexdigest()
+
+
+class ModelGraph:
+  """A model file for composing: its digest now (the program-cache key), its graph only when a program must be
+  built (reading it imports onnx)."""
+
+  def __init__(self, path: str):
+    self.path = path
+    with open(path, "rb") as f:
+      self.digest = hashlib.sha256(f.read()).hexdigest()
+    self._graph: Graph | None = None
+
+  @property
+  def graph(self) -> Graph:
+    if self._graph is None:
+      self._graph = load_model_graph(self.path)
+    return self._graph
+
+
+def _key(kind: str, model: ModelGraph, geometry, devices: dict[str, str], part: str) -> dict:
+  return {"frame_program": kind, "part": part, "model": model.digest, "geometry": geometry, "devices": devices,
+          "composing": composing_digest()}
+
+
+def _build(geometry, graphs: Callable[[], tuple[Graph, Graph]], warped: list[str], devices: dict[str, str],
+           frames: dict[str, Spec], key: Callable[[str], dict]) -> FrameProgram:
+  """graphs() -> (warp graph, model side: its outputs are the program's), called only when a part's program is not
+  in the program cache."""
+  graphs = functools.lru_cache(maxsize=1)(graphs)
   if Device[devices["warp"]] is Device[devices["model"]]:
-    whole = compose([warp_graph, model_side], outputs)
-    return FrameProgram(geometry, frames, [], OnnxRunner.from_graph(whole, devices["model"]))
-  warp = OnnxRunner.from_graph(compose([warp_graph], warped), devices["warp"])
-  model = OnnxRunner.from_graph(model_side, devices["model"])
+    whole = OnnxRunner.from_graph(lambda: compose(list(graphs()), list(graphs()[1].outputs)), devices["model"],
+                                  cache_key=key("whole"))
+    return FrameProgram(geometry, frames, [], whole)
+  warp = OnnxRunner.from_graph(lambda: compose([graphs()[0]], warped), devices["warp"], cache_key=key("warp"))
+  model = OnnxRunner.from_graph(lambda: graphs()[1], devices["model"], cache_key=key("model"))
   for w in warped:    # filled by copy_from each frame: bound to its own device buffer, never passed per call
     model.bind_input(w, model._in_bufs[w])
   return FrameProgram(geometry, frames, list(warped), model, warp)
 
 
 def load_model_graph(path: str) -> Graph:
+  from runtime.onnx_import import import_onnx, load_model_proto  # noqa: PLC0415 (onnx takes ~1 s to import: on a program-cache miss only)
   return import_onnx(load_model_proto(path))
 
 
-def dm_frame_program(model: Graph, transform: np.ndarray, width: int, height: int, stride: int, frame_len: int,
+def dm_frame_program(model: ModelGraph, transform: np.ndarray, width: int, height: int, stride: int, frame_len: int,
                      devices: dict[str, str], model_input: str = "input_img") -> FrameProgram:
   """dmonitoringmodeld: cabin frame -> fixed luma warp -> model (input `model_input`; `calib` stays an input)."""
-  warp = renamed(wp.dm_warp_graph(transform, width, height, stride, frame_len), "dm/",
-                 {wp.FRAME: "frame", wp.WARPED: "dm_warped"})
-  spec = model.inputs[model_input]
-  warped = Spec((wp.DM_INPUT_SIZE[1], wp.DM_INPUT_SIZE[0]), np.dtype(np.uint8))
-  side = compose([_adapt("dm_warped", warped, spec.shape, "dm/input"),
-                  renamed(model, "m/", _io_names(model, {model_input: "dm/input"}))], list(model.outputs))
-  return _build((width, height, stride, frame_len), warp, side, list(model.outputs), ["dm_warped"], devices,
-                {"frame": Spec((frame_len,), np.dtype(np.uint8))})
+  geometry = (width, height, stride, frame_len)
+
+  def graphs():
+    g = model.graph
+    warp = renamed(wp.dm_warp_graph(transform, width, height, stride, frame_len), "dm/",
+                   {wp.FRAME: "frame", wp.WARPED: "dm_warped"})
+    warped = Spec((wp.DM_INPUT_SIZE[1], wp.DM_INPUT_SIZE[0]), np.dtype(np.uint8))
+    side = compose([_adapt("dm_warped", warped, g.inputs[model_input].shape, "dm/input"),
+                    renamed(g, "m/", _io_names(g, {model_input: "dm/input"}))], list(g.outputs))
+    return warp, side
+  return _build(geometry, graphs, ["dm_warped"], devices,
+                {"frame": Spec((frame_len,), np.dtype(np.uint8))},
+                lambda part: _key("dm", model, [*geometry, model_input, np.asarray(transform, np.float64).tolist()],
+                                  devices, part))
 
 
-def road_frame_program(model: Graph, geometries: dict[str, tuple[int, int, int, int, int]],
+def road_frame_program(model: ModelGraph, geometries: dict[str, tuple[int, int, int, int, int]],
                        devices: dict[str, str]) -> FrameProgram:
   """modeld: per camera in ROAD_CAMERAS ((width, height, stride, uv_offset, frame_len) each) the frame and its
   transform (`<cam>_frame`, `<cam>_transform`) -> road warp -> image pair from the held history -> model."""
-  parts, index_parts, frames, held = [], [], {}, {}
-  for cam in ROAD_CAMERAS:
-    index_parts.append(renamed(wp.road_index_graph(*geometries[cam]), f"{cam}/i/",
-                               {wp.TRANSFORM: f"{cam}_transform", wp.INDEX: f"{cam}_index"}))
-    parts.append(renamed(wp.road_gather_graph(geometries[cam][4]), f"{cam}/",
-                         {wp.FRAME: f"{cam}_frame", wp.INDEX: f"{cam}_index", wp.WARPED: f"{cam}_warped"}))
-    frames[f"{cam}_frame"] = Spec((geometries[cam][4],), np.dtype(np.uint8))
-  side_parts = []
-  for cam in ROAD_CAMERAS:
-    side_parts.append(_pair_with_history(f"{cam}_warped", f"{cam}_old", f"{cam}_slot", f"{cam}/pair"))
-  io = _io_names(model, {ROAD_MODEL_INPUTS[c]: f"{c}/pair" for c in ROAD_CAMERAS})
-  side = compose(side_parts + [renamed(model, "m/", io)], list(model.outputs), held)
+  frames = {f"{cam}_frame": Spec((geometries[cam][4],), np.dtype(np.uint8)) for cam in ROAD_CAMERAS}
   geometry = tuple(geometries[c] for c in ROAD_CAMERAS)
-  prog = _build(geometry, compose(parts, [f"{c}_warped" for c in ROAD_CAMERAS]), side, list(model.outputs),
-                [f"{c}_warped" for c in ROAD_CAMERAS], devices, frames)
+
+  def graphs():
+    g, parts, side_parts = model.graph, [], []
+    for cam in ROAD_CAMERAS:
+      parts.append(renamed(wp.road_gather_graph(geometries[cam][4]), f"{cam}/",
+                           {wp.FRAME: f"{cam}_frame", wp.INDEX: f"{cam}_index", wp.WARPED: f"{cam}_warped"}))
+      side_parts.append(_pair_with_history(f"{cam}_warped", f"{cam}_old", f"{cam}_slot", f"{cam}/pair"))
+    io = _io_names(g, {ROAD_MODEL_INPUTS[c]: f"{c}/pair" for c in ROAD_CAMERAS})
+    side = compose(side_parts + [renamed(g, "m/", io)], list(g.outputs))
+    return compose(parts, [f"{c}_warped" for c in ROAD_CAMERAS]), side
+
+  def key(part):
+    return _key("road", model, [list(x) for x in geometry], devices, part)
+  prog = _build(geometry, graphs, [f"{c}_warped" for c in ROAD_CAMERAS], devices, frames, key)
+
+  def index_graph():
+    return compose([renamed(wp.road_index_graph(*geometries[cam]), f"{cam}/i/",
+                            {wp.TRANSFORM: f"{cam}_transform", wp.INDEX: f"{cam}_index"}) for cam in ROAD_CAMERAS],
+                   [f"{c}_index" for c in ROAD_CAMERAS])
   # the source index tables: computed by their own small program when a transform changes, held in the frame
   # runner's input buffers (bound, so never passed per frame); each frame only gathers through them
-  prog.index = OnnxRunner.from_graph(compose(index_parts, [f"{c}_index" for c in ROAD_CAMERAS]), devices["warp"])
+  prog.index = OnnxRunner.from_graph(index_graph, devices["warp"], cache_key=key("index"))
   prog.index_of = {f"{c}_transform": f"{c}_index" for c in ROAD_CAMERAS}
   runner = prog.frame_runner
   for idx in prog.index_of.values():
@@ -338,5 +393,5 @@ class FramePrograms:
     return got
 
 
-__all__ = ["DEVICE_TABLES", "FrameProgram", "FramePrograms", "device_table", "dm_frame_program", "road_frame_program",
-           "load_model_graph", "model_digest"]
+__all__ = ["DEVICE_TABLES", "FrameProgram", "FramePrograms", "ModelGraph", "device_table", "dm_frame_program",
+           "road_frame_program", "load_model_graph", "model_digest"]

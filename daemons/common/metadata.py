@@ -12,8 +12,9 @@ startup rather than per frame.
 A daemon states its model's I/O contract once (`ModelContract`: input names, dtypes and shapes; output heads
 and their widths); `load_metadata(path, contract=...)` checks the model against all of it in one pass and one
 `ModelMetadataError` lists every mismatch, inputs first, so fixing a model file is one round, not one per error.
-`runner_metadata(runner, ...)` checks the same from a compiled model (its metadata_props and I/O specs), so a
-daemon whose model came from the runtime's program cache never imports onnx.
+The file's header is read without the onnx package (onnx_header.py), so a daemon whose programs come from the
+runtime's program cache never imports onnx. `runner_metadata(runner, ...)` checks the same from a compiled model
+(its metadata_props and I/O specs).
 """
 import base64
 import io
@@ -22,6 +23,8 @@ import pickle
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from daemons.common.onnx_header import HeaderError, read_header
 
 
 class ModelMetadataError(ValueError):
@@ -75,10 +78,6 @@ def _json_slices(text: str) -> dict[str, slice]:
       raise ModelMetadataError(f"head {name!r}: output_slices_json entry {v!r} is not [start, stop] of two integers")
     out[name] = slice(v[0], v[1])
   return out
-
-
-def _dims(value_info) -> tuple[int, ...]:
-  return tuple(d.dim_value for d in value_info.type.tensor_type.shape.dim)
 
 
 @dataclass
@@ -162,20 +161,6 @@ class ModelContract:
     return out
 
 
-def _onnx():
-  """onnx, imported on first need: with ml_dtypes it takes about a second, and a daemon whose compiled model
-  carries its metadata (runner_metadata) needs none of it."""
-  import onnx  # noqa: PLC0415  (deferred on purpose, see the docstring)
-  return onnx
-
-
-def _dtype(value_info) -> str:
-  try:
-    return np.dtype(_onnx().helper.tensor_dtype_to_np_dtype(value_info.type.tensor_type.elem_type)).name
-  except (KeyError, TypeError, ValueError):
-    return f"onnx type {value_info.type.tensor_type.elem_type}"
-
-
 def metadata_from(where: str, props: dict[str, str], inputs: dict[str, tuple[str, tuple[int, ...]]],
                   outputs: dict[str, tuple[int, ...]], required: tuple[str, ...] = (),
                   contract: ModelContract | None = None) -> ModelMetadata:
@@ -201,16 +186,15 @@ def metadata_from(where: str, props: dict[str, str], inputs: dict[str, tuple[str
 
 
 def load_metadata(model_path: str, required: tuple[str, ...] = (), contract: ModelContract | None = None) -> ModelMetadata:
-  """Read and validate the metadata of an ONNX model file (weights are not loaded); with a contract, the whole
-  contract is checked and every mismatch named in one ModelMetadataError."""
+  """Read and validate the metadata of an ONNX model file (its header only: onnx_header.py, without the onnx
+  package; weights are skipped); with a contract, the whole contract is checked and every mismatch named in one
+  ModelMetadataError."""
   try:
-    model = _onnx().load(model_path, load_external_data=False)
-  except Exception as e:
+    model = read_header(model_path)
+  except (OSError, HeaderError) as e:
     raise ModelMetadataError(f"cannot read ONNX model {model_path!r}: {e}") from e
-  inits = {i.name for i in model.graph.initializer}
-  inputs = {i.name: (_dtype(i), _dims(i)) for i in model.graph.input if i.name not in inits}
-  return metadata_from(model_path, {p.key: p.value for p in model.metadata_props}, inputs,
-                       {o.name: _dims(o) for o in model.graph.output}, required, contract)
+  inputs = {i.name: (i.dtype, i.dims) for i in model.inputs if i.name not in model.initializers}
+  return metadata_from(model_path, model.metadata, inputs, {o.name: o.dims for o in model.outputs}, required, contract)
 
 
 def runner_metadata(runner, where: str, required: tuple[str, ...] = (), contract: ModelContract | None = None) -> ModelMetadata:

@@ -5,7 +5,7 @@ importer; the daemon loads this when it runs on our runtime.
 """
 from daemons.common.cameras import config_for_frame
 from daemons.common.dm_warp import dm_transform
-from daemons.common.frame_program import device_table, dm_frame_program, load_model_graph
+from daemons.common.frame_program import ModelGraph, device_table, dm_frame_program
 from daemons.common.frame_runner import FrameRunner
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH, ModelState, load_dm_metadata
 from runtime import config as runtime_config
@@ -14,7 +14,7 @@ from runtime import config as runtime_config
 def dm_frame_runner(path: str = MODEL_PATH, devices: dict[str, str] | None = None) -> FrameRunner:
   """The DM frame programs of the model at `path`, keyed by (width, height, stride, frame length), on the
   daemon's device table unless `devices` is given."""
-  graph = load_model_graph(path)
+  graph = ModelGraph(path)
   # DEV (the runtime's default device) moves the whole daemon, as it did before the frame program
   devs = devices or device_table("dmonitoringmodeld", default=runtime_config.default_device())
 

@@ -3,7 +3,7 @@
 
 Kept apart from model_state.py so that reading the road contract does not load the graph importer.
 """
-from daemons.common.frame_program import device_table, load_model_graph, road_frame_program
+from daemons.common.frame_program import ModelGraph, device_table, road_frame_program
 from daemons.common.frame_runner import FrameRunner
 from daemons.modeld.model_state import ModelState
 
@@ -13,7 +13,7 @@ OUTPUT = "outputs"    # the road model's one flat output
 def road_frame_runner(path: str, devices: dict[str, str]) -> FrameRunner:
   """The frame programs of the road model at `path`, keyed by ((main geometry), (extra geometry)), each
   (width, height, stride, uv_offset, frame length); the main camera feeds `img`, the extra one `big_img`."""
-  graph = load_model_graph(path)
+  graph = ModelGraph(path)
 
   def build(geometry):
     main, extra = geometry

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import runtime.link
+import runtime.runner
 from daemons.common import frame_program as fp
 from daemons.common.cameras import config_for_frame
 from daemons.common.dm_warp import dm_transform, plan_for_camera
@@ -16,6 +17,7 @@ from daemons.modeld.model_state import MODEL_PATHS
 from runtime import OnnxRunner, usb_amd
 from runtime.device import Device, DeviceTimeout
 from runtime.errors import InputError, JitError
+from runtime.program import CompileCache
 from visionipc.nv12 import padded_nv12_layout
 
 CPU = {"warp": "CPU", "model": "CPU"}
@@ -35,7 +37,7 @@ def usb():
 
 def _dm(width, height, devices=CPU):
   size, stride, _ = padded_nv12_layout(width, height)
-  prog = fp.dm_frame_program(fp.load_model_graph(DM_MODEL), dm_transform(config_for_frame(width, height).cabin),
+  prog = fp.dm_frame_program(fp.ModelGraph(DM_MODEL), dm_transform(config_for_frame(width, height).cabin),
                              width, height, stride, size, devices)
   return prog, size, stride
 
@@ -58,7 +60,7 @@ def test_a_dm_replay_is_bit_identical_to_the_numpy_warp_then_onnx_runner(width, 
 def test_a_road_replay_with_its_image_history_is_bit_identical_to_warps_history_and_onnx_runner():
   w, h = 1344, 760
   size, stride, uv_offset = padded_nv12_layout(w, h)
-  prog = fp.road_frame_program(fp.load_model_graph(MODEL_PATHS["small"]), {c: (w, h, stride, uv_offset, size)
+  prog = fp.road_frame_program(fp.ModelGraph(MODEL_PATHS["small"]), {c: (w, h, stride, uv_offset, size)
                                                                           for c in fp.ROAD_CAMERAS}, CPU)
   ref, hist = OnnxRunner(MODEL_PATHS["small"], "CPU"), ModelHistory()
   warps = {c: RoadWarp(w, h, stride, uv_offset) for c in fp.ROAD_CAMERAS}
@@ -194,7 +196,7 @@ def test_device_tables_name_each_part_and_env_overrides_them():
 def test_the_road_index_tables_are_computed_only_when_a_transform_changes_and_equal_the_oracles():
   w, h = 1928, 1208
   size, stride, uv_offset = padded_nv12_layout(w, h)
-  prog = fp.road_frame_program(fp.load_model_graph(MODEL_PATHS["small"]), {c: (w, h, stride, uv_offset, size)
+  prog = fp.road_frame_program(fp.ModelGraph(MODEL_PATHS["small"]), {c: (w, h, stride, uv_offset, size)
                                                                           for c in fp.ROAD_CAMERAS}, CPU)
   per_frame_ops = {n.op for r in prog.runners for n in r.program.graph.nodes}
   assert "Div" not in per_frame_ops and "Round" not in per_frame_ops   # no homography arithmetic per frame
@@ -217,3 +219,33 @@ def test_the_road_index_tables_are_computed_only_when_a_transform_changes_and_eq
   with pytest.raises(InputError, match="road_transform"):
     prog.run(frames, {"road_transform": np.zeros((3, 4), np.float32), "wide_transform": m, **other})
   assert prog.index_runs == 2 and prog.leases and all(lease.released for lease in prog.leases.values())
+
+
+def test_a_frame_program_built_again_comes_from_the_program_cache_without_reading_the_model(tmp_path, monkeypatch):
+  w, h = 1344, 760
+  size, stride, uv_offset = padded_nv12_layout(w, h)
+  geometries = {c: (w, h, stride, uv_offset, size) for c in fp.ROAD_CAMERAS}
+  rng = np.random.default_rng(9)
+  frames = {f"{c}_frame": rng.integers(0, 256, size, dtype=np.uint8) for c in fp.ROAD_CAMERAS}
+  m = np.array([[1.1, 0.01, 200], [0, 1, 300], [0, 1e-5, 1]], np.float32)
+  specs = OnnxRunner(MODEL_PATHS["small"], "CPU").input_specs
+  inputs = {n: rng.standard_normal(specs[n][0]).astype(np.float32) for n in ("features_buffer", "desire_pulse")}
+  inputs.update(road_transform=m, wide_transform=m, traffic_convention=np.array([[1, 0]], np.float32),
+                action_t=np.zeros((1, 2), np.float32))
+
+  def build():   # a fresh process-level program cache over one disk dir, as a daemon started again has
+    monkeypatch.setattr(runtime.runner, "DEFAULT_CACHE", CompileCache(disk_dir=str(tmp_path / "cache")))
+    prog = fp.road_frame_program(fp.ModelGraph(MODEL_PATHS["small"]), geometries, CPU)
+    return prog, [prog.run(frames, inputs)[0]["outputs"] for _ in range(6)]
+  first, want = build()
+  assert {r.program_source for r in first.runners + [first.index]} == {"graph"}
+
+  def no_graph(path):
+    raise AssertionError(f"the model graph was read on a program-cache hit ({path})")
+  monkeypatch.setattr(fp, "load_model_graph", no_graph)
+  again, got = build()
+  assert {r.program_source for r in again.runners + [again.index]} == {"program cache"}
+  assert [a.tobytes() for a in got] == [b.tobytes() for b in want]   # replayed past the image history, bit-identical
+  other = dict(geometries, wide=(1928, 1208, *padded_nv12_layout(1928, 1208)[1:], padded_nv12_layout(1928, 1208)[0]))
+  with pytest.raises(AssertionError, match="the model graph was read"):   # another geometry is another entry
+    fp.road_frame_program(fp.ModelGraph(MODEL_PATHS["small"]), other, CPU)
