@@ -358,12 +358,17 @@ def compile_program(program: Program, kernels: KernelCache | None = None) -> tup
 class CompileCache:
   """Programs built in this process, by graph key (a bounded LRU), in front of the machine-code cache."""
 
-  def __init__(self, disk_dir: str | None = None, use_disk: bool = True, max_programs: int = 8):
+  def __init__(self, disk_dir: str | None = None, use_disk: bool = True, max_programs: int = 8,
+               kernels: KernelCache | None = None):
+    """kernels: the machine-code cache to use (default: one of its own for disk_dir / use_disk=False, else the
+    process's DEFAULT_KERNELS)."""
     self.programs: OrderedDict[str, Program] = OrderedDict()
     self.by_model: OrderedDict[str, tuple[str, str]] = OrderedDict()   # program_cache key -> (graph key, hash)
     self.last_key = ""
     self.max_programs = max_programs
-    self.kernels = KernelCache(disk_dir, use_disk) if (disk_dir is not None or not use_disk) else DEFAULT_KERNELS
+    if kernels is None:
+      kernels = KernelCache(disk_dir, use_disk) if (disk_dir is not None or not use_disk) else DEFAULT_KERNELS
+    self.kernels = kernels
     self.stats = self.kernels.stats
     self.program_hits = self.program_misses = 0
     self.last = ""

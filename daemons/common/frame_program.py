@@ -268,7 +268,7 @@ class ModelGraph:
   def __init__(self, path: str):
     self.path = path
     with open(path, "rb") as f:
-      self.digest = hashlib.sha256(f.read()).hexdigest()
+      self.digest = model_digest(f.read())
     self._graph: Graph | None = None
 
   @property

@@ -24,9 +24,7 @@ SHARED_KERNELS = KernelCache(use_disk=False)
 
 def memory_cache() -> CompileCache:
   """A fresh program cache, in memory only, over SHARED_KERNELS."""
-  cache = CompileCache(use_disk=False)
-  cache.kernels, cache.stats = SHARED_KERNELS, SHARED_KERNELS.stats
-  return cache
+  return CompileCache(use_disk=False, kernels=SHARED_KERNELS)
 
 
 def tiny_model(op, inputs: dict, attrs=None, n_outputs=1, consts=None, opset=17, out_names=None,
