@@ -9,7 +9,7 @@ bus namespace, and reports:
   cabinCameraState right after announcing the frame; the daemon stamps driverStateV2 just before sending it);
 - per stage from driverStateV2.stageTimings (warp, model, readback, parse);
 - frames the camera announced that got no driverStateV2 (dropped), and the daemon's own framesDropped.
-Targets (DESIGN.md): p50 ≤ 12 ms, p99 ≤ 25 ms on 2 cores with everything running, no dropped frames.
+Targets of this bench: p50 ≤ 12 ms, p99 ≤ 25 ms on 2 cores with everything running, no dropped frames.
 """
 import argparse
 import os

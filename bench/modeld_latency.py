@@ -17,7 +17,7 @@ The big mode waits until modeld reports modelName "big" before measuring; the de
 (USB link latency/bandwidth modelled, kernels run on this CPU), so big/small ratios are the figure to read.
 Then, unless --no-interleaved, both models' runs alone, interleaved in this process on the same inputs (small
 on CPU, big on the simulated device), so their ratio is not skewed by load changing between the two modes.
-Target (DESIGN.md): small p50 <= 25 ms on 2 cores with everything running; < 1 % dropped frames.
+Target of this bench: small p50 <= 25 ms on 2 cores with everything running; < 1 % dropped frames.
 """
 import argparse
 import os

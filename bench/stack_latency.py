@@ -7,8 +7,8 @@ Starts `pymodeld-manager --no-view` in a fresh namespace and listens next to it.
 modelV2 it takes logMonoTime (the daemon stamps it just before sending) minus the message's own timestampEof
 (the camera frame's end of exposure, the same monotonic clock), so the figure includes camerad's hand-off, the
 daemon's wait for the frame, warp, model, parse and publish. Frames dropped: frame ids missing between the
-first and last output measured. The peer is the reference device gate (DESIGN.md: openpilot's mean 15 ms for
-driverStateV2 and 25 ms for modelV2 on the device); the targets are DESIGN.md's. The run is appended to
+first and last output measured. The peer is the reference device gate (openpilot's mean 15 ms for
+driverStateV2 and 25 ms for modelV2 on the device); the targets are the README's. The run is appended to
 bench/results/stack_latency.json.
 """
 import argparse

@@ -1,4 +1,4 @@
-"""Imports point one way (DESIGN.md's layer rule) and no two modules import each other, however indirectly.
+"""Imports point one way (ARCHITECTURE.md's layer order) and no two modules import each other, however indirectly.
 
 Every import of our own packages in every module is read from the source (ast), function-level ones
 included. An import names a module (`from pkg import sub` names pkg.sub when that is a module); a package's

@@ -1,6 +1,6 @@
 """FrequencyTracker: is a service arriving at its expected rate, as judged by a reader running at update_hz.
 
-The rules are openpilot's (spec/plumbing.md §3.4):
+The rules are openpilot's (cereal/messaging's FrequencyTracker):
 - f = max(min(service_hz, update_hz), 1).
 - The polled service must arrive at f: band [0.8·f, 1.2·f].
 - Other services are sampled once per update, so the band is [0.8·lo, 1.2·hi] with hi = min(f, update_hz)

@@ -1,6 +1,6 @@
 """SubMaster: subscribe to several services and judge each one alive, on time and valid.
 
-The rules are openpilot's, exactly (spec/plumbing.md §3.4):
+The rules are openpilot's, exactly (openpilot's cereal/messaging SubMaster):
 - Every socket is conflated; `poll` names the one service the update waits on (None: wait on all), the
   others get a non-blocking receive per update. `frequency` (only without `poll`) overrides the update rate,
   which is otherwise the highest rate among the polled services.

@@ -1,6 +1,6 @@
 """The camera warps as runtime graphs (standard ONNX-style ops), compiled with the model like any other graph.
 
-openpilot's compile_warp (spec/codegen.md §8): the homography inlined as elementwise ops, round, clip, then one
+openpilot's compile_warp (selfdrive/modeld/compile_warp.py): the homography inlined as elementwise ops, round, clip, then one
 flat gather into the frame. The numpy warps (dm_warp.py, road_warp.py) stay the oracle: these graphs are
 bit-exact against them, which fixes the arithmetic:
 - Road warp: the transform is a graph INPUT (3x3 float32), so a new calibration is new data, not a new

@@ -1,4 +1,4 @@
-"""FrequencyTracker: the bands and the two-window rule of spec/plumbing.md §3.4."""
+"""FrequencyTracker: the bands and the two-window rule of openpilot's cereal messaging."""
 import pytest
 
 from cereal.messaging.frequency import FrequencyTracker

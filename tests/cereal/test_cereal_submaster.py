@@ -1,4 +1,4 @@
-"""SubMaster state rules (spec/plumbing.md §3.4) driven by an injected clock, on real sockets."""
+"""SubMaster state rules (openpilot's) driven by an injected clock, on real sockets."""
 import pytest
 
 from cereal.messaging import MessageDecodeError, PubMaster, SubMaster, UnknownServiceError, new_message, pub_sock

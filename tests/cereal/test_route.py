@@ -130,7 +130,7 @@ def test_killed_recorder_leaves_a_readable_prefix(tmp_path):
   assert len(route.raw_events()) == FLUSH_EVERY and route.recovered
 
 
-# -- a route is outside input (issue 20 row 7) ---------------------------------------------------------------
+# -- a route is outside input ---------------------------------------------------------------
 
 def _small_route(path, cameras=()):
   """A complete route of a few events (and one tiny frame per camera given)."""

@@ -1,4 +1,4 @@
-"""TinyJit behaviour, mirroring tinygrad's JIT tests (spec/runtime.md section 8) with its flaws fixed."""
+"""TinyJit behaviour, mirroring tinygrad's JIT tests (test/test_jit.py) with its flaws fixed."""
 import numpy as np
 import pytest
 

@@ -219,7 +219,7 @@ CASES += [
 ]
 
 
-# ops the reference kernels gained with the onnx-case work (issue 18 item 8); appended, so the random values of
+# ops the reference kernels gained with the onnx-case work; appended, so the random values of
 # the cases above do not change
 _IDX = R.integers(0, 3, (2, 3)).astype(np.int64)
 # in [-0.45, -0.05], so that the second call's 2x + 1 stays inside arccos / arcsin / arctanh's domain

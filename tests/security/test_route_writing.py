@@ -1,4 +1,4 @@
-"""Recording a route never writes through a link another user planted (issue 20 row 2): route files are
+"""Recording a route never writes through a link another user planted: route files are
 created O_EXCL|O_NOFOLLOW in a directory that is this user's and not writable by everyone."""
 import os
 import stat

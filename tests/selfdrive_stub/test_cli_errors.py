@@ -1,5 +1,5 @@
 """Every CLI entry point answers a user's mistake with one line naming the bad value (and the fix), exit 2,
-never a traceback (issue 21 item 4). Each case drives the real command in a subprocess."""
+never a traceback. Each case drives the real command in a subprocess."""
 import base64
 import os
 import pickle

@@ -1,4 +1,4 @@
-"""Help texts (issue 21 item 8): every flag of every CLI entry point has help, no help text cites a file that
+"""Help texts: every flag of every CLI entry point has help, no help text cites a file that
 is not in the repository, and none prints a module's internal invariants."""
 import re
 import subprocess

@@ -1,4 +1,4 @@
-"""modeld says what it is doing (issue 21 item 5): loading, waiting for cameras (not silent while there are none),
+"""modeld says what it is doing: loading, waiting for cameras (not silent while there are none),
 the cameras, the big model's fate with a hint that can help a running stack, the standby's capture, first frame."""
 import os
 import subprocess

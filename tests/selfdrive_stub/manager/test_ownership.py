@@ -1,4 +1,4 @@
-"""A namespace has one owner (issue 20 rows 3, 10; issue 21 items 6, 9): a second manager, a namespace dir
+"""A namespace has one owner: a second manager, a namespace dir
 someone else planted, and a clean of a namespace in use are each refused in one line, exit 2, touching
 nothing; SIGHUP and SIGINT stop a run cleanly with its summary."""
 import json

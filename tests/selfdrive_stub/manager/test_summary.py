@@ -1,4 +1,4 @@
-"""The manager explains a run (issue 21 item 6; issue 20 row 3's "never ready is not OK"): a crash's last
+"""The manager explains a run (and "never ready" is not OK): a crash's last
 error line, a process that never got ready again, injected restarts, state changes with their events and
 reasons, frames lost across a fallback, services under 95 % valid; mistakes in the setup are caught before
 anything starts."""

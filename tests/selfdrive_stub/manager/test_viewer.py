@@ -62,7 +62,7 @@ def test_viewer_cli_without_a_stack_says_so(tmp_path):
 
 
 def test_the_viewer_run_where_no_stack_is_leaves_no_namespace_behind(tmp_path, namespace):
-  """A read-only tool (issue 21 item 9): what its subscribers created in /dev/shm and the runtime dir goes."""
+  """A read-only tool: what its subscribers created in /dev/shm and the runtime dir goes."""
   import os
   import subprocess
   import sys
