@@ -5,10 +5,12 @@ import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 
 import pytest
+import zmq
 
 import msgq
 from msgq.namespace import Namespace
@@ -122,12 +124,46 @@ def test_the_namespace_key_is_owner_only_and_made_once(zmq_mode, namespace):
     msgq.pub_sock("keycheck")
 
 
-def _as_nobody(code: str, prefix: str) -> subprocess.Popen:
+def _nobody_can_run(python: str, path: str) -> bool:
+  probe = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", python, "-S", "-c",
+                          "import msgq, zmq"], env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": path},
+                         cwd="/", capture_output=True, timeout=60)
+  return probe.returncode == 0
+
+
+@pytest.fixture
+def nobody_imports():
+  """A world-readable directory holding a copy of what the `nobody` children import (msgq, zmq and its bundled
+  libraries), so they import this checkout's msgq even when the checkout sits in an owner-only directory (a root
+  home, a `mktemp -d`). The children run with -S, so they see only this copy and the interpreter's stdlib."""
   if os.getuid() != 0 or shutil.which("setpriv") is None:
     pytest.skip("running a peer as another user needs root and setpriv")
-  env = {"PATH": os.environ.get("PATH", ""), "OPENPILOT_PREFIX": prefix, "ZMQ": "1", "HOME": "/tmp"}
+  root = tempfile.mkdtemp(prefix="pymodeld-nobody-")
+  try:
+    os.chmod(root, 0o755)
+    site_packages = os.path.dirname(os.path.dirname(zmq.__file__))
+    sources = [os.path.dirname(msgq.__file__), os.path.dirname(zmq.__file__), os.path.join(site_packages, "pyzmq.libs")]
+    for src in sources:
+      if os.path.isdir(src):
+        shutil.copytree(src, os.path.join(root, os.path.basename(src)), ignore=shutil.ignore_patterns("__pycache__"))
+    for dirpath, dirnames, filenames in os.walk(root):
+      for name in dirnames:
+        os.chmod(os.path.join(dirpath, name), 0o755)
+      for name in filenames:
+        os.chmod(os.path.join(dirpath, name), 0o755 if name.endswith(".so") or ".so." in name else 0o644)
+    if not _nobody_can_run(sys.executable, root):
+      pytest.skip(f"user {NOBODY} cannot run this interpreter ({sys.executable}) with a copy of msgq and zmq; "
+                  "it needs an interpreter outside owner-only directories")
+    yield root
+  finally:
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _as_nobody(code: str, prefix: str, imports: str) -> subprocess.Popen:
+  env = {"PATH": os.environ.get("PATH", ""), "OPENPILOT_PREFIX": prefix, "ZMQ": "1", "HOME": "/tmp", "PYTHONPATH": imports}
+  check = f"import msgq\nassert msgq.__file__.startswith({imports!r}), msgq.__file__\n"
   return subprocess.Popen(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable,
-                           "-c", textwrap.dedent(code)], env=env, cwd="/", stdout=subprocess.PIPE,
+                           "-S", "-c", check + textwrap.dedent(code)], env=env, cwd="/", stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
 
 
@@ -137,7 +173,7 @@ def nobody_cleanup(namespace):
   shutil.rmtree(f"/tmp/pymodeld-{NOBODY}/{namespace.prefix}", ignore_errors=True)
 
 
-def test_another_user_on_the_same_prefix_and_port_receives_nothing(zmq_mode, namespace, nobody_cleanup):
+def test_another_user_on_the_same_prefix_and_port_receives_nothing(zmq_mode, namespace, nobody_cleanup, nobody_imports):
   endpoint = "secret_stuff"
   pub = msgq.pub_sock(endpoint)
   ours = msgq.sub_sock(endpoint, timeout=100)
@@ -149,7 +185,7 @@ def test_another_user_on_the_same_prefix_and_port_receives_nothing(zmq_mode, nam
     while time.monotonic() < deadline:
       got += sub.receive() is not None
     print("GOT", got, flush=True)
-  """, namespace.prefix)
+  """, namespace.prefix, nobody_imports)
   try:
     assert spy.stdout.readline().strip() == "listening", spy.stderr.read()
     assert _receive_eventually(pub, ours, b"for root only") == b"for root only"
@@ -164,7 +200,7 @@ def test_another_user_on_the_same_prefix_and_port_receives_nothing(zmq_mode, nam
 
 
 def test_another_user_binding_the_port_first_injects_nothing_and_the_real_publisher_is_refused(
-    zmq_mode, namespace, nobody_cleanup):
+    zmq_mode, namespace, nobody_cleanup, nobody_imports):
   endpoint = "carControl_like"
   rogue = _as_nobody(f"""
     import time, msgq
@@ -174,7 +210,7 @@ def test_another_user_binding_the_port_first_injects_nothing_and_the_real_publis
     while time.monotonic() < deadline:
       pub.send(b"INJECTED")
       time.sleep(0.005)
-  """, namespace.prefix)
+  """, namespace.prefix, nobody_imports)
   try:
     assert rogue.stdout.readline().strip() == "bound", rogue.stderr.read()
     with pytest.raises(msgq.MultiplePublishersError, match="already bound"):
