@@ -226,9 +226,9 @@ class FrameProgram:
     ("index": the index program's device seconds when it ran for a changed transform, else 0)."""
     info: dict = {}
     inputs = self._update_index(inputs, info)
-    self._bind_frames(frames)
-    self._bind_history()
-    try:
+    try:   # binding is inside: a fault in it (the history rings' binding is the model device's first command) releases what was bound
+      self._bind_frames(frames)
+      self._bind_history()
       if self.warp is None:
         outs = self.model.run(inputs)
         info["after_warp"] = after_warp() if after_warp else True

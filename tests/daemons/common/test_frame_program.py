@@ -249,3 +249,32 @@ def test_a_frame_program_built_again_comes_from_the_program_cache_without_readin
   other = dict(geometries, wide=(1928, 1208, *padded_nv12_layout(1928, 1208)[1:], padded_nv12_layout(1928, 1208)[0]))
   with pytest.raises(AssertionError, match="the model graph was read"):   # another geometry is another entry
     fp.road_frame_program(fp.ModelGraph(MODEL_PATHS["small"]), other, CPU)
+
+
+def test_a_road_replay_whose_device_hangs_while_binding_the_history_releases_both_frames(usb, monkeypatch):
+  w, h = 1928, 1208
+  size, stride, uv_offset = padded_nv12_layout(w, h)
+  prog = fp.road_frame_program(fp.ModelGraph(MODEL_PATHS["small"]), {c: (w, h, stride, uv_offset, size)
+                                                                          for c in fp.ROAD_CAMERAS}, SPLIT)
+  specs = prog.model.input_specs
+  other = {n: np.zeros(specs[n][0], np.float32) for n in ("features_buffer", "desire_pulse", "traffic_convention", "action_t")}
+  frames = {f"{c}_frame": np.zeros(size, np.uint8) for c in fp.ROAD_CAMERAS}
+  m = np.eye(3, dtype=np.float32)
+  prog.run(frames, {"road_transform": m, "wide_transform": m, **other})
+  raised_in = []
+  bind_history = prog._bind_history
+
+  def noting_bind_history():
+    try:
+      bind_history()
+    except DeviceTimeout:
+      raised_in.append("_bind_history")
+      raise
+  monkeypatch.setattr(prog, "_bind_history", noting_bind_history)
+  usb.wait_timeout_ms = 200
+  usb.inject_fault("hang@after=0")   # the next USB+AMD command: the history rings' binding, the frame's first there
+  with pytest.raises(DeviceTimeout, match="within 200 ms"):
+    prog.run(frames, {"road_transform": m, "wide_transform": m, **other})
+  assert raised_in == ["_bind_history"]
+  assert set(prog.leases) == set(frames) and all(lease.released for lease in prog.leases.values())
+  assert not set(frames) & set(prog.frame_runner.bound)   # no address into either frame remains
