@@ -170,7 +170,9 @@ def acc(tag: int, dtype, idx: list[E]) -> E:
 def reduce(op: str, rvars: list[E], body: E, gate: E | None = None) -> E:
   assert op in REDUCE_OPS, op
   rvars = tuple(v for v in rvars if v.op == "VAR")
-  if not rvars:
+  if not rvars:  # one term: a sum/max/... is that term, an arg op is its index, always 0
+    if op in ARG_OPS:
+      return const(0, INDEX)
     return body if gate is None else where(gate, body, identity(op, body.dtype))
   if gate is not None and gate.is_const:
     gate = None if gate.arg else gate
@@ -687,6 +689,8 @@ class View:
     shape = tuple(int(s) for s in shape)
     if shape == self.shape:
       return self
+    if 0 in shape or 0 in self.shape:  # no element: any layout of the new shape is this one (nothing is read)
+      return View.contiguous(shape, self.offset)
     if self.mask is not None:
       if any(m[1] <= m[0] for m in self.mask):
         return None
@@ -719,11 +723,13 @@ class View:
 
 
 def _solve(st: int, sp: int, lo: int, hi: int, n: int) -> tuple[int, int]:
-  """The j in [0, n) with lo <= st + j * sp < hi, as one half-open interval (sp != 0)."""
+  """The j in [0, n) with lo <= st + j * sp < hi, as one half-open interval (sp != 0). With q = |sp| > 0:
+  sp > 0 needs ceil((lo - st) / q) <= j <= floor((hi - 1 - st) / q); sp < 0 needs ceil((st - hi + 1) / q) <= j
+  <= floor((st - lo) / q)."""
   if sp > 0:
     a, b = -((st - lo) // sp), (hi - 1 - st) // sp + 1
   else:
-    a, b = -((hi - 1 - st) // sp), (st - lo) // (-sp) + 1
+    a, b = -((hi - 1 - st) // -sp), (st - lo) // (-sp) + 1
   return max(0, a), min(n, b)
 
 

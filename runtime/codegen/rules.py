@@ -17,7 +17,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from ..errors import UnsupportedOpError
 from ..kernels.nn import bn_affine, window_geometry
-from ..kernels.shape_ops import source_coords
+from ..kernels.shape_ops import slice_range, source_coords
 from . import ir
 from .ir import BOOL, INDEX, E
 from .lazy import Lazy, broadcast_shapes, combine, gate_loads
@@ -265,23 +265,12 @@ def transpose(ctx, node, ins, specs, consts):
 
 
 def slice_params(shape, starts, ends, axes, steps):
-  """ONNX Slice -> per-axis (start, step, length), clamped like the reference kernel."""
+  """ONNX Slice -> per-axis (start, step, length), clamped by the reference kernel's one definition."""
   rank = len(shape)
   st, sp, ln = [0] * rank, [1] * rank, list(shape)
   for s, e, a, step in zip(starts, ends, axes, steps):
     a = a % rank
-    dim = shape[a]
-    s = max(-dim - 1, min(dim, s))
-    if step < 0 and e < -dim:
-      e = None
-    else:
-      e = max(-dim - 1, min(dim, e))
-      if step < 0 and e == -dim - 1:
-        e = None
-    if s == -dim - 1:
-      s = 0 if step > 0 else None
-    r = range(*slice(s, e, step).indices(dim))
-    st[a], sp[a], ln[a] = r.start, r.step, len(r)
+    st[a], sp[a], ln[a] = slice_range(shape[a], s, e, step)
   return st, sp, ln
 
 

@@ -271,6 +271,27 @@ def split(op, attrs, specs, consts):
   return Kernel(op, specs_out, bind)
 
 
+def slice_range(dim: int, start: int, end: int, step: int) -> tuple[int, int, int]:
+  """ONNX Slice on one axis of extent dim -> (first index, step, count). Negative start/end count from the
+  end; then a positive step clamps start and end to [0, dim], a negative one clamps start to [0, dim - 1]
+  and end to [-1, dim - 1] (so INT64_MIN/MAX sentinels mean "to the end" either way)."""
+  if step == 0:
+    raise ModelError("Slice step 0")
+  if dim == 0:
+    return 0, step, 0
+  if start < 0:
+    start += dim
+  if end < 0:
+    end += dim
+  if step > 0:
+    start, end = max(0, min(dim, start)), max(0, min(dim, end))
+    n = max(0, -((start - end) // step))
+  else:
+    start, end = max(0, min(dim - 1, start)), max(-1, min(dim - 1, end))
+    n = max(0, -((end - start) // -step))
+  return (start if n else 0), step, n
+
+
 @register("Slice")
 def slice_op(op, attrs, specs, consts):
   x = specs[0]
@@ -287,24 +308,17 @@ def slice_op(op, attrs, specs, consts):
     steps = [int(v) for v in need_const(consts, 4, "Slice steps")] if opt(specs, 4) is not None \
         else [1] * len(starts)
   index = [slice(None)] * rank
+  shape = list(x.shape)
   for s, e, a, st in zip(starts, ends, axes, steps):
     a = norm_axis(a, rank, "Slice")
-    if st == 0:
-      raise ModelError("Slice step 0")
-    dim = x.shape[a]
-    # clamp like ONNX: huge sentinels (INT64_MAX/MIN) mean "to the end"
-    s = max(-dim - 1, min(dim, s))
-    if st < 0 and e < -dim:
-      e = None
-    else:
-      e = max(-dim - 1, min(dim, e))
-      if st < 0 and e == -dim - 1:
-        e = None
-    if s == -dim - 1:
-      s = 0 if st > 0 else None
-    index[a] = slice(s, e, st)
+    first, st, n = slice_range(x.shape[a], s, e, st)
+    shape[a] = n
+    # the last kept index is >= 0; a stop of -1 would wrap in numpy, so a run that reaches 0 stops at None
+    last = first + (n - 1) * st
+    stop = last + (1 if st > 0 else -1)
+    index[a] = slice(first, stop if stop >= 0 else None, st) if n else slice(0, 0)
   index = tuple(index)
-  shape = tuple(len(range(*sl.indices(d))) for sl, d in zip(index, x.shape))
+  shape = tuple(shape)
   return copy_kernel(op, lambda ins: ins[0][index], Spec(tuple(shape), x.dtype))
 
 
