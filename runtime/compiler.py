@@ -35,7 +35,11 @@ COMPILE_TIMEOUT_S = 120
 
 
 @functools.lru_cache(maxsize=None)
-def _host_arch_flags() -> tuple[str, ...]:
+def _host_arch_flags(target: str | None = None) -> tuple[str, ...]:
+  """-march: the forced x86-64 level (config.cpu_target) or this CPU's own. Part of flags(), so of every
+  machine-code cache key: kernels built for different levels never mix."""
+  if target is not None:
+    return (f"-march={target}",)
   return ("-march=native",) if platform.machine() in ("x86_64", "AMD64", "aarch64", "arm64") else ()
 
 
@@ -68,7 +72,7 @@ def compiler() -> tuple[str, str]:
 
 
 def flags() -> tuple[str, ...]:
-  return OPT_FLAGS + _host_arch_flags() + _vectorizer_flags(compiler()[1])
+  return OPT_FLAGS + _host_arch_flags(config.cpu_target()) + _vectorizer_flags(compiler()[1])
 
 
 @functools.lru_cache(maxsize=None)
@@ -97,9 +101,15 @@ def cpu_target() -> str:
   return f"{model}:{hashlib.sha256(feats.encode()).hexdigest()[:12]}"
 
 
-@functools.lru_cache(maxsize=None)
 def vector_bytes() -> int:
-  """Width of one native vector register for the generated code's explicit vectors."""
+  """Width of one vector register of the target (the forced x86-64 level's, else this CPU's) for the generated
+  code's explicit vectors; part of the program target, so of the program and artifact keys."""
+  forced = config.cpu_target()
+  return config.CPU_TARGETS[forced] if forced is not None else _native_vector_bytes()
+
+
+@functools.lru_cache(maxsize=None)
+def _native_vector_bytes() -> int:
   try:
     with open("/proc/cpuinfo") as f:
       text = f.read()

@@ -24,11 +24,14 @@ USB_BANDWIDTH_ENV = "PYMODELD_USB_BANDWIDTH_MBPS"
 USB_LATENCY_ENV = "PYMODELD_USB_LATENCY_US"
 MEMORY_BUDGET_ENV = "PYMODELD_MEMORY_BUDGET_BYTES"
 DEFAULT_MEMORY_BUDGET = 4 << 30
+CPU_TARGET_ENV = "PYMODELD_CPU_TARGET"
+# the x86-64 ISA levels a CPU target may name -> the width in bytes of their widest float vector register
+CPU_TARGETS = {"x86-64": 16, "x86-64-v2": 16, "x86-64-v3": 32, "x86-64-v4": 64}
 
 # every variable read below (tests/test_env.py checks README.md's table against this)
 VARIABLES = ("DEV", "JIT", "CC", CACHE_DIR_ENV, DISK_CACHE_ENV, THREADS_ENV, SEARCH_ENV, RUNTIME_DIR_ENV, CPU_LRU_ENV,
              USB_PRESENT_ENV, USB_FAULT_ENV, USB_VRAM_ENV, USB_LRU_ENV, USB_BANDWIDTH_ENV, USB_LATENCY_ENV,
-             MEMORY_BUDGET_ENV)
+             MEMORY_BUDGET_ENV, CPU_TARGET_ENV)
 
 _runtime_dir: str | Callable[[], str] | None = None
 
@@ -101,6 +104,16 @@ def cpu_lru_bytes() -> int:
 def memory_budget_bytes() -> int:
   """The load-time memory budget (runtime/limits.py): no tensor and no planned arena may exceed it."""
   return _int(MEMORY_BUDGET_ENV, DEFAULT_MEMORY_BUDGET, minimum=1)
+
+
+def cpu_target() -> str | None:
+  """The x86-64 ISA level the generated kernels are compiled for (-march=LEVEL, and vectors of its width)
+  instead of this CPU's own (-march=native); None: the host's. It stands in for another CPU of that level.
+  The level must run here: forcing one above the host's ISA fails when a kernel runs (illegal instruction)."""
+  v = _get(CPU_TARGET_ENV)
+  if v is not None and v not in CPU_TARGETS:
+    raise ValueError(f"{CPU_TARGET_ENV} must be one of {', '.join(CPU_TARGETS)}, got {v!r}")
+  return v
 
 
 def usb_presence_env() -> str | None:
