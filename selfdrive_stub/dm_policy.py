@@ -18,14 +18,30 @@ Invariants:
   distracted therefore starts again from alert one.
 - Engagement locks out (`too_distracted`, sticky for this object's life) after MAX_TERMINAL_ALERTS terminal
   alerts or MAX_TERMINAL_STEPS steps spent in terminal alert.
+- A step whose recovery resets awareness (wheel touched while attentive) or lifts it above the alert-two
+  threshold shows no alert, even while awareness is still below the alert-one threshold (as upstream: the
+  recovery branch reports "cleared").
+- The active policy switches to wheel-touch only above the vision alert-two threshold, and back to vision only
+  above the wheel-touch alert-two threshold: an orange alert is never escaped by switching.
+
+Checked line by line against upstream's policy.py (and common/stat_live.py for the running stats); the
+deliberate differences, all of them:
 - `run_step(None)` is "monitoring unavailable" (the model output is late, invalid, missing or malformed): it is
   never attentive. The active policy keeps counting down at its own rate; unlike a no-face frame it does not
   switch to the laxer wheel-touch policy and the vision step is not frozen (deliberately stricter than
   upstream, whose model output is always "valid").
-
-Our driverStateV2 carries per-eye heads (eye visible, blink) where upstream's newest model has combined
-eyesVisibleProb / eyesClosedProb: the blink probability is the mean over both eyes of blinkProb gated by
-eyeProb > EYE_THRESHOLD (upstream gates the combined closed probability by the combined visible one).
+- Blink: our driverStateV2 carries per-eye heads (eye visible, blink) where upstream's newest model has combined
+  eyesVisibleProb / eyesClosedProb: the blink probability is the mean over both eyes of blinkProb gated by
+  eyeProb > EYE_THRESHOLD (upstream gates the combined closed probability by the combined visible one).
+- Events: the policy names its events (driverDistracted1-3 / driverUnresponsive1-3 by the active policy,
+  driverMonitoringUnavailable, tooDistracted) for dmonitoringd to publish; upstream's policy publishes none.
+- The lockout starts False for each DriverMonitoring (pure: no params file); upstream starts from the persisted
+  DriverTooDistracted param. dmonitoringd owns any persistence.
+- Input checking: DriverData.from_reader refuses non-finite values, short lists, negative standard deviations and
+  probabilities outside [0, 1] (MalformedInput); upstream reads whatever the model sent.
+- State: alert3Count (terminal alerts, clamped to 127) is reported beside the lockout percents.
+- Names only: HI_STD_* / hi_stds / is_model_uncertain are upstream's _POSE_UNCERTAINTY_THRESHOLD /
+  wheeltouch_fallback_count / wheeltouch_fallback_active; the same rules.
 """
 from __future__ import annotations
 
@@ -242,20 +258,24 @@ class AwarenessPolicy:
     return can_recover or (standstill and self.reaching_alert_1(step))
 
   def update_awareness(self, step: float, can_recover: bool, count_down: bool, standstill: bool,
-                       exempt: bool, driver_interacting: bool = False) -> None:
+                       exempt: bool, driver_interacting: bool = False) -> bool:
+    """One step of the countdown or recovery. True: the alert is cleared this step (recovery reset awareness
+    or lifted it above the alert-two threshold), so the caller shows no alert although awareness may still sit
+    below the alert-one threshold."""
     if self.awareness <= 0.0:
-      return   # terminal: only a reset clears it
+      return False   # terminal: only a reset clears it
     standstill_exemption = standstill and self.reaching_alert_1(step)
     if self.recovery_available(can_recover, standstill, step):
       if driver_interacting:
         self.reset_awareness()
-        return
+        return True
       gain = (self.s.RECOVERY_FACTOR_MAX - self.s.RECOVERY_FACTOR_MIN) * (1.0 - self.awareness) + self.s.RECOVERY_FACTOR_MIN
       self.awareness = min(self.awareness + gain * step, 1.0)
       if self.awareness > self.alert_2_threshold:
-        return
+        return True
     if count_down and not (standstill_exemption or exempt):
       self.awareness = max(self.awareness - step, -0.1)
+    return False
 
   def alert_level(self) -> int:
     if self.awareness <= 0.0:
@@ -390,16 +410,17 @@ class WheeltouchPolicy(AwarenessPolicy):
     self.driver_interacting = False
 
   def update(self, active: bool, vision: VisionPolicy, driver_interacting: bool, standstill: bool, exempt: bool,
-             monitoring_available: bool) -> None:
+             monitoring_available: bool) -> bool:
+    """True: this (active) policy's alert is cleared this step; standing by it never clears one."""
     self.driver_interacting = driver_interacting
     if active:
-      self.update_awareness(self.awareness_step, vision.attentive, vision.certainly_distracted or vision.maybe_distracted,
-                            standstill, exempt, driver_interacting)
-      return
+      return self.update_awareness(self.awareness_step, vision.attentive, vision.certainly_distracted or vision.maybe_distracted,
+                                   standstill, exempt, driver_interacting)
     # standing by: an attentive, fully aware driver earns back wheel-touch awareness at the vision rate
     step = vision.step_size(monitoring_available)
     if vision.awareness == 1.0 and vision.recovery_available(vision.attentive, standstill, step):
       self.awareness = min(self.awareness + step, 1.0)
+    return False
 
 
 class DriverMonitoring:
@@ -431,8 +452,8 @@ class DriverMonitoring:
     if self.vision_active:
       if not self.vision.is_available and self.vision.awareness > self.vision.alert_2_threshold:
         self.vision_active = False   # no switch once alert two is up: no escaping an orange alert
-    elif self.vision.is_available:
-      self.vision_active = True
+    elif self.vision.is_available and self.wheeltouch.awareness > self.wheeltouch.alert_2_threshold:
+      self.vision_active = True   # nor back to vision from an orange wheel-touch alert
 
   def _reset_awareness(self) -> None:
     self.vision.reset_awareness()
@@ -442,6 +463,7 @@ class DriverMonitoring:
     s = self.s
     self.alert_level = 0
     self.events = []
+    self.wheeltouch.driver_interacting = interacting   # reported on every step, the reset path included
     if self.terminal_alert_cnt >= s.MAX_TERMINAL_ALERTS or self.terminal_steps >= s.MAX_TERMINAL_STEPS:
       self.too_distracted = True
     always_on_valid = self.always_on and not wrong_gear
@@ -452,15 +474,17 @@ class DriverMonitoring:
       prev = self.active.awareness
       exempt = always_on_valid and not engaged and self.active.reaching_alert_3(self._active_step())
       v = self.vision
+      cleared = False
       if self.vision_active:
-        v.update_awareness(v.step_size(self.monitoring_available), v.attentive, v.certainly_distracted or v.maybe_distracted,
-                           standstill, exempt)
-      self.wheeltouch.update(not self.vision_active, v, interacting, standstill, exempt, self.monitoring_available)
-      self.alert_level = self.active.alert_level()
-      if self.alert_level == 3:
-        self.terminal_steps += 1
-        if prev > 0.0:
-          self.terminal_alert_cnt += 1
+        cleared = v.update_awareness(v.step_size(self.monitoring_available), v.attentive,
+                                     v.certainly_distracted or v.maybe_distracted, standstill, exempt, interacting)
+      cleared |= self.wheeltouch.update(not self.vision_active, v, interacting, standstill, exempt, self.monitoring_available)
+      if not cleared:
+        self.alert_level = self.active.alert_level()
+        if self.alert_level == 3:
+          self.terminal_steps += 1
+          if prev > 0.0:
+            self.terminal_alert_cnt += 1
     if self.alert_level:
       self.events.append(f"{'driverDistracted' if self.vision_active else 'driverUnresponsive'}{self.alert_level}")
     if not self.monitoring_available:
@@ -473,8 +497,7 @@ class DriverMonitoring:
     """One 50 ms step. `x=None`: no usable model output; the car context then comes from the keywords."""
     if x is not None:
       if demo:
-        x = DMInputs(x.left, x.right, x.wheel_on_right_prob, (0.0, 0.0, 0.0), 30.0, True, False, False,
-                     x.steering_angle_deg, 1.0, False)
+        x = DMInputs(x.left, x.right, x.wheel_on_right_prob, (0.0, 0.0, 0.0), 30.0, True, False, False, 0.0, 1.0, False)
       self.monitoring_available = True
       self.vision.set_pose_strictness(x.brake_disengage_prob, x.car_speed)
       self.vision.update(x, demo)

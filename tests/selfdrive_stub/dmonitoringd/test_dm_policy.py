@@ -145,6 +145,62 @@ def test_attention_recovers_awareness():
   assert dm.alert_level == 0 and dm.awareness > 0.9
 
 
+def test_an_alert_clears_as_soon_as_recovery_lifts_awareness_above_the_alert_two_threshold():
+  dm = DriverMonitoring()
+  seen = first_step_at_level(dm, inputs(driver(**AWAY)), max_seconds=5.6)
+  assert dm.alert_level == 2, seen
+  cleared_after = None
+  for i in range(steps(2.0)):
+    dm.run_step(inputs())
+    if dm.alert_level == 0:
+      cleared_after = (i + 1) * DT_DMON
+      break
+  # cleared while awareness is still below the alert-one threshold (upstream: "cleared" from the recovery branch)
+  assert cleared_after is not None and cleared_after <= 0.6, cleared_after
+  assert dm.vision.alert_2_threshold < dm.awareness <= dm.vision.alert_1_threshold
+  assert dm.state()["alertLevel"] == "none" and dm.state()["events"] == []
+
+
+def test_touching_the_wheel_while_recovering_resets_vision_awareness_to_one():
+  dm = DriverMonitoring()
+  run(dm, inputs(driver(**AWAY)), 4)
+  assert dm.alert_level == 1 and dm.vision_active
+  for _ in range(steps(1.0)):
+    dm.run_step(inputs(driver_interacting=True))
+    if dm.vision.attentive:
+      break
+  assert dm.vision.attentive and dm.vision.awareness == 1.0 and dm.alert_level == 0
+
+
+def test_back_to_vision_only_once_the_wheeltouch_awareness_is_above_its_alert_two_threshold():
+  dm = DriverMonitoring()
+  run(dm, inputs(driver(face=0.1)), 25)
+  assert dm.alert_level == 2 and not dm.vision_active
+  dm.run_step(inputs())          # the face is back, but wheel-touch is orange: it recovers first, no switch yet
+  assert not dm.vision_active and dm.alert_level == 2
+  for _ in range(steps(2.0)):
+    before = dm.wheeltouch.awareness
+    dm.run_step(inputs())
+    if dm.vision_active:
+      break
+  assert dm.vision_active and before > dm.wheeltouch.alert_2_threshold
+
+
+def test_touching_the_wheel_while_disengaged_is_reported_in_the_wheeltouch_state():
+  dm = DriverMonitoring()
+  st = run(dm, inputs(enabled=False, driver_interacting=True), 0.05)
+  assert st["wheeltouchPolicyState"]["driverInteracting"] is True
+
+
+def test_demo_mode_ignores_the_steering_angle_like_its_other_car_inputs():
+  x = inputs(driver(yaw=-0.425), steering_angle_deg=90.0)   # looking into a 90 degree turn: relieved when driving
+  assert not run(DriverMonitoring(), x, 0.5)["visionPolicyState"]["distractedTypes"]["pose"]
+  dm = DriverMonitoring()
+  for _ in range(steps(0.5)):
+    dm.run_step(x, demo=True)
+  assert dm.state()["visionPolicyState"]["distractedTypes"]["pose"]
+
+
 def test_terminal_alert_is_cleared_only_by_disengaging():
   dm = DriverMonitoring()
   run(dm, inputs(driver(**AWAY)), 12)
