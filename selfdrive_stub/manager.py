@@ -54,7 +54,7 @@ from runtime import faults, usb_amd
 from runtime.faults import FAULT_KINDS
 from selfdrive_stub.car import SCENARIOS
 from selfdrive_stub.liveview import CLEAR, VALID_OK, CpuMeter, ServiceMonitor, render_line, render_screen
-from selfdrive_stub.owner import NamespaceBusy, NamespaceOwner, clean, holder
+from selfdrive_stub.owner import NamespaceBusy, NamespaceOwner, clean, holder, label
 from selfdrive_stub.process import ManagedProcess, ProcessConfig
 from selfdrive_stub.viewer import Viewer
 
@@ -611,7 +611,8 @@ def check_model_files(opts) -> None:
 
 def clean_namespace(prefix: str | None, out=sys.stdout) -> int:
   removed = clean(prefix or None)
-  print(f"removed {', '.join(removed)}" if removed else "nothing to remove", file=out)
+  where = label(prefix or None)
+  print(f"{where}: removed {', '.join(removed)}" if removed else f"{where}: nothing to remove", file=out)
   return 0
 
 

@@ -19,6 +19,7 @@ import fcntl
 import os
 import shutil
 
+from msgq.namespace import prefix as env_prefix
 from msgq.namespace import runtime_dir_path, shm_dir_path
 
 LOCK_NAME = "manager.lock"
@@ -49,7 +50,10 @@ def _read_pid(fd: int) -> int | None:
     return None
 
 
-def _label(prefix: str | None) -> str:
+def label(prefix: str | None) -> str:
+  """The namespace as a user names it. None means the one the paths resolve to (OPENPILOT_PREFIX if set), so
+  a namespace chosen through the environment is never called the default one."""
+  prefix = env_prefix() if prefix is None else prefix
   return f"OPENPILOT_PREFIX={prefix}" if prefix else "the default namespace"
 
 
@@ -98,7 +102,7 @@ class NamespaceOwner:
         pid = _read_pid(fd)
         os.close(fd)
         who = f"pid {pid}" if pid else "another process"
-        raise NamespaceBusy(prefix, f"{_label(prefix)} is owned by a running manager ({who}); stop it, or "
+        raise NamespaceBusy(prefix, f"{label(prefix)} is owned by a running manager ({who}); stop it, or "
                                     "use another OPENPILOT_PREFIX (unset, the manager picks a fresh one)", pid) from None
       try:
         same = os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
@@ -110,7 +114,7 @@ class NamespaceOwner:
         return cls(prefix, fd, path, made_dir)
       os.close(fd)   # the previous owner removed or replaced it while we waited: take the new one
       made_dir = _private_mkdir(rt) or made_dir
-    raise NamespaceBusy(prefix, f"{_label(prefix)}: its lock file keeps changing; is another manager starting?")
+    raise NamespaceBusy(prefix, f"{label(prefix)}: its lock file keeps changing; is another manager starting?")
 
   def release(self, remove: bool = True) -> None:
     """Remove the namespace (if `remove`; else only what acquire() made) and give up the lock."""
@@ -169,23 +173,35 @@ def users(prefix: str | None) -> dict[int, str]:
       with open(f"/proc/{pid}/maps") as f:
         paths += [line.split(None, 5)[5].strip() for line in f if len(line.split(None, 5)) == 6]
       if any(p.startswith(roots) for p in paths):
-        with open(f"/proc/{pid}/comm") as f:
-          found[pid] = f.read().strip()
+        found[pid] = _process_name(pid)
     except OSError:
       continue
   return found
+
+
+def _process_name(pid: int) -> str:
+  """The name a user knows the process by. The kernel's comm is cut to 15 bytes (dmonitoringmodeld reads
+  dmonitoringmode), so when argv[0] (the full title setproctitle wrote) extends comm, argv[0] is the name."""
+  with open(f"/proc/{pid}/comm") as f:
+    comm = f.read().strip()
+  try:
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+      argv0 = os.path.basename(f.read().split(b"\0", 1)[0].decode(errors="replace").strip())
+  except OSError:
+    return comm
+  return argv0 if len(comm) == 15 and argv0.startswith(comm) else comm
 
 
 def clean(prefix: str | None) -> list[str]:
   """Remove a namespace nobody uses; returns the directories removed. NamespaceBusy while it is in use."""
   pid = holder(prefix)
   if pid is not None:
-    raise NamespaceBusy(prefix, f"{_label(prefix)} is owned by a running manager (pid {pid}); stop it first "
+    raise NamespaceBusy(prefix, f"{label(prefix)} is owned by a running manager (pid {pid}); stop it first "
                                 "(it removes its namespace when it exits)", pid)
   in_use = users(prefix)
   if in_use:
     names = ", ".join(f"{name} (pid {pid})" for pid, name in sorted(in_use.items()))
-    raise NamespaceBusy(prefix, f"{_label(prefix)} is still in use by {names}; stop them first")
+    raise NamespaceBusy(prefix, f"{label(prefix)} is still in use by {names}; stop them first")
   removed = [p for p in (shm_dir_path(prefix), runtime_dir_path(prefix)) if os.path.lexists(p)]
   for path in removed:
     if os.path.islink(path) or not os.path.isdir(path):

@@ -184,3 +184,35 @@ def test_clean_refuses_a_namespace_a_manager_owns_or_a_process_maps(namespace, s
   child.kill()
   child.wait()
   assert clean(namespace.prefix) == [shm_dir_path(namespace.prefix), runtime_dir_path(namespace.prefix)]
+
+
+def test_clean_names_the_namespace_from_openpilot_prefix_not_the_default_one(namespace):
+  r = _run("--clean")
+  assert r.returncode == 0 and r.stdout.startswith(f"OPENPILOT_PREFIX={namespace.prefix}: "), r.stdout + r.stderr
+  owner = NamespaceOwner.acquire(namespace.prefix)
+  try:
+    r = _run("--clean")
+  finally:
+    owner.release(remove=False)
+  assert r.returncode == 2 and f"OPENPILOT_PREFIX={namespace.prefix} is owned" in r.stderr, r.stderr
+  assert "default namespace" not in r.stderr
+
+
+def test_clean_names_a_process_by_its_full_title_not_the_kernels_15_byte_cut(namespace, spawn_python):
+  _pieces_left_behind(namespace)
+  child = spawn_python("""
+    import mmap, sys, time
+    from setproctitle import setproctitle
+    setproctitle("dmonitoringmodeld")
+    f = open(sys.argv[1], "r+b")
+    m = mmap.mmap(f.fileno(), 4096)
+    print("MAPPED", flush=True)
+    time.sleep(600)
+  """, os.path.join(namespace.shm_dir, "leftover"))
+  try:
+    assert child.stdout.readline().strip() == "MAPPED"
+    r = _run("--clean")
+  finally:
+    child.kill()
+    child.wait()
+  assert r.returncode == 2 and f"dmonitoringmodeld (pid {child.pid})" in r.stderr, r.stderr
