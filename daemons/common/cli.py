@@ -4,6 +4,8 @@ Invariants:
 - `run_cli(prog, main)` runs a CLI's main(); the project's typed errors that mean "this input or this setup
   cannot be used" (USER_ERRORS, plus a CLI's own) end it with `prog: <message> (<fix>)` on one line and exit
   status 2, never a traceback. Anything else is a bug and keeps its traceback.
+- The CLIs run through `run_cli` are pieces of the bus: an OPENPILOT_PREFIX that is not one path component is
+  refused before main() runs (one line, exit 2), the same way the manager refuses it.
 - `Parser` is argparse's parser with the same rule for bad flags: one line (the error and where the help is)
   instead of the usage block, exit 2.
 - Ctrl-C before a CLI installs its own handlers ends it quietly with 130.
@@ -20,6 +22,7 @@ from daemons.common.cameras import UnknownCameraError
 from daemons.common.metadata import ModelMetadataError
 from msgq.env import EnvError
 from msgq.errors import IpcError, MultiplePublishersError
+from msgq.namespace import prefix as namespace_prefix
 from runtime.device import DeviceUnavailable
 from runtime.errors import InputError, ModelError, UnsupportedDtypeError, UnsupportedOpError
 from visionipc.errors import GeometryError, UnknownStreamError
@@ -57,6 +60,11 @@ def one_line(error: BaseException, hints: dict | None = None) -> str:
 
 def run_cli(prog: str, main: Callable[[], int | None], errors: tuple = (), hints: dict | None = None) -> None:
   """sys.exit(main()); a user error (USER_ERRORS + `errors`) becomes one line `prog: ...` and exit 2."""
+  try:
+    namespace_prefix()
+  except ValueError as e:
+    print(f"{prog}: {one_line(e)} (set OPENPILOT_PREFIX to a name without '/', or unset it)", file=sys.stderr, flush=True)
+    sys.exit(USAGE_EXIT)
   try:
     code = main()
   except USER_ERRORS + tuple(errors) as e:

@@ -1,0 +1,18 @@
+"""A bus piece run by hand with an OPENPILOT_PREFIX that is not one path component says so in one line and
+exits 2 before touching the bus, as the manager does. Each case drives the real command."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from repo_paths import REPO_ROOT
+
+
+@pytest.mark.parametrize("name", ["daemons.modeld", "daemons.dmonitoringmodeld", "selfdrive_stub.camerad", "selfdrive_stub.dmonitoringd"])
+def test_a_daemon_refuses_a_prefix_with_a_slash_in_one_line(name):
+  r = subprocess.run([sys.executable, "-m", name], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+                     env={**os.environ, "OPENPILOT_PREFIX": "a/b"})
+  lines = (r.stdout + r.stderr).strip().splitlines()
+  assert r.returncode == 2 and len(lines) == 1, lines
+  assert "OPENPILOT_PREFIX 'a/b'" in lines[0] and "Traceback" not in lines[0], lines
