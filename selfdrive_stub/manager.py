@@ -600,10 +600,11 @@ examples:
 
 def check_model_files(opts) -> None:
   """The model files the daemons of this run will load meet their contracts (ModelMetadataError otherwise),
-  so a bad model is one line before anything starts, not a crash loop."""
+  so a bad model is one line before anything starts, not a crash loop. With --usb-gpu the big model is asked
+  for, so a missing one is refused like a wrong one (modeld alone would run small-only and the run say OK)."""
   if "modeld" not in opts.block:
     load_metadata(model_path("small"), contract=ROAD_CONTRACT)
-    if opts.usb_gpu and os.path.exists(model_path("big")):
+    if opts.usb_gpu:
       load_metadata(model_path("big"), contract=ROAD_CONTRACT)
   if "dmonitoringmodeld" not in opts.block:
     load_metadata(DM_MODEL_PATH, contract=DM_CONTRACT)
