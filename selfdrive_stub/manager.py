@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 from cereal import messaging
 from cereal.messaging import new_message
-from cereal.route import Route, RouteError
+from cereal.route import CAMERAS, HEADER, Route, RouteError, _writable_route_dir
 from cereal.services import SERVICE_LIST
 from daemons.common.cli import Parser, UsageError, run_cli
 from daemons.common.metadata import load_metadata
@@ -573,6 +573,8 @@ examples:
       p.error(f"--camera {opts.camera} does not match the route's camera {route_camera}")
     opts.camera = route_camera
   opts.camera = opts.camera or "tici"
+  if opts.record:
+    check_record_dir(p, opts)
   if opts.duration is not None and opts.duration <= 0:
     p.error(f"--duration must be > 0, got {opts.duration}")
   if opts.status_every <= 0 or not 0 <= opts.rate_tolerance < 1:
@@ -596,6 +598,25 @@ examples:
   except ValueError as e:
     p.error(str(e))
   return opts
+
+
+def check_record_dir(p: argparse.ArgumentParser, opts) -> None:
+  """--record's directory and cameras are checked before anything starts, with the logger's own rules (a
+  private directory of this user, no route in it yet), so a bad one is one line now, not a failed run."""
+  bad = [c for c in opts.record_cameras.split(",") if c and c not in CAMERAS]
+  if bad:
+    p.error(f"--record-cameras: unknown camera {', '.join(bad)}; known: {', '.join(CAMERAS)}")
+  try:
+    fd = _writable_route_dir(opts.record)
+  except RouteError as e:
+    p.error(f"--record {e}")
+  try:
+    if os.path.lexists(os.path.join(opts.record, HEADER)):
+      p.error(f"--record {opts.record} already holds a route; record into a new directory")
+    if not os.access(opts.record, os.W_OK | os.X_OK):
+      p.error(f"--record {opts.record} is not writable by you; record into a directory of your own")
+  finally:
+    os.close(fd)
 
 
 def check_model_files(opts) -> None:

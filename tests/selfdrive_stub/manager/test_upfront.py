@@ -3,6 +3,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from repo_paths import REPO_ROOT
 
 
@@ -21,3 +23,37 @@ def test_usb_gpu_refuses_a_missing_big_model_up_front_as_it_refuses_a_wrong_one(
   r = _run("--usb-gpu", "--duration", "1", env={"PYMODELD_ROAD_MODEL_BIG": str(wrong)})
   lines = (r.stdout + r.stderr).strip().splitlines()
   assert r.returncode == 2 and len(lines) == 1 and str(wrong) in lines[0], lines
+
+
+def _one_line_refusal(r, *words):
+  lines = (r.stdout + r.stderr).strip().splitlines()
+  assert r.returncode == 2 and len(lines) == 1 and all(w in lines[0] for w in words), lines
+
+
+def test_record_refuses_an_unknown_camera_before_creating_anything(namespace, tmp_path):
+  out = tmp_path / "route"
+  _one_line_refusal(_run("--duration", "1", "--record", str(out), "--record-cameras", "road,front"), "--record-cameras", "front")
+  assert not out.exists()
+
+
+def test_record_refuses_a_dir_that_already_holds_a_route(namespace, tmp_path):
+  out = tmp_path / "route"
+  out.mkdir(mode=0o700)
+  (out / "header.json").write_text("{}")
+  _one_line_refusal(_run("--duration", "1", "--record", str(out)), str(out), "already holds a route")
+  assert (out / "header.json").read_text() == "{}"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a directory of another user needs root (chown)")
+def test_record_refuses_a_dir_of_another_user(namespace, tmp_path):
+  out = tmp_path / "route"
+  out.mkdir(mode=0o700)
+  os.chown(out, 65534, 65534)
+  _one_line_refusal(_run("--duration", "1", "--record", str(out)), str(out), "owned by uid 65534")
+
+
+def test_record_refuses_a_world_writable_dir(namespace, tmp_path):
+  out = tmp_path / "route"
+  out.mkdir()
+  out.chmod(0o777)
+  _one_line_refusal(_run("--duration", "1", "--record", str(out)), str(out), "writable by every user")
