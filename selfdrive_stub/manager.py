@@ -566,9 +566,12 @@ examples:
     p.error(f"--block: unknown process {', '.join(unknown)}; known: {', '.join(names)}")
   if opts.route:
     try:
-      route_camera = Route(opts.route).camera
+      route = Route(opts.route)
+      route_camera = route.camera
     except RouteError as e:
       p.error(str(e))
+    if not route.cameras:   # recorded with --record-cameras '': camerad would have nothing to play
+      p.error(f"--route {opts.route} holds no camera frames (recorded messages only); record one with frames to play it")
     if opts.camera and opts.camera != route_camera:
       p.error(f"--camera {opts.camera} does not match the route's camera {route_camera}")
     opts.camera = route_camera

@@ -5,6 +5,8 @@ import sys
 
 import pytest
 
+from cereal.route import RouteWriter
+
 from repo_paths import REPO_ROOT
 
 
@@ -57,3 +59,9 @@ def test_record_refuses_a_world_writable_dir(namespace, tmp_path):
   out.mkdir()
   out.chmod(0o777)
   _one_line_refusal(_run("--duration", "1", "--record", str(out)), str(out), "writable by every user")
+
+
+def test_route_without_camera_frames_is_refused_before_anything_starts(namespace, tmp_path):
+  with RouteWriter(str(tmp_path / "r"), camera="tici", generator="test"):
+    pass
+  _one_line_refusal(_run("--duration", "1", "--route", str(tmp_path / "r")), "--route", "no camera frames")
