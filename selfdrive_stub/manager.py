@@ -300,9 +300,11 @@ class Manager:
     if mon.model_frames_dropped:
       lines.append(f"  modelV2 frames dropped over the run: {mon.model_frames_dropped}")
     changes = mon.selfdrive_states
-    for t, state, events, reasons in changes[:SUMMARY_CHANGES]:
+    for i, (t, state, events, reasons) in enumerate(changes[:SUMMARY_CHANGES]):
       told = "; ".join(f"{e}: {_cut(reasons[e], 100)}" if reasons.get(e) else e for e in events)
-      lines.append(f"  selfdrive at {t - self.started:5.1f} s: {state}" + (f"  events: {told}" if told else ""))
+      # selfdrived starts disabled with an event per input not yet arriving: normal on every run, so say so
+      startup = " (the start-up state, before every input arrives)" if i == 0 and state == "disabled" else ""
+      lines.append(f"  selfdrive at {t - self.started:5.1f} s: {state}{startup}" + (f"  events: {told}" if told else ""))
     if len(changes) > SUMMARY_CHANGES:
       lines.append(f"  ... {len(changes) - SUMMARY_CHANGES} more selfdrive state changes (see --summary-json)")
     if missing:
@@ -481,7 +483,12 @@ class Manager:
 
 
 def _cut(text: str, n: int) -> str:
-  return text if len(text) <= n else text[:n - 3] + "..."
+  """text in at most n characters, cut at a word boundary (never mid-word) and marked with an ellipsis."""
+  if len(text) <= n:
+    return text
+  head = text[:n - 1]
+  space = head.rfind(" ")
+  return (head[:space] if space > 0 else head).rstrip(" ,;:") + "\u2026"
 
 
 def _with_fix(error: OSError) -> str:
