@@ -38,6 +38,7 @@ STABLE_AFTER_S = 30.0
 MANAGER_PID_ENV = "PYMODELD_MANAGER_PID"
 OUTPUT_LINES = 50
 MAX_LINE = 400    # a child's line is cut here: a runaway print must not grow the manager
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the directory holding our packages
 
 
 def always_run(ctx) -> bool:
@@ -117,7 +118,10 @@ class ManagedProcess:
     child_env["PYMODELD_PROCESS"] = self.name
     child_env[MANAGER_PID_ENV] = str(os.getpid())
     child_env["PYTHONUNBUFFERED"] = "1"
-    argv = [sys.executable, "-m", "selfdrive_stub.process", self.name, self.cfg.module, *self.cfg.args(ctx)]
+    # -P: the working directory is not on the child's path, so a runtime.py (or any module of ours) in the
+    # directory the manager was started from cannot shadow the package; the checkout is named explicitly instead
+    child_env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH", ""), CHECKOUT) if p)
+    argv = [sys.executable, "-P", "-m", "selfdrive_stub.process", self.name, self.cfg.module, *self.cfg.args(ctx)]
     self.proc = subprocess.Popen(argv, env=child_env, start_new_session=True, stdin=subprocess.DEVNULL,
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     self.tail.clear()
