@@ -302,8 +302,9 @@ def tile(ctx, node, ins, specs, consts):
   src = x.shape
   fn = x.fn
   shape = out_spec(ctx, node).shape
-  return [Lazy(shape, x.dtype, lambda idx: fn([ir.imod(i, d) for i, d in zip(idx, src)]), red=x.red, cost=x.cost,
-               reads=x.reads)]
+  # an empty source axis makes the output empty too: no index is ever evaluated there, so it is not wrapped (mod 0)
+  return [Lazy(shape, x.dtype, lambda idx: fn([ir.imod(i, d) if d else i for i, d in zip(idx, src)]), red=x.red,
+               cost=x.cost, reads=x.reads)]
 
 
 @rule("Split")

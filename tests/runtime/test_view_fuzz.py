@@ -135,3 +135,11 @@ def test_an_empty_tensor_reshapes_with_zero_copy_and_minus_one_like_onnxruntime(
   assert ort_run(model, {"x": x})[0].shape == (3, 3, 0)
   assert run_ours(model, {"x": x})[0].shape == (3, 3, 0)
   assert ir.View.contiguous((0, 3, 4)).reshape((3, 3, 0)).shape == (3, 3, 0)
+
+
+def test_tiling_an_empty_tensor_compiles_to_an_empty_output():
+  x = np.zeros((1, 0), np.float32)
+  nodes = [helper.make_node("Tile", ["x", "r"], ["v"]), helper.make_node("Pad", ["v", "pp"], ["y0"])]
+  model = node_model(nodes, {"x": x}, {"r": np.array([2, 1], np.int64), "pp": np.array([0, 3, 0, 3], np.int64)})
+  want = ort_run(model, {"x": x})[0]
+  np.testing.assert_array_equal(run_ours(model, {"x": x})[0], want)
