@@ -14,7 +14,6 @@ import time
 from msgq.namespace import Namespace
 import msgq
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from a checkout
 
 SIZES = (100, 10_000, 100_000)
 BACKENDS = ("shm", "zmq", "pyzmq_ipc")

@@ -8,12 +8,9 @@ printer, which also walks everything). Messages are shaped like the real ones (m
   python bench/cereal_decode.py [--count N]
 """
 import argparse
-import os
 import statistics
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from a checkout
 
 from cereal import log  # noqa: E402
 from cereal.messaging import log_from_bytes, new_message  # noqa: E402

@@ -14,19 +14,17 @@ Targets of this bench: p50 ≤ 12 ms, p99 ≤ 25 ms on 2 cores with everything r
 import argparse
 import os
 import subprocess
-import sys
 import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from cereal.messaging import sub_sock
 from daemons.common.cameras import DEVICE_CAMERAS
 from daemons.common.dm_warp import BORDER_VALUE, dm_transform, plan_for_camera
 from daemons.common.realtime import stack_pins
 from msgq.namespace import Namespace
-from stacklib import REPO_ROOT, drain, pct, start
+from bench.stacklib import REPO_ROOT, drain, pct, start
 from visionipc.nv12 import padded_nv12_layout
 
 

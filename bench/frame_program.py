@@ -11,13 +11,11 @@ the first frame. Reported: p50 and p90 ms of each and the ratio of the p50s (pro
 Results go to bench/results/frame_program.json (bench/results.py).
 """
 import argparse
-import os
 import sys
 import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.results import record
 from daemons.common import frame_program as fp
@@ -118,7 +116,7 @@ def main(argv=None) -> int:
     print(f"{k:11s} program p50 {f['program_p50_ms']:8.3f} ms  p90 {f['program_p90_ms']:8.3f}   "
           f"numpy warp + OnnxRunner p50 {f['peer_p50_ms']:8.3f} ms  p90 {f['peer_p90_ms']:8.3f}   ratio {f['ratio_p50']:.3f}")
   if not args.no_record:
-    print("recorded in", record("frame_program", figures, sys.argv if argv is None else ["bench/frame_program.py", *argv]))
+    print("recorded in", record("frame_program", figures, sys.argv if argv is None else ["frame_program", *argv]))
   return 0
 
 

@@ -20,12 +20,9 @@ on CPU, big on the simulated device), so their ratio is not skewed by load chang
 Target of this bench: small p50 <= 25 ms on 2 cores with everything running; < 1 % dropped frames.
 """
 import argparse
-import os
 import subprocess
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from daemons.common.env import set_blas_threads  # noqa: E402
 
@@ -37,7 +34,7 @@ from cereal.messaging import sub_sock  # noqa: E402
 from daemons.common.realtime import stack_pins  # noqa: E402
 from msgq.namespace import Namespace, runtime_dir  # noqa: E402
 from runtime import config as runtime_config  # noqa: E402
-from stacklib import drain, pct, start  # noqa: E402
+from bench.stacklib import drain, pct, start  # noqa: E402
 from daemons.modeld.model_state import MODEL_PATHS  # noqa: E402
 from daemons.common.runner import RuntimeRunner  # noqa: E402
 from runtime import usb_amd  # noqa: E402

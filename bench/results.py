@@ -32,7 +32,7 @@ def record(bench: str, figures: dict, argv: list[str] | None = None, note: str =
       runs = [runs]
   argv = sys.argv if argv is None else argv
   runs.append({"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-               "command": " ".join(shlex.quote(a) for a in [f"bench/{os.path.basename(argv[0])}", *argv[1:]]),
+               "command": " ".join(shlex.quote(a) for a in ["python", "-m", f"bench.{bench}", *argv[1:]]),
                "machine": machine(), "note": note, "figures": figures})
   fd, tmp = tempfile.mkstemp(dir=RESULTS_DIR, prefix=f".{bench}.", suffix=".json")
   with os.fdopen(fd, "w") as f:

@@ -26,14 +26,12 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 
-import results  # noqa: E402
-from make_nets import NETS_DIR, all_models  # noqa: E402
+from bench import results  # noqa: E402
+from bench.make_nets import NETS_DIR, all_models  # noqa: E402
 from runtime import OnnxRunner, blas  # noqa: E402
 from runtime.program import CompileCache  # noqa: E402
 

@@ -37,7 +37,6 @@ from collections import defaultdict
 import numpy as np
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO_ROOT)
 
 from cereal import messaging  # noqa: E402
 from msgq.namespace import Namespace, runtime_dir  # noqa: E402

@@ -18,12 +18,11 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from cereal.messaging import sub_sock
 from msgq.namespace import PREFIX_ENV
-from results import record
-from stacklib import REPO_ROOT, drain, pct
+from bench.results import record
+from bench.stacklib import REPO_ROOT, drain, pct
 
 OUTPUTS = ("driverStateV2", "modelV2")
 TARGETS = {"driverStateV2": (4.0, 10.0), "modelV2": (9.0, 20.0), "modelV2 big": (16.0, None)}

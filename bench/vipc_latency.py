@@ -48,7 +48,6 @@ from dataclasses import dataclass
 import numpy as np
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO_ROOT)  # run from a checkout
 
 from daemons.common.realtime import PRIORITIES, config_realtime_process  # noqa: E402
 from msgq import pub_sock  # noqa: E402
