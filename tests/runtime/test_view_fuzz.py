@@ -143,3 +143,15 @@ def test_tiling_an_empty_tensor_compiles_to_an_empty_output():
   model = node_model(nodes, {"x": x}, {"r": np.array([2, 1], np.int64), "pp": np.array([0, 3, 0, 3], np.int64)})
   want = ort_run(model, {"x": x})[0]
   np.testing.assert_array_equal(run_ours(model, {"x": x})[0], want)
+
+
+def test_random_view_chains_match_onnxruntime_in_a_bounded_seeded_run(spawn_python):
+  child = spawn_python("import runpy, sys; sys.argv = [sys.argv[1], '--graphs', '150', '--seed', '2']; "
+                       "runpy.run_path(sys.argv[0], run_name='__main__')", os.path.join(HERE, "view_fuzz.py"))
+  out, err = child.communicate(timeout=240)
+  last = [ln for ln in err.splitlines() if ln.startswith("case ")][-1:]
+  assert child.returncode >= 0, f"killed by {signal.Signals(-child.returncode).name} at {last}"
+  assert child.returncode == 0, err[-3000:]
+  counts = ast.literal_eval(out.strip().splitlines()[-1])
+  assert counts["failed"] == 0, counts["failures"]
+  assert counts["compared"] >= 100 and counts["equal"] == counts["compared"], counts
