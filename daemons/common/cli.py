@@ -24,7 +24,9 @@ from msgq.env import EnvError
 from msgq.errors import IpcError, MultiplePublishersError
 from msgq.namespace import prefix as namespace_prefix
 from runtime.device import DeviceUnavailable
-from runtime.errors import InputError, ModelError, UnsupportedDtypeError, UnsupportedOpError
+from runtime import config as runtime_config
+from runtime.cache import safe_dir
+from runtime.errors import CacheError, InputError, ModelError, UnsupportedDtypeError, UnsupportedOpError
 from visionipc.errors import GeometryError, UnknownStreamError
 from visionipc.framefile import FrameFileError
 
@@ -38,7 +40,7 @@ class UsageError(ValueError):
 USER_ERRORS: tuple[type[BaseException], ...] = (
   UsageError, EnvError, IpcError, ServiceOwnershipError, UnknownServiceError, RouteError, FrameFileError,
   GeometryError, UnknownStreamError, ModelMetadataError, UnknownCameraError, ModelError, UnsupportedOpError,
-  UnsupportedDtypeError, InputError, DeviceUnavailable, PermissionError,
+  UnsupportedDtypeError, InputError, DeviceUnavailable, PermissionError, CacheError,
 )
 
 # the fix, for errors whose own message names the value but not what to do about it
@@ -46,7 +48,15 @@ HINTS: dict[type[BaseException], str] = {
   MultiplePublishersError: "another copy already runs in this namespace: stop it, or use another OPENPILOT_PREFIX",
   ServiceOwnershipError: "run it under its own name: PYMODELD_PROCESS=<owner>, as the manager does",
   DeviceUnavailable: "start the stack with `pymodeld-manager --usb-gpu` for the USB+AMD device",
+  CacheError: "set PYMODELD_CACHE_DIR to a new path of your own, e.g. under your home; never a shared dir such as /tmp",
 }
+
+
+def check_cache_dir() -> None:
+  """CacheError now, at a daemon's start, when the compiled-code cache it will use is unsafe, not after it has
+  waited for frames and compiled (then every restart by the manager repeated it)."""
+  if runtime_config.disk_cache_enabled():
+    safe_dir(runtime_config.cache_dir())
 
 
 def one_line(error: BaseException, hints: dict | None = None) -> str:

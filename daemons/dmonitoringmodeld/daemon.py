@@ -18,7 +18,7 @@ from setproctitle import setproctitle
 from cereal.messaging import PubMaster, SubMaster
 from daemons.common.calibration import camera_time
 from daemons.common.cameras import UnknownCameraError
-from daemons.common.cli import Parser, run_cli
+from daemons.common.cli import Parser, check_cache_dir, run_cli
 from daemons.common.env import dm_runtime
 from daemons.common.frame_loop import Frame, run_frame_loop
 from daemons.common.metadata import ModelMetadataError
@@ -55,6 +55,7 @@ def main(argv=None) -> int:
                   help="ONNX model with the DM contract (inputs, heads: daemons/dmonitoringmodeld/README.md)")
   ap.add_argument("--server", default="camerad", help="VisionIPC server name (default camerad)")
   args = ap.parse_args(argv)
+  check_cache_dir()   # an unsafe cache dir is one line now, not after waiting for frames
   try:
     scheduling = scheduling_plan(PROCESS_NAME)  # checked now, applied before the frame loop
   except ValueError as e:

@@ -25,7 +25,7 @@ import setproctitle
 from cereal import messaging
 from daemons.common.calibration import camera_time
 from daemons.common.cameras import config_for_frame
-from daemons.common.cli import Parser, run_cli
+from daemons.common.cli import Parser, check_cache_dir, run_cli
 from daemons.common.env import DAEMONS_ENV
 from daemons.common.frame_loop import Frame, run_frame_loop
 from daemons.common.metadata import ModelMetadataError
@@ -143,6 +143,7 @@ def main(argv=None) -> int:
   parser.add_argument("--big-load-limit-s", type=float, default=60.0, help="time limit for loading the big model (default 60)")
   parser.add_argument("--no-big", action="store_true", help="never try the big model")
   args = parser.parse_args(argv)
+  check_cache_dir()   # an unsafe cache dir is one line now, not after waiting for frames
   try:
     scheduling = scheduling_plan("modeld")  # checked now, applied before the frame loop
   except ValueError as e:

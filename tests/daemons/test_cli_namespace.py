@@ -16,3 +16,12 @@ def test_a_daemon_refuses_a_prefix_with_a_slash_in_one_line(name):
   lines = (r.stdout + r.stderr).strip().splitlines()
   assert r.returncode == 2 and len(lines) == 1, lines
   assert "OPENPILOT_PREFIX 'a/b'" in lines[0] and "Traceback" not in lines[0], lines
+
+
+@pytest.mark.parametrize("name", ["daemons.modeld", "daemons.dmonitoringmodeld"])
+def test_a_daemon_refuses_a_shared_cache_dir_at_start_in_one_line_advising_a_private_one(name):
+  r = subprocess.run([sys.executable, "-m", name], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+                     env={**os.environ, "PYMODELD_CACHE_DIR": "/tmp", "PYMODELD_DISK_CACHE": "1"})
+  lines = (r.stdout + r.stderr).strip().splitlines()
+  assert r.returncode == 2 and len(lines) == 1, lines
+  assert "cache dir /tmp" in lines[0] and "a new path of your own" in lines[0], lines
