@@ -4,7 +4,7 @@
 Backends, all measured in one run: our shared-memory ring (msgq default), our ZMQ backend (TCP loopback)
 and raw pyzmq PUB/SUB over ipc://. Prints a table with ratios to the shm ring.
 
-  python bench/bus_latency.py [--count N] [--sizes 100,10000,100000] [--backends shm,zmq,pyzmq_ipc]
+  python -m bench.bus_latency [--count N] [--sizes 100,10000,100000] [--backends shm,zmq,pyzmq_ipc]
 """
 import argparse
 import os

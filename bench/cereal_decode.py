@@ -5,7 +5,7 @@ Peers: plain pycapnp `from_bytes` (what openpilot's log_from_bytes does: lazy, n
 `to_dict()` (an eager full read, the obvious other way to validate) and `str()` (capnp's C++ pretty
 printer, which also walks everything). Messages are shaped like the real ones (modelV2 ~8 KB).
 
-  python bench/cereal_decode.py [--count N]
+  python -m bench.cereal_decode [--count N]
 """
 import argparse
 import statistics

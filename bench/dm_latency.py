@@ -1,7 +1,7 @@
 """dmonitoringmodeld latency: cabin frame announced → driverStateV2 published, with the stack running.
 
-    python bench/dm_latency.py [--duration 30] [--camera tici|mici] [--no-modeld]
-    python bench/dm_latency.py --warp      # the 1440×960 warp alone, against a naive numpy warp
+    python -m bench.dm_latency [--duration 30] [--camera tici|mici] [--no-modeld]
+    python -m bench.dm_latency --warp      # the 1440×960 warp alone, against a naive numpy warp
 
 Starts camerad (all three streams), the car stub and modeld (when present) next to dmonitoringmodeld, in a fresh
 bus namespace, and reports:

@@ -1,6 +1,6 @@
 """Per-frame warp + model as one captured runtime program, against today's numpy warp + OnnxRunner, in one run.
 
-    python bench/frame_program.py [--rounds 30] [--camera tici|mici] [--no-record]
+    python -m bench.frame_program [--rounds 30] [--camera tici|mici] [--no-record]
 
 For the DM model (cabin luma warp) and the small road model (road + wide warps, image history), per frame:
 - program: FrameProgram.run (frames bound as external memory, the warps compiled into the model's program);

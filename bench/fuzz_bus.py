@@ -9,7 +9,7 @@ Properties (each in tests/, each run in a child process so a signal, hang or run
 Rounds rotate through the properties until the time is up; each round is a fresh random search. Exit 1 on
 the first failure, with the child's output (hypothesis prints the shrunk failing case).
 
-  python bench/fuzz_bus.py [--minutes N] [--only decode,ring,announce] [--examples N]
+  python -m bench.fuzz_bus [--minutes N] [--only decode,ring,announce] [--examples N]
 """
 import argparse
 import ast

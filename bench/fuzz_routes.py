@@ -2,7 +2,7 @@
 """The long run of route-loading fuzzing (the suite runs a bounded one): many hypothesis examples in a child
 process, reporting its exit (a negative code is a signal death), the outcome counts and the peak RSS.
 
-  python bench/fuzz_routes.py [--examples 20000] [--seed S]
+  python -m bench.fuzz_routes [--examples 20000] [--seed S]
 """
 import argparse
 import os

@@ -1,6 +1,6 @@
 """Deterministic benchmark models with non-constant weights (a fixed seed makes every byte reproducible).
 
-    python bench/make_nets.py [--out DIR]      (default ~/.cache/pymodeld/bench-nets; files are made once)
+    python -m bench.make_nets [--out DIR]      (default ~/.cache/pymodeld/bench-nets; files are made once)
 
 - patchify: shaped like our DM model's image path: a 1-channel 1440x960 input, a 4x4 stride-4 patchify conv,
   then stride-2 3x3 convs (ReLU), a global average pool and a linear head;

@@ -3,7 +3,7 @@
 Small model on the CPU and big model on the simulated USB+AMD device, each with camerad, the car stub and
 dmonitoringmodeld running.
 
-    python bench/modeld_latency.py [--duration 30] [--warmup 5] [--camera tici|mici] [--modes small,big]
+    python -m bench.modeld_latency [--duration 30] [--warmup 5] [--camera tici|mici] [--modes small,big]
 
 For each mode, in a fresh bus namespace, reports:
 - end to end: modelV2.logMonoTime - the later logMonoTime of the frame's two camera states (narrow, wide),

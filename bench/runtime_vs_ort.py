@@ -1,6 +1,6 @@
 """Replay time of the pymodeld runtime against onnxruntime and OpenVINO on models with non-constant weights.
 
-    python bench/runtime_vs_ort.py [--iters 30] [--models dm,small] [--threads 1,2] [--no-openvino]
+    python -m bench.runtime_vs_ort [--iters 30] [--models dm,small] [--threads 1,2] [--no-openvino]
                                    [--compile] [--per-kernel N]
 
 Models (bench/make_nets.py writes them once, deterministically): our daemons' models (daemons/*/models), two

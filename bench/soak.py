@@ -1,6 +1,6 @@
 """Soak: the whole stack under the manager for N minutes with periodic injected faults.
 
-    python bench/soak.py [--minutes 10] [--fault-every 60] [--warmup 60] [--json out.json]
+    python -m bench.soak [--minutes 10] [--fault-every 60] [--warmup 60] [--json out.json]
 
 Runs `selfdrive_stub.manager --usb-gpu` in a fresh bus namespace and, while it runs:
 - injects a fault every --fault-every seconds, cycling through: one USB+AMD fault into the big model (modeld

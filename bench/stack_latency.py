@@ -1,7 +1,7 @@
 """Frame EOF -> publish, from the user's edge: the whole stack under the manager, both cameras, one output stream
 per model daemon.
 
-    python bench/stack_latency.py [--minutes 5] [--warmup 30] [--usb-gpu] [--camera tici|mici]
+    python -m bench.stack_latency [--minutes 5] [--warmup 30] [--usb-gpu] [--camera tici|mici]
 
 Starts `pymodeld-manager --no-view` in a fresh namespace and listens next to it. For every driverStateV2 and
 modelV2 it takes logMonoTime (the daemon stamps it just before sending) minus the message's own timestampEof

@@ -28,8 +28,8 @@ copy into the server's own shared-memory ring, and the bare bus wake-up (a 56-by
 pacing to a sleeping subscriber). "vs bus" is a hand-off's p50 minus the
 bus wake-up's (negative: faster than a bare bus wake-up). The last two rows time the server's send calls alone
 (they include waking a sleeping client).
-Usage: python bench/vipc_latency.py [--count N] [--interval-ms MS] [--rounds R] [--spin-lead-us US]
-       python bench/vipc_latency.py --ab doorbell [--count N]
+Usage: python -m bench.vipc_latency [--count N] [--interval-ms MS] [--rounds R] [--spin-lead-us US]
+       python -m bench.vipc_latency --ab doorbell [--count N]
 The --ab mode measures what one mechanism of the client is worth, paired: on the zero-copy path with the
 default hybrid wait, the client switches the mechanism on and off frame by frame (on-off, off-on, ...), so
 both variants see the same machine; it reports the median of the per-pair differences (on minus off) with
