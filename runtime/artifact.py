@@ -96,17 +96,41 @@ def read_header(path: str) -> dict:
   return header
 
 
+def _read_const(z: zipfile.ZipFile, member: str, name: str, path: str) -> np.ndarray:
+  """One .npy member. Its header's declared shape is bounded by the member's uncompressed size before any
+  data is read, so a damaged header (shape (1<<41,)) is an ArtifactError, never a huge allocation."""
+  size = z.getinfo(member).file_size
+  with z.open(member) as f:
+    try:
+      version = np.lib.format.read_magic(f)
+      if version == (1, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+      elif version == (2, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+      else:
+        raise ValueError(f"npy format version {version} is not one this runtime writes")
+    except ValueError as e:
+      raise ArtifactError(f"{path}: constant {name!r} is not a plain array ({e})") from None
+    if dtype.hasobject:
+      raise ArtifactError(f"{path}: constant {name!r} is not a plain array (object dtype)")
+    count = 1
+    for d in shape:
+      count *= int(d)
+    if count * dtype.itemsize > size - f.tell():
+      raise ArtifactError(f"{path}: constant {name!r} declares shape {tuple(shape)} of {dtype}, more than its "
+                          f"member's {size} bytes hold (damaged)")
+    data = f.read(count * dtype.itemsize)
+  arr = np.frombuffer(data, dtype=dtype, count=count)
+  return (arr.reshape(shape[::-1]).transpose() if fortran else arr.reshape(shape)).copy()
+
+
 def _graph(path: str, header: dict) -> Graph:
   try:
     gh = header["graph"]
     consts = {}
     with zipfile.ZipFile(path) as z:
       for name, member in gh["consts"].items():
-        with z.open(member) as f:
-          try:
-            consts[name] = np.lib.format.read_array(f, allow_pickle=False)
-          except ValueError as e:
-            raise ArtifactError(f"{path}: constant {name!r} is not a plain array ({e})") from None
+        consts[name] = _read_const(z, member, name, path)
     return Graph({n: Spec.from_json(s) for n, s in gh["inputs"].items()}, list(gh["outputs"]),
                  [Node.from_json(n) for n in gh["nodes"]], consts, dict(header.get("metadata", {})), int(gh["opset"]))
   except ArtifactError:

@@ -321,6 +321,18 @@ def test_a_re_zipped_weight_change_is_refused_by_the_weights_digest(tmp_path):
     artifact.load(_rewrite(path, members, tmp_path / "w2.pmart"))
 
 
+def test_a_constant_whose_npy_header_declares_a_huge_shape_is_an_artifact_error_not_a_memory_error(tmp_path):
+  _, path = _saved(tmp_path)
+  members = _members(path)
+  header = json.loads(members["header.json"])
+  member = next(iter(header["graph"]["consts"].values()))
+  bio = io.BytesIO()
+  np.lib.format.write_array_header_1_0(bio, {"descr": "<f4", "fortran_order": False, "shape": (1 << 41,)})
+  members[member] = bio.getvalue() + b"\0" * 64   # the member holds 64 bytes, the header claims 8 TiB
+  with pytest.raises(ArtifactError, match="declares shape"):
+    artifact.load(_rewrite(path, members, tmp_path / "huge.pmart"))
+
+
 def test_a_tampered_graph_is_refused_by_the_program_key(tmp_path):
   _, path = _saved(tmp_path)
   members = _members(path)
