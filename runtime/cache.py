@@ -10,8 +10,8 @@ is loaded as machine code, so it is treated as hostile:
 - an entry records its key and the sha256 of its payload; both are checked against the key asked for and the
   bytes read, so a swapped, truncated or bit-flipped entry is reported (stderr, `stats.rejected`), recompiled
   and rewritten, and never loaded;
-- verified bytes are written to a fresh file in a private 0700 directory and loaded from there, so the cache
-  entry cannot change between the check and the load.
+- verified bytes are written to an anonymous memory file (memfd) and loaded from there, so the cache entry
+  cannot change between the check and the load, and nothing is left on a filesystem when the process dies.
 Each layer counts its own hits and misses. Env PYMODELD_DISK_CACHE=0 turns the disk layer off.
 
 Programs. `CompileCache.get` maps a program key (graph structure and weights, codegen config, device target,
@@ -19,7 +19,6 @@ runtime source digest) to the built Program in process memory (bounded LRU); it 
 """
 from __future__ import annotations
 
-import atexit
 import ctypes
 import hashlib
 import os
@@ -62,7 +61,7 @@ def safe_dir(path: str) -> str:
                      f"refusing to load machine code from it")
   if st.st_mode & 0o022:
     raise CacheError(f"cache dir {path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):o}); "
-                     f"refusing to load machine code from it (chmod 700 it, or set PYMODELD_CACHE_DIR)")
+                     f"refusing to load machine code from it; set PYMODELD_CACHE_DIR to a new directory of your own, never a shared one such as /tmp")
   return path
 
 
@@ -96,29 +95,66 @@ class LoadedKernel:
     self.lib, self.address, self.key = lib, address, key
 
 
-_load_dir: str | None = None
 _n_loaded = 0
 
 
-def load_object(payload: bytes, symbol: str, key: str) -> LoadedKernel:
-  """dlopen verified bytes: written to a fresh file in this process's private 0700 directory (a unique path,
-  since the dynamic loader reuses a library already loaded under the same name), loaded, then unlinked."""
-  global _load_dir, _n_loaded
-  if _load_dir is None or not os.path.isdir(_load_dir):
-    _load_dir = tempfile.mkdtemp(prefix="pymodeld-load-")
-    atexit.register(shutil.rmtree, _load_dir, True)
-  _n_loaded += 1
-  path = os.path.join(_load_dir, f"{_n_loaded}-{key[:16]}.so")
-  fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+def _unique_fd_path(fd: int, n: int) -> str:
+  """/proc/self/fd/<fd>, spelled uniquely for load number n.
+
+  The dynamic loader returns an already-loaded library when the name it is given equals one it loaded before,
+  and fd numbers are reused once closed, so two kernels loaded through the same fd number would get the first
+  one's code. Each of 32 leading separators is spelled "//" or "/." by one bit of n: the path resolves to the
+  same file, and no two loads in this process share a name."""
+  return "".join("/." if (n >> i) & 1 else "//" for i in range(32)) + f"/proc/self/fd/{fd}"
+
+
+def _load_from_memfd(payload: bytes, n: int):
+  """dlopen verified bytes from an anonymous memory file: no path exists that another user could swap, and nothing
+  is left on any filesystem when the process dies, however it dies. None when the kernel refuses exec memfds."""
   try:
-    with os.fdopen(fd, "wb") as f:
-      f.write(payload)
-    lib = ctypes.CDLL(path)
-  finally:
+    fd = os.memfd_create("pymodeld-kernel", os.MFD_CLOEXEC)
+  except (AttributeError, OSError):
+    return None
+  try:
+    view = memoryview(payload)
+    while view:
+      view = view[os.write(fd, view):]
     try:
-      os.unlink(path)
+      return ctypes.CDLL(_unique_fd_path(fd, n))
     except OSError:
-      pass
+      return None   # e.g. vm.memfd_noexec forbids mapping a memfd executable
+  finally:
+    os.close(fd)    # the loader's mapping keeps the memory file (and its inode) alive
+
+
+def _load_from_private_dir(payload: bytes, n: int, key: str):
+  """Fallback where memfds cannot be mapped executable: a fresh file in a new 0700 directory of ours, checked by its
+  fd, loaded, then removed with its directory at once (a kill between the two leaves one empty-named dir at most)."""
+  d = tempfile.mkdtemp(prefix="pymodeld-load-")
+  try:
+    dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+      st = os.fstat(dfd)
+      if st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise CacheError(f"private load dir {d} is not ours alone; refusing to load machine code from it")
+      name = f"{n}-{key[:16]}.so"
+      fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
+      with os.fdopen(fd, "wb") as f:
+        f.write(payload)
+      return ctypes.CDLL(f"/proc/self/fd/{dfd}/{name}")
+    finally:
+      os.close(dfd)
+  finally:
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def load_object(payload: bytes, symbol: str, key: str) -> LoadedKernel:
+  """dlopen verified bytes, from a memfd where the kernel allows it, else from a private directory removed at once."""
+  global _n_loaded
+  _n_loaded += 1
+  lib = _load_from_memfd(payload, _n_loaded)
+  if lib is None:
+    lib = _load_from_private_dir(payload, _n_loaded, key)
   fn = getattr(lib, symbol)
   return LoadedKernel(lib, ctypes.cast(fn, ctypes.c_void_p).value, key)
 
