@@ -38,7 +38,8 @@ _DAMAGE = (zipfile.BadZipFile, zlib.error, OSError, EOFError, KeyError, ValueErr
            struct.error, NotImplementedError, RuntimeError, IndexError, TypeError)
 
 
-def save(program: Program, path: str, *, model_hash: str = "") -> None:
+def save(program: Program, path: str, *, model_hash: str = "", entry_key: str = "") -> None:
+  """entry_key: the cache key the artifact is stored under (program_cache), checked again when it is loaded."""
   if program.held:
     raise ArtifactError(f"program references external mutable buffers {sorted(program.held)}; "
                         f"such state cannot be saved in an artifact")
@@ -46,7 +47,7 @@ def save(program: Program, path: str, *, model_hash: str = "") -> None:
   names = sorted(g.consts)
   header = {
       "format": FORMAT, "format_version": FORMAT_VERSION, "runtime_version": RUNTIME_VERSION,
-      "model_hash": model_hash, "program_key": program.program_key,
+      "model_hash": model_hash, "entry_key": entry_key, "program_key": program.program_key,
       "weights_digest": weights_digest(program.consts), "device_target": program.target, "backend": program.backend,
       "codegen_config": program.config, "metadata": program.metadata,
       "graph": {"inputs": {n: s.to_json() for n, s in g.inputs.items()}, "outputs": list(g.outputs),
@@ -73,9 +74,11 @@ def save(program: Program, path: str, *, model_hash: str = "") -> None:
     raise
 
 
-def read_header(path: str) -> dict:
+def read_header(path, label: str | None = None) -> dict:
+  """path: a file path or a seekable file object (then label names it in errors)."""
+  path_arg, path = path, label or path
   try:
-    with zipfile.ZipFile(path) as z:
+    with zipfile.ZipFile(path_arg) as z:
       info = z.getinfo("header.json")
       if info.file_size > MAX_HEADER_BYTES:
         raise ArtifactError(f"{path}: header of {info.file_size} bytes is over the limit")
@@ -124,11 +127,12 @@ def _read_const(z: zipfile.ZipFile, member: str, name: str, path: str) -> np.nda
   return (arr.reshape(shape[::-1]).transpose() if fortran else arr.reshape(shape)).copy()
 
 
-def _graph(path: str, header: dict) -> Graph:
+def _graph(path, header: dict, label: str | None = None) -> Graph:
+  path_arg, path = path, label or path
   try:
     gh = header["graph"]
     consts = {}
-    with zipfile.ZipFile(path) as z:
+    with zipfile.ZipFile(path_arg) as z:
       for name, member in gh["consts"].items():
         consts[name] = _read_const(z, member, name, path)
     return Graph({n: Spec.from_json(s) for n, s in gh["inputs"].items()}, list(gh["outputs"]),
@@ -139,15 +143,21 @@ def _graph(path: str, header: dict) -> Graph:
     raise ArtifactError(f"{path}: damaged ({type(e).__name__}: {e})") from None
 
 
-def load(path: str, *, device: str = "CPU", backend: str = "compiled", model=None) -> Program:
+def load(path, *, device: str = "CPU", backend: str = "compiled", model=None, label: str | None = None,
+         entry_key: str | None = None) -> Program:
   """The artifact's program for `device`, rendered again and checked (see the module docstring). model is
-  (model_hash, imported Graph) of the model the artifact must have been built from, or None."""
-  header = read_header(path)
+  (model_hash, imported Graph) of the model the artifact must have been built from, or None. entry_key, when given,
+  must be the key the artifact was stored under: an entry copied or renamed over another one's is refused."""
+  header = read_header(path, label)
+  path_arg, path = path, label or path
+  if entry_key is not None and header.get("entry_key") != entry_key:
+    raise ArtifactError(f"{path}: stored under key {str(header.get('entry_key'))[:16]}..., not {entry_key[:16]}... "
+                        f"(an entry copied or renamed over another one's)")
   target = target_for(device, backend)
   if header.get("device_target") != target.program_name or header.get("backend") != backend:
     raise ArtifactError(f"{path}: device_target is {header.get('device_target')!r}, expected "
                         f"{target.program_name!r} (an artifact runs only on the device it was built for)")
-  graph = _graph(path, header)
+  graph = _graph(path_arg, header, path)
   config = header.get("codegen_config")
   if not isinstance(config, dict):
     raise ArtifactError(f"{path}: codegen_config is not an object")

@@ -11,11 +11,14 @@ Key: sha256 over the model bytes' digest, the input shapes, the codegen config, 
 and a digest of the runtime's own source files (a changed runtime never reuses an older one's post-pass graph).
 Entries live in <cache dir>/programs-v1/ beside the kernel cache and under the same rules: the directories are
 owner-only (cache.safe_dir), an entry must be a regular file of ours within MAX_ENTRY_BYTES, and a symlink is
-refused. PYMODELD_DISK_CACHE=0, or a CompileCache without disk, turns this layer off with the kernels' one.
+refused. An entry is opened once (O_NOFOLLOW) and checked and read from that one open file, and it records the key
+it was stored under: an entry copied or renamed over another one's is a miss, never the other model's program.
+PYMODELD_DISK_CACHE=0, or a CompileCache without disk, turns this layer off with the kernels' one.
 """
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import stat
@@ -55,17 +58,21 @@ class Entry:
     rebuilt)."""
     if self.path is None:
       return None
-    try:
-      st = os.lstat(self.path)
+    try:   # opened once, never followed through a link; everything below reads this one open file
+      fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
       return None
     except OSError as e:
-      return self._reject(f"cannot stat ({e.strerror})")
-    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_size > MAX_ENTRY_BYTES:
-      return self._reject("not a regular file of ours within the size limit")
+      return self._reject(f"cannot open ({e.strerror})")
+    with os.fdopen(fd, "rb") as f:
+      st = os.fstat(f.fileno())
+      if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_size > MAX_ENTRY_BYTES:
+        return self._reject("not a regular file of ours within the size limit")
+      data = io.BytesIO(f.read(MAX_ENTRY_BYTES + 1))
+    label = os.path.basename(self.path)
     try:
-      self.model_hash = str(artifact.read_header(self.path).get("model_hash", ""))
-      return artifact.load(self.path, device=self.device, backend=self.backend)
+      self.model_hash = str(artifact.read_header(data, label).get("model_hash", ""))
+      return artifact.load(data, device=self.device, backend=self.backend, label=label, entry_key=self.key)
     except ArtifactError as e:
       return self._reject(str(e))
 
@@ -75,7 +82,7 @@ class Entry:
     if self.path is None:
       return
     try:
-      artifact.save(program, self.path, model_hash=model_hash)
+      artifact.save(program, self.path, model_hash=model_hash, entry_key=self.key)
     except (OSError, ArtifactError):
       pass
 

@@ -105,3 +105,19 @@ def test_without_a_disk_cache_nothing_is_written(cache_dir, monkeypatch):
   assert r.program_source != "program cache" and not (cache_dir / program_cache.PROGRAM_DIR).exists()
   r = OnnxRunner(_model(), cache=CompileCache(use_disk=False))
   assert r.program_source != "program cache"
+
+
+def test_two_models_entries_exchanged_each_model_still_runs_its_own_program(cache_dir, capfd):
+  _, want0 = _run(_model(0), cache_dir)
+  _, want1 = _run(_model(1), cache_dir)
+  a, b = _entries(cache_dir)
+  da, db = a.read_bytes(), b.read_bytes()
+  a.write_bytes(db)
+  b.write_bytes(da)
+  r0, got0 = _run(_model(0), cache_dir)
+  r1, got1 = _run(_model(1), cache_dir)
+  assert r0.program_source != "program cache" and r1.program_source != "program cache"
+  assert "copied or renamed" in capfd.readouterr().err
+  np.testing.assert_array_equal(got0, want0)
+  np.testing.assert_array_equal(got1, want1)
+  assert _run(_model(0), cache_dir)[0].program_source == "program cache"   # rebuilt and stored under its own key
