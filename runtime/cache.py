@@ -12,13 +12,17 @@ is loaded as machine code, so it is treated as hostile:
   and rewritten, and never loaded;
 - verified bytes are written to an anonymous memory file (memfd) and loaded from there, so the cache entry
   cannot change between the check and the load, and nothing is left on a filesystem when the process dies.
-Each layer counts its own hits and misses. Env PYMODELD_DISK_CACHE=0 turns the disk layer off.
+Each layer counts its own hits and misses. Env PYMODELD_DISK_CACHE=0 turns the disk layer off. The disk entries of
+both caches together are bounded (PYMODELD_CACHE_MAX_MB): a hit refreshes an entry's mtime, and after a write the
+least recently used entries are removed until the total is under the bound. `python -m runtime.cache --clean`
+removes every entry.
 
 Programs. `CompileCache.get` maps a program key (graph structure and weights, codegen config, device target,
 runtime source digest) to the built Program in process memory (bounded LRU); it never touches the disk.
 """
 from __future__ import annotations
 
+import argparse
 import ctypes
 import hashlib
 import os
@@ -206,6 +210,10 @@ class KernelCache:
         chunks.append(b)
         left -= len(b)
       data = b"".join(chunks)
+      try:
+        os.utime(fd)   # recently used: the size bound removes the oldest entries first
+      except OSError:
+        pass
     finally:
       os.close(fd)
     payload, why = unpack_entry(data, key)
@@ -269,10 +277,115 @@ class KernelCache:
         if d:
           self._write(d, k, payload)
         self.loaded[k] = load_object(payload, sources[need[k][0]][1], k)
+      if d:
+        trim_disk(os.path.dirname(d))
     for k, idxs in need.items():
       for i in idxs:
         out[i] = self.loaded[k]
     return out, source_of
 
 
+ENTRY_DIRS = (KERNEL_DIR, "programs-v1")
+ENTRY_SUFFIXES = (".so.entry", ".zip")
+
+
+def _entries(base: str) -> list[tuple[float, int, str]]:
+  """(mtime, size, path) of every cache entry under base, kernels and programs, regular files only."""
+  out = []
+  for sub in ENTRY_DIRS:
+    d = os.path.join(base, sub)
+    try:
+      names = os.listdir(d)
+    except OSError:
+      continue
+    for n in names:
+      if not n.endswith(ENTRY_SUFFIXES) or n.startswith("."):
+        continue
+      p = os.path.join(d, n)
+      try:
+        st = os.lstat(p)
+      except OSError:
+        continue
+      if stat.S_ISREG(st.st_mode):
+        out.append((st.st_mtime, st.st_size, p))
+  return out
+
+
+def trim_disk(base: str, max_bytes: int | None = None) -> int:
+  """Remove the least recently used entries until those left fit in max_bytes; returns how many were removed."""
+  try:
+    bound = config.cache_max_bytes() if max_bytes is None else max_bytes
+  except ValueError as e:   # a malformed bound must not stop a model from running; the default applies
+    print(f"runtime: {e}; using {config.DEFAULT_CACHE_MAX_MB} MiB", file=sys.stderr)
+    bound = config.DEFAULT_CACHE_MAX_MB << 20
+  entries = sorted(_entries(base))
+  total, removed = sum(size for _, size, _ in entries), 0
+  for _, size, path in entries:
+    if total <= bound:
+      break
+    try:
+      os.unlink(path)
+    except OSError:
+      continue
+    total -= size
+    removed += 1
+  return removed
+
+
+def clean_disk(base: str) -> tuple[int, int]:
+  """Remove every entry (and leftover temp file) of both caches under base: (files removed, bytes freed)."""
+  n = freed = 0
+  for sub in ENTRY_DIRS:
+    d = os.path.join(base, sub)
+    try:
+      names = os.listdir(d)
+    except OSError:
+      continue
+    for name in names:
+      p = os.path.join(d, name)
+      try:
+        st = os.lstat(p)
+        if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
+          os.unlink(p)
+          n, freed = n + 1, freed + (st.st_size if stat.S_ISREG(st.st_mode) else 0)
+      except OSError:
+        continue
+  return n, freed
+
+
+def main(argv=None) -> int:
+  ap = argparse.ArgumentParser(prog="python -m runtime.cache", description=(
+      "Show or empty the runtime's disk caches of compiled kernels and programs (PYMODELD_CACHE_DIR, default "
+      "~/.cache/pymodeld). They are bounded by PYMODELD_CACHE_MAX_MB; the least recently used entries go first."))
+  ap.add_argument("--clean", action="store_true", help="remove every cached kernel and program (they are rebuilt when next needed)")
+  ap.add_argument("--dir", help="the cache dir to act on (default: PYMODELD_CACHE_DIR or ~/.cache/pymodeld)")
+  args = ap.parse_args(argv)
+  base = args.dir or config.cache_dir()
+  try:
+    bound = config.cache_max_bytes()
+  except ValueError as e:
+    print(f"runtime.cache: {e}", file=sys.stderr)
+    return 2
+  if not os.path.isdir(base):
+    print(f"runtime.cache: {base}: no cache there (nothing to do)")
+    return 0
+  try:
+    safe_dir(base)
+  except CacheError as e:
+    print(f"runtime.cache: {e}", file=sys.stderr)
+    return 2
+  if args.clean:
+    n, freed = clean_disk(base)
+    print(f"runtime.cache: {base}: removed {n} entries ({freed / (1 << 20):.1f} MiB)")
+    return 0
+  entries = _entries(base)
+  print(f"runtime.cache: {base}: {len(entries)} entries, {sum(e[1] for e in entries) / (1 << 20):.1f} MiB "
+        f"of a {bound >> 20} MiB bound")
+  return 0
+
+
 DEFAULT_KERNELS = KernelCache()
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -25,13 +25,15 @@ USB_LATENCY_ENV = "PYMODELD_USB_LATENCY_US"
 MEMORY_BUDGET_ENV = "PYMODELD_MEMORY_BUDGET_BYTES"
 DEFAULT_MEMORY_BUDGET = 4 << 30
 CPU_TARGET_ENV = "PYMODELD_CPU_TARGET"
+CACHE_MAX_ENV = "PYMODELD_CACHE_MAX_MB"
+DEFAULT_CACHE_MAX_MB = 512
 # the x86-64 ISA levels a CPU target may name -> the width in bytes of their widest float vector register
 CPU_TARGETS = {"x86-64": 16, "x86-64-v2": 16, "x86-64-v3": 32, "x86-64-v4": 64}
 
 # every variable read below (tests/test_env.py checks README.md's table against this)
 VARIABLES = ("DEV", "JIT", "CC", CACHE_DIR_ENV, DISK_CACHE_ENV, THREADS_ENV, SEARCH_ENV, RUNTIME_DIR_ENV, CPU_LRU_ENV,
              USB_PRESENT_ENV, USB_FAULT_ENV, USB_VRAM_ENV, USB_LRU_ENV, USB_BANDWIDTH_ENV, USB_LATENCY_ENV,
-             MEMORY_BUDGET_ENV, CPU_TARGET_ENV)
+             MEMORY_BUDGET_ENV, CPU_TARGET_ENV, CACHE_MAX_ENV)
 
 _runtime_dir: str | Callable[[], str] | None = None
 
@@ -82,6 +84,11 @@ def cc() -> str | None:
 
 def cache_dir() -> str:
   return _get(CACHE_DIR_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "pymodeld")
+
+
+def cache_max_bytes() -> int:
+  """The bound on the disk caches' entries together (kernels and programs); the least recently used go first."""
+  return _int(CACHE_MAX_ENV, DEFAULT_CACHE_MAX_MB, minimum=1) << 20
 
 
 def disk_cache_enabled() -> bool:

@@ -25,7 +25,7 @@ import stat
 import sys
 
 from . import artifact, config
-from .cache import KernelCache, safe_dir
+from .cache import KernelCache, safe_dir, trim_disk
 from .errors import ArtifactError, CacheError
 from .program import SOURCE_DIGEST, Program, target_for
 
@@ -83,6 +83,7 @@ class Entry:
       return
     try:
       artifact.save(program, self.path, model_hash=model_hash, entry_key=self.key)
+      trim_disk(os.path.dirname(os.path.dirname(self.path)))
     except (OSError, ArtifactError):
       pass
 
