@@ -63,10 +63,29 @@ def safe_dir(path: str) -> str:
   if st.st_uid != os.getuid():
     raise CacheError(f"cache dir {path} is owned by uid {st.st_uid}, not this user ({os.getuid()}); "
                      f"refusing to load machine code from it")
+  _check_ancestors(path)
   if st.st_mode & 0o022:
     raise CacheError(f"cache dir {path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):o}); "
                      f"refusing to load machine code from it; set PYMODELD_CACHE_DIR to a new directory of your own, never a shared one such as /tmp")
   return path
+
+
+def _check_ancestors(path: str) -> None:
+  """Refuse a cache dir that another user could move away and replace: one of its parents is theirs, or is writable
+  by group or others without the sticky bit (a sticky dir such as /tmp lets only the owner rename what is in it)."""
+  p = os.path.dirname(os.path.abspath(path))
+  while True:
+    try:
+      st = os.stat(p)
+    except OSError as e:
+      raise CacheError(f"cache dir {path}: its parent {p} cannot be checked ({e.strerror})") from None
+    if st.st_uid not in (0, os.getuid()) or (st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX):
+      raise CacheError(f"cache dir {path}: its parent {p} can be changed by another user (owner uid {st.st_uid}, mode "
+                       f"{stat.S_IMODE(st.st_mode):o}); set PYMODELD_CACHE_DIR to a new directory of your own")
+    parent = os.path.dirname(p)
+    if parent == p:
+      return
+    p = parent
 
 
 def pack_entry(key: str, payload: bytes) -> bytes:

@@ -79,3 +79,15 @@ def test_a_shared_cache_dir_is_refused_in_one_line_naming_a_private_one(tmp_path
   r = run_cli("--clean", "--dir", str(d))
   assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
   assert "directory of your own" in r.stderr and "chmod" not in r.stderr
+
+
+def test_a_cache_dir_under_a_parent_others_can_write_is_refused_naming_the_parent(tmp_path):
+  shared = tmp_path / "shared"
+  shared.mkdir()
+  shared.chmod(0o777)   # writable by others and not sticky: they could rename our dir and plant their own
+  mine = shared / "cache"
+  mine.mkdir(mode=0o700)
+  with pytest.raises(cache.CacheError, match="parent .*shared can be changed by another user"):
+    cache.safe_dir(str(mine))
+  shared.chmod(0o1777)  # sticky: only the owner renames what is in it
+  assert cache.safe_dir(str(mine)) == str(mine)
