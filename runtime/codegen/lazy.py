@@ -83,6 +83,8 @@ class Lazy:
     view = self.view[1].reshape(shape) if self.view else None
 
     def mapping(idx):
+      if not self.size:   # an empty tensor is never read: any in-range index stands for its elements
+        return [ir.const(0) for _ in old]
       flat = ir.add(*[ir.mul(i, math.prod(shape[d + 1:])) for d, i in enumerate(idx)])
       return [ir.imod(ir.idiv(flat, math.prod(old[d + 1:])), old[d]) for d in range(len(old))]
     return self._remap(shape, mapping, view)

@@ -863,7 +863,8 @@ class TileEmitter:
       if guard:
         w.open(f"if ({' && '.join(rem.expr(x) for x in guard)})")
       for ch in range(chunks):  # one substitution per copy: the upcast index and the lanes together
-        v = ve.get(ir.substitute(fast_body, self._copy_map(u0, j, {t: ir.add(t0, ch * vl, lane)})))
+        term = ir.substitute(fast_body, self._copy_map(u0, j, {t: ir.add(t0, ch * vl, lane)}))
+        v = ve.get(term) if ve.is_vec(term) else ve.splat(term)   # a lane-invariant term (a constant) is splat
         a = accs[(j, ch)]
         w(f"{a} = {_combine(op, a, v, True)};")
       if guard:
@@ -985,7 +986,8 @@ class TileEmitter:
     rem.names[r0] = rn
     ve = VecEmitter(rem, lane, vl)
     for j in range(U):
-      v = ve.get(ir.substitute(body, self._copy_map(u0, j, {rt: ir.add(r0, lane)})))
+      term = ir.substitute(body, self._copy_map(u0, j, {rt: ir.add(r0, lane)}))
+      v = ve.get(term) if ve.is_vec(term) else ve.splat(term)   # a lane-invariant term (a constant) is splat
       w(f"{accs[j]} = {_combine(op, accs[j], v, True)};")
     w.close()
     tailn = vname(rt)
