@@ -2,6 +2,7 @@
 prologues and epilogues fused into the kernel of their reduction, concat inputs stored in place, views that
 never copy; and the inspect CLI."""
 import os
+import re
 import subprocess
 import sys
 
@@ -93,8 +94,10 @@ def test_inspect_cli_prints_kernels_strategies_and_fallbacks():
   out = subprocess.run([sys.executable, "-m", "runtime.inspect", model], capture_output=True, text=True,
                        timeout=300, check=True).stdout
   for needle in ("inputs:", "data_0: [1, 3, 224, 224] float32", "outputs:", "Conv=26", "kernels:",
-                 "fallback ops: none", "Conv+Relu", "im2col", "planned arena:"):
+                 "fallback ops: none", "Conv+Relu", "planned arena:"):
     assert needle in out, needle
+  # which conv strategies win depends on the target's vector width; every conv kernel names its strategy
+  assert re.search(r"\b(im2col|pointwise|direct|direct_cm)\b", out), out[-2000:]
 
 
 def test_per_channel_mul_and_add_fold_into_conv():
