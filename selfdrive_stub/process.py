@@ -1,7 +1,7 @@
 """One managed child process: declaration, launch, crash bookkeeping and stop.
 
 Invariants:
-- Every child runs `python -m selfdrive_stub.process <name> <module> [args...]`: the entry point below sets the
+- Every child runs `python -P -m selfdrive_stub.child <name> <module> [args...]`: the entry point below sets the
   process title to <name>, asks the kernel to SIGKILL it when the manager dies (PR_SET_PDEATHSIG), and runs the
   module as __main__. So a title and an orphan guard exist even for modules that forget them.
 - Each child is the leader of its own session/process group; stop and kill signal the whole group, so helper
@@ -121,9 +121,8 @@ class ManagedProcess:
     # -P: the working directory is not on the child's path, so a runtime.py (or any module of ours) in the
     # directory the manager was started from cannot shadow the package; the checkout is named explicitly instead
     child_env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH", ""), CHECKOUT) if p)
-    argv = [sys.executable, "-P", "-m", "selfdrive_stub.process", self.name, self.cfg.module, *self.cfg.args(ctx)]
-    self.proc = subprocess.Popen(argv, env=child_env, start_new_session=True, stdin=subprocess.DEVNULL,
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    argv = [sys.executable, "-P", "-m", "selfdrive_stub.child", self.name, self.cfg.module, *self.cfg.args(ctx)]
+    self.proc = spawn_child(argv, env=child_env)
     self.tail.clear()
     self._reader = threading.Thread(target=self._read_output, args=(self.proc.stdout,), name=f"out-{self.name}",
                                     daemon=True)
@@ -250,10 +249,22 @@ def _die_with_parent() -> None:
     os._exit(1)
 
 
+def spawn_child(argv: list[str], **popen) -> subprocess.Popen:
+  """Start a child entry (selfdrive_stub.child) with SIGINT blocked: the mask survives exec, so a stop that comes
+  while the child's interpreter is still starting stays pending until the entry has made SIGINT a quiet exit and
+  unblocked it, instead of printing a KeyboardInterrupt traceback from the middle of an import."""
+  old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+  try:
+    return subprocess.Popen(argv, start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, **popen)
+  finally:
+    signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 def run_child(argv: list[str]) -> None:
   """Entry point of a managed child: title, orphan guard, then the module as __main__."""
   if len(argv) < 2:
-    raise SystemExit("usage: python -m selfdrive_stub.process NAME MODULE [ARGS...]")
+    raise SystemExit("usage: python -m selfdrive_stub.child NAME MODULE [ARGS...]")
   name, module, args = argv[0], argv[1], argv[2:]
   _die_with_parent()
   try:
@@ -263,6 +274,7 @@ def run_child(argv: list[str]) -> None:
     pass
   import runpy
   sys.argv = [module, *args]
+  signal.signal(signal.SIGINT, signal.default_int_handler)   # selfdrive_stub.child made it a quiet exit until here
   try:
     runpy.run_module(module, run_name="__main__", alter_sys=True)
   except KeyboardInterrupt:

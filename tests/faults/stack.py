@@ -48,7 +48,7 @@ class Stack:
     path = os.path.join(self.logdir, f"{name}.{len([k for k in self._logs if k.startswith(name)])}.log")
     self._logs[name] = path
     with open(path, "w") as log:
-      proc = subprocess.Popen([sys.executable, "-m", "selfdrive_stub.process", name, module, *args], cwd=REPO_ROOT,
+      proc = subprocess.Popen([sys.executable, "-m", "selfdrive_stub.child", name, module, *args], cwd=REPO_ROOT,
                               env=child_env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                               start_new_session=True)
     self.procs[name] = proc
