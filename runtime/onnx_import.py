@@ -6,7 +6,8 @@ become {"dtype", "shape", "data"}). Graph inputs that are also initializers are 
 
 The model file is outside input: before anything is decoded or allocated the importer checks that it parses,
 has a graph with outputs, imports an opset this onnx package knows, declares no negative dims and no tensor
-over the memory budget (runtime.limits), keeps its data inside the file (external data is refused: it would
+over the memory budget (runtime.limits), holds initialisers and tensor attributes that fit the budget all
+together (one load-wide total, counted before each is decoded), keeps its data inside the file (external data is refused: it would
 read files the model names), and that every node matches its op's schema (input and output counts,
 required inputs present, required attributes present, attribute types) and reads only values defined
 before it. Each failure is a typed error naming what is wrong."""
@@ -20,7 +21,7 @@ from onnx import numpy_helper
 from .errors import InputError, ModelError, UnsupportedOpError
 from .graph import Graph, Node, Spec, dtype_from_onnx
 from .kernels import supported_ops
-from .limits import check_tensor
+from .limits import LoadTotal, check_tensor
 
 ONNX_OPS = frozenset(supported_ops())
 
@@ -60,14 +61,16 @@ def _check_dims(dims, where: str) -> tuple[int, ...]:
   return dims
 
 
-def _decode_tensor(t: onnx.TensorProto, where: str):
-  """A TensorProto as a numpy array, after its dims, size and storage have been checked."""
+def _decode_tensor(t: onnx.TensorProto, where: str, total: LoadTotal):
+  """A TensorProto as a numpy array, after its dims, size and storage have been checked and its size counted
+  in the load's total."""
   dt = dtype_from_onnx(t.data_type, where)
   if t.data_location == onnx.TensorProto.EXTERNAL or len(t.external_data):
     raise UnsupportedOpError(f"{where} keeps its data in an external file; external data is not supported "
                              f"(save the model with its weights inside)")
   dims = _check_dims(t.dims, where)
   nbytes = check_tensor(dims, dt, where)
+  total.add(nbytes, where)
   if t.HasField("raw_data") and len(t.raw_data) != nbytes:
     raise ModelError(f"{where}: raw data holds {len(t.raw_data)} bytes, shape {list(dims)} of {dt} needs {nbytes}")
   try:
@@ -79,12 +82,12 @@ def _decode_tensor(t: onnx.TensorProto, where: str):
   return a
 
 
-def _tensor_json(t: onnx.TensorProto, where: str) -> dict:
-  a = _decode_tensor(t, where)
+def _tensor_json(t: onnx.TensorProto, where: str, total: LoadTotal) -> dict:
+  a = _decode_tensor(t, where, total)
   return {"dtype": a.dtype.str, "shape": list(a.shape), "data": a.reshape(-1).tolist()}
 
 
-def _attr_value(a: onnx.AttributeProto, where: str):
+def _attr_value(a: onnx.AttributeProto, where: str, total: LoadTotal):
   T = onnx.AttributeProto
   if a.type == T.FLOAT:
     return float(a.f)
@@ -105,7 +108,7 @@ def _attr_value(a: onnx.AttributeProto, where: str):
     except UnicodeDecodeError:
       raise ModelError(f"{where}: string attribute {a.name!r} is not UTF-8") from None
   if a.type == T.TENSOR:
-    return _tensor_json(a.t, f"{where} attribute {a.name!r}")
+    return _tensor_json(a.t, f"{where} attribute {a.name!r}", total)
   raise UnsupportedOpError(f"{where}: attribute {a.name!r} of type {T.AttributeType.Name(a.type)} is not supported")
 
 
@@ -213,10 +216,11 @@ def import_onnx(model, input_shapes: dict | None = None) -> Graph:
   if len(g.sparse_initializer):
     raise UnsupportedOpError("sparse initializers are not supported")
   consts = {}
+  total = LoadTotal("the model's initialisers and tensor attributes")
   for t in g.initializer:
     if t.name in consts:
       raise ModelError(f"initializer {t.name!r} is defined twice")
-    consts[t.name] = _decode_tensor(t, f"initializer {t.name!r}")
+    consts[t.name] = _decode_tensor(t, f"initializer {t.name!r}", total)
   input_shapes = dict(input_shapes or {})
   declared = [vi.name for vi in g.input if vi.name not in consts]
   unknown = sorted(set(input_shapes) - set(declared))
@@ -250,7 +254,7 @@ def import_onnx(model, input_shapes: dict | None = None) -> Graph:
         raise ModelError(f"{where}: output {o!r} is already defined (every value has one producer)")
       if o:
         defined.add(o)
-    attrs = {a.name: _attr_value(a, where) for a in n.attribute}
+    attrs = {a.name: _attr_value(a, where, total) for a in n.attribute}
     attrs["_opset"] = opset
     attrs["_n_outputs"] = len(outputs)
     nodes.append(Node(n.op_type, inputs_n, outputs, attrs, n.name))

@@ -3,7 +3,8 @@ its positive scale into the Conv after a Relu), dead-code elimination, and the e
 lowering fuses in place.
 
 Invariants: passes never change what the graph computes (folding evaluates with the same kernels that run
-later); held (mutable) values are never folded; every pass returns value specs for all live values."""
+later); held (mutable) values are never folded; every pass returns value specs for all live values; the
+constants a fold holds at once (the graph's, then each folded value) stay within the memory budget together."""
 from __future__ import annotations
 
 import numpy as np
@@ -12,6 +13,7 @@ from .errors import ModelError
 from .graph import Graph, Node, Spec, spec_of
 from .kernels import build_kernel
 from .kernels.nn import bn_affine
+from .limits import LoadTotal, tensor_bytes
 
 
 def _where(node: Node) -> str:
@@ -29,12 +31,21 @@ def evaluate(kernel, ins: list) -> list[np.ndarray]:
 def fold_constants(graph: Graph) -> tuple[Graph, dict[str, Spec], dict[str, object]]:
   """Infer every value's spec; evaluate nodes whose inputs are all constant.
 
-  Returns (graph with folded nodes removed, specs, kernels of the remaining nodes by output name)."""
+  Returns (graph with folded nodes removed, specs, kernels of the remaining nodes by output name).
+
+  Every constant held during the fold (the graph's own and every folded value, dead or not) is counted in one
+  total, checked before a folded node is evaluated, so a small model folding many constants that each fit the
+  budget is refused (MemoryBudgetError) instead of allocating their sum. A value a kernel builds at load
+  (ConstantOfShape) is counted once built: it fits the budget on its own, so the fold's peak stays under
+  twice the budget."""
   specs: dict[str, Spec] = {n: s for n, s in graph.inputs.items()}
   for n, a in graph.consts.items():
     specs[n] = spec_of(a)
   specs.update(graph.held)
   consts = dict(graph.consts)
+  total = LoadTotal("the folded constants and initialisers")
+  for n, a in consts.items():
+    total.add(a.nbytes, f"constant {n!r}")
   kept, kernels = [], {}
   for node in graph.nodes:
     in_specs, in_consts = [], []
@@ -56,6 +67,8 @@ def fold_constants(graph: Graph) -> tuple[Graph, dict[str, Spec], dict[str, obje
     foldable = k.const_value is not None or all(
         name == "" or (name in consts and name not in graph.held) for name in node.inputs)
     if foldable:
+      total.add(sum(tensor_bytes(s.shape, s.dtype) for name, s in zip(node.outputs, k.out_specs) if name),
+                f"{_where(node)} folded")
       vals = [k.const_value] if k.const_value is not None else \
           evaluate(k, [consts.get(n) if n else None for n in node.inputs])
       for name, v in zip(node.outputs, vals):
