@@ -52,6 +52,7 @@ MAX_HEADER_BYTES = 1 << 20
 MAX_LOG_BYTES = 1 << 30        # no route's log decompresses past this (about an hour of a whole stack)
 EVENT_BYTES_BOUND = 16 << 10   # per event, for headers without log_bytes (the largest, modelV2, is ~8 KB)
 INCOMPLETE_RATIO = 64          # an incomplete route's log may expand this much (ours compress ~2x)
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 LOG_CHUNK = 1024               # compressed bytes per decompress call: zstd expands one at most ~32768x
 
 # camera name -> the service that carries its FrameData
@@ -81,6 +82,58 @@ def split_messages(data: bytes, name: str = "log") -> list[bytes]:
     out.append(bytes(view[pos:end]))
     pos = end
   return out
+
+
+def decompress_log(compressed: bytes, cap: int, name: str, complete: bool = True, bound_by: str = "its size") -> tuple[bytes, bool]:
+  """(bytes, recovered) of a zstd log of one or more frames (plain bytes pass through), never more than `cap`: it is
+  decompressed a chunk at a time and refused (RouteError) as soon as it passes the cap. A damaged or truncated frame
+  is a RouteError naming the frame's byte offset; with complete=False (a recorder that died mid-frame) the whole
+  frames before it are kept and recovered is True."""
+  if compressed[:4] != ZSTD_MAGIC:
+    if len(compressed) > cap:
+      raise RouteError(f"{name}: {len(compressed)} bytes, more than {cap}")
+    return bytes(compressed), False
+  out = bytearray()
+  pos, dctx = 0, zstandard.ZstdDecompressor()
+  while pos < len(compressed):
+    frame_start, before = pos, len(out)
+    dobj, error = dctx.decompressobj(), None
+    try:
+      while not dobj.eof and pos < len(compressed):
+        chunk = compressed[pos:pos + LOG_CHUNK]
+        out += dobj.decompress(chunk)
+        pos += len(chunk)
+        if len(out) > cap:
+          raise RouteError(f"{name}: decompresses to more than {cap} bytes, more than {bound_by} allows")
+    except zstandard.ZstdError as e:
+      error = f"corrupt zstd frame at byte {frame_start} ({e})"
+    if error is None and not dobj.eof:
+      error = f"truncated zstd frame at byte {frame_start} (the file ends at byte {len(compressed)})"
+    if error is not None:
+      if complete:
+        raise RouteError(f"{name}: {error}")
+      del out[before:]
+      return bytes(out), True
+    pos -= len(dobj.unused_data)
+  return bytes(out), False
+
+
+def read_log(path: str, max_bytes: int = MAX_LOG_BYTES) -> list[bytes]:
+  """The Events of a standalone log file (a reference or a copied log.zst): a regular file only (never a FIFO, a
+  device or a link), at most max_bytes on disk, decompressed to at most INCOMPLETE_RATIO times that (and never past
+  max_bytes). Bad input is a RouteError naming the file."""
+  try:
+    fd = open_regular(path)
+  except FrameFileError as e:
+    raise RouteError(str(e)) from None
+  with os.fdopen(fd, "rb") as f:
+    size = os.fstat(f.fileno()).st_size
+    if size > max_bytes:
+      raise RouteError(f"{path} is {size} bytes, more than a log may be ({max_bytes})")
+    compressed = f.read(max_bytes + 1)[:max_bytes]
+  cap = min(max_bytes, max(1 << 20, len(compressed) * INCOMPLETE_RATIO))
+  data, _ = decompress_log(compressed, cap, path, True, f"{INCOMPLETE_RATIO}x its compressed size")
+  return split_messages(data, path)
 
 
 def _frame_file(camera: str) -> str:
@@ -347,32 +400,11 @@ class Route:
       compressed = _read_file(dir_fd, self.path, LOG, self.max_log_bytes)
     finally:
       os.close(dir_fd)
-    cap = self.log_cap(len(compressed))
-    out = bytearray()
-    pos, dctx = 0, zstandard.ZstdDecompressor()
-    while pos < len(compressed):
-      frame_start, before = pos, len(out)
-      dobj, error = dctx.decompressobj(), None
-      try:
-        while not dobj.eof and pos < len(compressed):
-          chunk = compressed[pos:pos + LOG_CHUNK]
-          out += dobj.decompress(chunk)
-          pos += len(chunk)
-          if len(out) > cap:
-            raise RouteError(f"{log_path}: decompresses to more than {cap} bytes, more than its header allows "
-                             f"({'log_bytes ' + str(self.header['log_bytes']) if 'log_bytes' in self.header else 'events'})")
-      except zstandard.ZstdError as e:
-        error = f"corrupt zstd frame at byte {frame_start} ({e})"
-      if error is None and not dobj.eof:
-        error = f"truncated zstd frame at byte {frame_start}"
-      if error is not None:
-        if self.header.get("complete", True):
-          raise RouteError(f"{log_path}: {error}")
-        del out[before:]
-        self.recovered = True   # the recorder died mid-frame: keep the whole frames before it
-        break
-      pos -= len(dobj.unused_data)
-    return split_messages(bytes(out), log_path)
+    h = self.header
+    bound_by = f"its header ({'log_bytes ' + str(h['log_bytes']) if 'log_bytes' in h else 'events'})"
+    data, recovered = decompress_log(compressed, self.log_cap(len(compressed)), log_path, h.get("complete", True), bound_by)
+    self.recovered = self.recovered or recovered
+    return split_messages(data, log_path)
 
   def events(self) -> list:
     """Decoded Events (capnp readers), stably sorted by logMonoTime."""

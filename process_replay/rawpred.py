@@ -21,7 +21,7 @@ from cereal.messaging import log_from_bytes
 from daemons.common.metadata import ModelMetadata, load_metadata
 from process_replay.cli import ArgParser, usage_exit
 from process_replay.references import read_log_file
-from cereal.route import Route
+from cereal.route import Route, RouteError
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH
 from daemons.modeld.model_state import MODEL_PATHS
 
@@ -93,7 +93,7 @@ def main(argv=None) -> int:
     if not os.path.exists(args.log):
       raise RawPredError(f"{args.log}: no such route or log")
     arrays, meta = decode(read_events(args.log), args.proc, args.model)
-  except (RawPredError, OSError, ValueError) as e:
+  except (RawPredError, RouteError, OSError, ValueError) as e:
     return usage_exit("python -m process_replay.rawpred", e)
   np.savez(args.out, **arrays)
   heads = ", ".join(f"{k}{tuple(v.shape)}" for k, v in arrays.items() if k in meta.output_slices)

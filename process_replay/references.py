@@ -14,7 +14,7 @@ import subprocess
 
 import zstandard
 
-from cereal.route import split_messages
+from cereal.route import read_log
 from cereal.messaging import log_from_bytes
 
 REFS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "refs")
@@ -51,13 +51,9 @@ def load_ref(refs_dir: str, route: str, proc: str) -> list[bytes]:
 
 
 def read_log_file(path: str) -> list[bytes]:
-  """Events from a zstd-compressed (one or more frames) or plain concatenation of capnp messages."""
-  with open(path, "rb") as f:
-    data = f.read()
-  if data[:4] == b"\x28\xb5\x2f\xfd":   # zstd magic
-    with zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True) as reader:
-      data = reader.read()
-  return split_messages(data, path)
+  """Events from a zstd-compressed (one or more frames) or plain concatenation of capnp messages: through the
+  route reader's bounded path (regular files only, decompression capped), so a bomb or a FIFO is a RouteError."""
+  return read_log(path)
 
 
 def current_commit() -> str:
