@@ -196,18 +196,35 @@ class FrameReader:
     index_offset, count, magic = FOOTER.unpack(os.pread(self._fd, FOOTER.size, self._file_size - FOOTER.size))
     if magic != FOOTER_MAGIC or index_offset + count * INDEX_ENTRY.size + FOOTER.size != self._file_size:
       return None
-    raw = os.pread(self._fd, count * INDEX_ENTRY.size, index_offset)
-    entries = [INDEX_ENTRY.unpack_from(raw, i * INDEX_ENTRY.size) for i in range(count)]
-    for *_, offset, clen in entries:
-      if offset < HEADER.size or offset + RECORD.size + clen > index_offset:
-        raise FrameFileError(f"{self.path}: index entry points outside the records (offset {offset}, length {clen})")
+    # every entry names its own record of at least RECORD.size bytes, so the records region bounds the count
+    # (a sparse file declaring a huge index is refused before anything is built from it)
+    if count > (index_offset - HEADER.size) // RECORD.size:
+      raise FrameFileError(f"{self.path}: the index declares {count} frames, more than its records region can hold")
+    max_clen = self._compress_bound()
+    entries, pos, end = [], index_offset, index_offset + count * INDEX_ENTRY.size
+    while pos < end:   # read and checked a chunk at a time: a bad entry stops the read where it is
+      raw = os.pread(self._fd, min(end - pos, INDEX_ENTRY.size * 4096), pos)
+      if not raw or len(raw) % INDEX_ENTRY.size:
+        raise FrameFileError(f"{self.path}: short read of the index at byte {pos}")
+      for entry in INDEX_ENTRY.iter_unpack(raw):
+        offset, clen = entry[3], entry[4]
+        if offset < HEADER.size or offset + RECORD.size + clen > index_offset or clen > max_clen:
+          raise FrameFileError(f"{self.path}: index entry {len(entries)} points outside the records or past a "
+                               f"frame's compressed bound (offset {offset}, length {clen})")
+        entries.append(entry)
+      pos += len(raw)
     return entries
+
+  def _compress_bound(self) -> int:
+    """The most bytes zstd can take for one frame of this geometry (its ZSTD_compressBound, with a margin)."""
+    size = self.geometry.size
+    return size + (size >> 7) + (1 << 12)
 
   def _scan_records(self) -> list[tuple[int, int, int, int, int]]:
     entries, offset = [], HEADER.size
     while offset + RECORD.size <= self._file_size:
       magic, clen, frame_id, sof, eof = RECORD.unpack(os.pread(self._fd, RECORD.size, offset))
-      if magic != RECORD_MAGIC or offset + RECORD.size + clen > self._file_size:
+      if magic != RECORD_MAGIC or offset + RECORD.size + clen > self._file_size or clen > self._compress_bound():
         break
       entries.append((frame_id, sof, eof, offset, clen))
       offset += RECORD.size + clen
