@@ -63,8 +63,13 @@ class RouteError(Exception):
   """A route directory that is missing, incomplete, of another format, corrupt, or unsafe to write into."""
 
 
-def split_messages(data: bytes, name: str = "log") -> list[bytes]:
-  """Split concatenated capnp flat-array messages using only their segment tables."""
+MIN_EVENT_WORDS = 2   # an Event is at least its root pointer and one data word (logMonoTime)
+
+
+def split_messages(data: bytes, name: str = "log", max_count: int | None = None) -> list[bytes]:
+  """Split concatenated capnp flat-array messages using only their segment tables. Each must be big enough to hold
+  an Event, and there may be at most max_count of them, so the list (an object per message) stays within a small
+  multiple of the bytes it came from: a log of empty messages cannot turn a capped size into gigabytes of objects."""
   out, pos, n = [], 0, len(data)
   view = memoryview(data)
   while pos < n:
@@ -76,6 +81,10 @@ def split_messages(data: bytes, name: str = "log") -> list[bytes]:
     if nseg > 512 or pos + header > n:
       raise RouteError(f"{name}: corrupt segment table at byte {pos} ({nseg} segments)")
     words = sum(struct.unpack_from(f"<{nseg}I", data, pos + 4))
+    if words < MIN_EVENT_WORDS:
+      raise RouteError(f"{name}: message at byte {pos} has {words} words, too small to be an Event")
+    if max_count is not None and len(out) >= max_count:
+      raise RouteError(f"{name}: more than the {max_count} events its header declares")
     end = pos + header + 8 * words
     if end > n:
       raise RouteError(f"{name}: truncated message at byte {pos} (needs {end - pos} bytes, {n - pos} left)")
@@ -404,7 +413,8 @@ class Route:
     bound_by = f"its header ({'log_bytes ' + str(h['log_bytes']) if 'log_bytes' in h else 'events'})"
     data, recovered = decompress_log(compressed, self.log_cap(len(compressed)), log_path, h.get("complete", True), bound_by)
     self.recovered = self.recovered or recovered
-    return split_messages(data, log_path)
+    # a complete route's header counts its events; an incomplete one's is a lower bound, so it bounds nothing
+    return split_messages(data, log_path, h.get("events") if h.get("complete", True) and "events" in h else None)
 
   def events(self) -> list:
     """Decoded Events (capnp readers), stably sorted by logMonoTime."""

@@ -294,3 +294,15 @@ def test_header_fields_of_the_wrong_type_are_a_route_error(tmp_path):
   with pytest.raises(RouteError, match="not UTF-8") as e:
     Route(str(route))
   assert SECRET not in str(e.value)
+
+
+def test_a_log_of_empty_messages_is_refused_not_turned_into_millions_of_objects():
+  with pytest.raises(RouteError, match="too small to be an Event"):
+    split_messages(bytes(8 << 20))   # 8 MB of zeros: a million 8-byte messages with no root
+
+
+def test_more_events_than_the_header_declares_are_refused():
+  events = [new_message("carState").to_bytes() for _ in range(3)]
+  assert len(split_messages(b"".join(events), max_count=3)) == 3
+  with pytest.raises(RouteError, match="more than the 2 events its header declares"):
+    split_messages(b"".join(events), max_count=2)
