@@ -101,29 +101,50 @@ def _text(buf: bytes, span: tuple[int, int]) -> str:
     raise HeaderError(f"a string at byte {span[0]} is not UTF-8") from None
 
 
+def _merged(buf: bytes, spans: list[tuple[int, int]]):
+  """The fields of a singular embedded message that occurs once per span: protobuf merges such occurrences, which
+  is the same as parsing their bytes one after the other (later scalars and oneof members win, repeated fields
+  concatenate), so their fields are yielded in that order."""
+  for span in spans:
+    yield from _fields(buf, *span)
+
+
+TYPE_ONEOF_OTHERS = (4, 5, 8, 9)   # TypeProto's sequence, map, sparse tensor and optional members
+
+
 def _value_info(buf: bytes, start: int, stop: int) -> ValueInfo:
   info = ValueInfo()
+  type_spans = []
   for number, wire, value in _fields(buf, start, stop):
     if number == 1:
       info.name = _text(buf, _span(number, wire, value))
-    elif number == 2:                                                  # TypeProto
-      for n2, w2, v2 in _fields(buf, *_span(number, wire, value)):
-        if n2 != 1:
-          continue
-        for n3, w3, v3 in _fields(buf, *_span(n2, w2, v2)):             # TypeProto.Tensor
-          if n3 == 1 and w3 == 0:
-            info.elem_type = v3
-          elif n3 == 2:                                                 # TensorShapeProto
-            dims = []
-            for n4, w4, v4 in _fields(buf, *_span(n3, w3, v3)):
-              if n4 != 1:
-                continue
-              dim = 0
-              for n5, w5, v5 in _fields(buf, *_span(n4, w4, v4)):       # Dimension
-                if n5 == 1 and w5 == 0:
-                  dim = v5 - (1 << 64) if v5 >= 1 << 63 else v5         # int64 as two's complement
-              dims.append(dim)
-            info.dims = tuple(dims)
+    elif number == 2:                                                  # TypeProto (occurrences merge)
+      type_spans.append(_span(number, wire, value))
+  tensor_spans = []
+  for n2, w2, v2 in _merged(buf, type_spans):
+    if n2 == 1:
+      tensor_spans.append(_span(n2, w2, v2))
+    elif n2 in TYPE_ONEOF_OTHERS:   # a later member of the oneof wins: the value is then not a tensor
+      tensor_spans = []
+  shape_spans = []
+  for n3, w3, v3 in _merged(buf, tensor_spans):                         # TypeProto.Tensor
+    if n3 == 1 and w3 == 0:
+      info.elem_type = v3
+    elif n3 == 2:                                                       # TensorShapeProto (occurrences merge)
+      shape_spans.append(_span(n3, w3, v3))
+  dims = []
+  for n4, w4, v4 in _merged(buf, shape_spans):
+    if n4 != 1:
+      continue
+    dim = 0
+    for n5, w5, v5 in _fields(buf, *_span(n4, w4, v4)):                 # Dimension: its oneof's last member wins
+      if n5 == 1 and w5 == 0:
+        dim = v5 - (1 << 64) if v5 >= 1 << 63 else v5                   # int64 as two's complement
+      elif n5 == 2:
+        dim = 0                                                         # dim_param: symbolic
+    dims.append(dim)
+  if shape_spans:
+    info.dims = tuple(dims)
   return info
 
 

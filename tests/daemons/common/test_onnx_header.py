@@ -10,6 +10,7 @@ import numpy as np
 import onnx
 import pytest
 
+from daemons.common import onnx_header
 from daemons.common.onnx_header import HeaderError, parse_header, read_header
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH as DM_MODEL
 from daemons.modeld.model_state import MODEL_PATHS
@@ -76,3 +77,47 @@ def test_a_daemon_started_again_on_its_cached_programs_never_imports_onnx(tmp_pa
                          timeout=300) for _ in range(2)]
   assert [r.returncode for r in runs] == [0, 0], runs[-1].stderr[-2000:]
   assert [r.stdout.split()[-1] for r in runs] == ["True", "False"]   # built from the model once, then cached
+
+
+# -- protobuf's merge rules: a field that occurs twice ------------------------------------------------------------
+
+def _ld(number: int, payload: bytes) -> bytes:
+  """One length-delimited protobuf field (tag and length as one-byte varints: the payloads here are short)."""
+  assert number < 16 and len(payload) < 128
+  return bytes([number << 3 | 2, len(payload)]) + payload
+
+
+def _dim(*parts: bytes) -> bytes:
+  return _ld(1, b"".join(parts))
+
+
+def _tensor_type(elem: int, *dims: bytes) -> bytes:
+  return _ld(2, _ld(1, bytes([1 << 3, elem]) + _ld(2, b"".join(dims))))   # type { tensor_type { elem, shape } }
+
+
+DIM3, DIM7, DIM1 = bytes([1 << 3, 3]), bytes([1 << 3, 7]), bytes([1 << 3, 1])
+PARAM_N = _ld(2, b"N")
+
+
+@pytest.mark.parametrize("case, fields", [
+    ("a type that occurs twice merges: its repeated dims concatenate",
+     [_ld(1, b"x"), _tensor_type(1, _dim(DIM7)), _tensor_type(1, _dim(DIM1), _dim(DIM3))]),
+    ("a dimension's oneof: the last member wins (dim_value then dim_param is symbolic)",
+     [_ld(1, b"x"), _tensor_type(1, _dim(DIM3 + PARAM_N))]),
+    ("a dimension's oneof: dim_param then dim_value is the value",
+     [_ld(1, b"x"), _tensor_type(1, _dim(PARAM_N + DIM3))]),
+    ("a later elem_type wins", [_ld(1, b"x"), _tensor_type(1, _dim(DIM3)), _tensor_type(7)]),
+    ("a type's oneof: a later sequence member means it is not a tensor",
+     [_ld(1, b"x"), _tensor_type(1, _dim(DIM3)), _ld(2, _ld(4, b""))]),
+])
+def test_the_header_reader_merges_repeated_occurrences_as_protobuf_does(case, fields):
+  data = b"".join(fields)
+  ref = onnx.ValueInfoProto.FromString(data)
+  header = parse_header(onnx.helper.make_model(onnx.helper.make_graph([], "g", [ref], [])).SerializeToString())
+  (got,) = header.inputs
+  want_elem = ref.type.tensor_type.elem_type if ref.type.HasField("tensor_type") else 0
+  want_dims = tuple(d.dim_value if d.HasField("dim_value") else 0 for d in ref.type.tensor_type.shape.dim)
+  assert (got.elem_type, got.dims) == (want_elem, want_dims), case
+  # and the bytes themselves, as the file would hold them, parse to the same as onnx's reading of them
+  raw = onnx_header._value_info(data, 0, len(data))
+  assert (raw.elem_type, raw.dims) == (want_elem, want_dims), case
