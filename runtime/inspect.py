@@ -1,28 +1,56 @@
 """`python -m runtime.inspect MODEL.onnx`: inputs, outputs, metadata, op counts, and the compiled program:
 the kernel count, each kernel's fused ops, strategy and loop schedules, every op that fell back to its reference
-kernel, the weights and the planned arena. --source N prints the C of kernel N."""
+kernel, the weights and the planned arena. --source N prints the C of kernel N.
+
+Only devices that run generated code have a program to show (CPU, USB+AMD); REF runs every op on its numpy
+reference kernel and has none. Any bad file or argument is one line on stderr and exit 2. The daemons' composed
+frame programs (warp + model) are built above the runtime, so they are shown by `python -m daemons.inspect`,
+which describes them with `describe_program` from here."""
 from __future__ import annotations
 
 import argparse
 import sys
 from collections import Counter
 
+from .device import DeviceUnavailable, canonical_name
+from .errors import RuntimeCoreError
 from .onnx_import import import_onnx
-from .program import build_program
+from .program import Program, build_program
+
+# the devices whose program is generated C (REF has none: see refuse_device)
+CODE_DEVICES = ("CPU", "USB+AMD")
 
 
-def describe(path: str, device: str = "CPU") -> str:
-  graph = import_onnx(path)
-  model_ops = Counter(n.op for n in graph.nodes)
-  program = build_program(graph, device)
-  lines = [f"model: {path}  (opset {graph.opset})  target {program.target}", "inputs:"]
+class InspectError(Exception):
+  """A request inspect cannot answer (unknown device, a kernel index out of range); the message says why."""
+
+
+def code_device(name: str) -> str:
+  """The canonical name of a device that runs generated code, or InspectError saying what to pass instead."""
+  try:
+    key = canonical_name(name)
+  except DeviceUnavailable as e:
+    raise InspectError(str(e)) from None
+  if key == "REF":
+    raise InspectError("REF has no generated code: it runs every op on its numpy reference kernel; "
+                       f"inspect one of {', '.join(CODE_DEVICES)}")
+  if key not in CODE_DEVICES:
+    raise InspectError(f"unknown device {name!r}; devices with generated code: {', '.join(CODE_DEVICES)}")
+  return key
+
+
+def describe_program(program: Program, title: str, model_ops: Counter | None = None) -> str:
+  """The text report of one built program; `model_ops` (op counts before the passes) when it came from a file."""
+  graph = program.graph
+  lines = [f"{title}  (opset {graph.opset})  target {program.target}", "inputs:"]
   lines += [f"  {n}: {list(s.shape)} {s.dtype}" for n, s in program.inputs.items()]
   lines.append("outputs:")
   lines += [f"  {n}: {list(s.shape)} {s.dtype}" for n, s in program.output_specs.items()]
   if graph.metadata:
     lines.append("metadata:")
     lines += [f"  {k}: {v[:100]}" for k, v in graph.metadata.items()]
-  lines.append("model ops: " + ", ".join(f"{op}={c}" for op, c in sorted(model_ops.items())))
+  if model_ops is not None:
+    lines.append("model ops: " + ", ".join(f"{op}={c}" for op, c in sorted(model_ops.items())))
   lines.append("ops after passes: " + ", ".join(f"{op}={c}" for op, c in sorted(program.op_counts().items())))
   n_c = sum(1 for k in program.kernels if k.kind == "c")
   fb = program.fallbacks
@@ -42,19 +70,35 @@ def describe(path: str, device: str = "CPU") -> str:
   return "\n".join(lines)
 
 
+def kernel_source(program: Program, index: int) -> str:
+  """The C of kernel `index`, or a line saying it is a reference kernel; InspectError when out of range."""
+  n = len(program.kernels)
+  if not 0 <= index < n:
+    raise InspectError(f"--source {index} is out of range: the program has {n} kernels (0..{n - 1})")
+  k = program.kernels[index]
+  return k.source or f"kernel {index} is the reference kernel of {k.name} (no C)"
+
+
+def describe(path: str, device: str = "CPU") -> str:
+  graph = import_onnx(path)
+  model_ops = Counter(n.op for n in graph.nodes)
+  return describe_program(build_program(graph, code_device(device)), f"model: {path}", model_ops)
+
+
 def main(argv=None) -> int:
-  ap = argparse.ArgumentParser(prog="python -m runtime.inspect", description=__doc__)
+  ap = argparse.ArgumentParser(prog="python -m runtime.inspect", description=__doc__,
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("model", help="path to an .onnx file")
-  ap.add_argument("--device", default="CPU", help="device whose program to show (CPU, USB+AMD, REF)")
+  ap.add_argument("--device", default="CPU", help=f"device whose program to show ({', '.join(CODE_DEVICES)})")
   ap.add_argument("--source", type=int, metavar="N", help="print the generated C of kernel N")
   args = ap.parse_args(argv)
   try:
+    device = code_device(args.device)   # before the model is read: a wrong flag is not worth a compile
     if args.source is not None:
-      k = build_program(import_onnx(args.model), args.device).kernels[args.source]
-      print(k.source or f"kernel {args.source} is the reference kernel of {k.name} (no C)")
+      print(kernel_source(build_program(import_onnx(args.model), device), args.source))
     else:
-      print(describe(args.model, args.device))
-  except (OSError, IndexError) as e:
+      print(describe(args.model, device))
+  except (OSError, RuntimeCoreError, InspectError) as e:
     print(f"runtime.inspect: {e}", file=sys.stderr)
     return 2
   return 0

@@ -1,0 +1,84 @@
+"""python -m runtime.inspect: a bad model file or a wrong flag is one line on stderr and exit 2 (never a
+traceback), and REF, which has no generated code, is not shown as if it had."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from rt_helpers import node_model
+from repo_paths import REPO_ROOT
+
+
+def inspect_cli(*args, timeout=120):
+  return subprocess.run([sys.executable, "-m", "runtime.inspect", *map(str, args)], capture_output=True, text=True,
+                        timeout=timeout, cwd=REPO_ROOT)
+
+
+def one_line_exit_2(proc, *needles):
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  assert "Traceback" not in proc.stderr, proc.stderr
+  lines = proc.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith("runtime.inspect: "), proc.stderr
+  for needle in needles:
+    assert needle in lines[0], lines[0]
+  return lines[0]
+
+
+@pytest.fixture
+def relu_model(tmp_path):
+  path = tmp_path / "relu.onnx"
+  path.write_bytes(node_model([helper.make_node("Relu", ["x"], ["y0"])], {"x": np.zeros((2, 8), np.float32)}, {}))
+  return path
+
+
+def test_a_file_that_is_not_onnx_random_bytes_a_truncated_model_or_a_directory_is_one_line(tmp_path, relu_model):
+  text = tmp_path / "notes.onnx"
+  text.write_text("this is not a model\n")
+  noise = tmp_path / "noise.onnx"
+  noise.write_bytes(np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8).tobytes())
+  cut = tmp_path / "cut.onnx"
+  cut.write_bytes(relu_model.read_bytes()[:-7])
+  for bad in (text, noise, cut, tmp_path, tmp_path / "missing.onnx"):
+    one_line_exit_2(inspect_cli(bad), str(bad))
+
+
+def test_an_unsupported_op_is_named_in_one_line(tmp_path):
+  path = tmp_path / "einsum.onnx"
+  a, b = np.zeros((2, 3), np.float32), np.zeros((3, 4), np.float32)
+  path.write_bytes(node_model([helper.make_node("Einsum", ["a", "b"], ["y0"], equation="ij,jk->ik")], {"a": a, "b": b}, {}))
+  one_line_exit_2(inspect_cli(path), "Einsum")
+
+
+def test_an_unknown_device_is_refused_naming_the_devices_with_code(relu_model):
+  one_line_exit_2(inspect_cli(relu_model, "--device", "FOO"), "'FOO'", "CPU", "USB+AMD")
+
+
+def test_ref_is_refused_as_having_no_generated_code_not_shown_as_c(relu_model):
+  for args in ((), ("--source", "0")):
+    proc = inspect_cli(relu_model, "--device", "REF", *args)
+    one_line_exit_2(proc, "REF has no generated code")
+    assert "REF:" not in proc.stdout
+
+
+def test_a_kernel_index_out_of_range_says_how_many_kernels_there_are(relu_model):
+  line = one_line_exit_2(inspect_cli(relu_model, "--source", "99"), "--source 99", "out of range")
+  assert "index out of range" not in line
+  one_line_exit_2(inspect_cli(relu_model, "--source", "-1"), "--source -1")
+
+
+def test_a_good_model_shows_its_program_and_the_c_of_a_kernel_on_cpu_and_usb_amd(relu_model):
+  for device in ("CPU", "usb+amd"):
+    proc = inspect_cli(relu_model, "--device", device)
+    assert proc.returncode == 0, proc.stderr
+    assert "x: [2, 8] float32" in proc.stdout and "kernels: 1 (1 generated C, 0 fallback)" in proc.stdout
+  proc = inspect_cli(relu_model, "--source", "0")
+  assert proc.returncode == 0 and "void" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_the_help_points_to_the_daemons_frame_programs():
+  proc = inspect_cli("--help")
+  assert proc.returncode == 0 and "python -m daemons.inspect" in proc.stdout
+  assert os.path.isfile(os.path.join(REPO_ROOT, "daemons", "inspect.py"))
