@@ -13,7 +13,7 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parent.parent
 TEXT_SUFFIXES = {".py", ".md", ".toml", ".txt", ".sh", ".capnp", ".c", ".cfg", ".json", ""}
 # outside documents: the notes folder, its seeds and its design card; then issue numbers, in either spelling
-OUTSIDE = re.compile(r"\b(?:DESIGN" + r"\.md|spec" + r"/[\w.]+|seeds" + r"/)")
+OUTSIDE = re.compile(r"\b(?:DESIGN" + r"\.md|spec" + r"/[\w.]+|spec" + r" (?:§|[a-z_]+ §)|seeds" + r"/)")
 ISSUE_NUMBER = re.compile(r"\b[Ii]ssues? ?#?\d+\b|(?<![\w&/#])#\d{1,4}\b(?!\w)")
 # a backticked or linked path that starts at one of the repo's top-level directories
 UPSTREAM = re.compile(r"openpilot|tinygrad|commaai|upstream|onnx's|reference's")
@@ -82,7 +82,8 @@ def test_every_repo_path_a_doc_names_exists():
   assert missing == []
 
 
-@pytest.mark.parametrize("line, bad", [("see spec" + "/plumbing.md", True), ("(issue 21 item 4)", True), ("fixes #" + "12", True),
+@pytest.mark.parametrize("line, bad", [("see spec" + "/plumbing.md", True), ("(spec" + " §4.3)", True), ("spec" + " modeld_pipeline §1.3", True),
+                                       ("for name, spec in items", False), ("(issue 21 item 4)", True), ("fixes #" + "12", True),
                                        ("DESIGN" + ".md's rule", True), ("x = y  # 2 bytes", False), ("color #fff", False)])
 def test_the_patterns_catch_what_they_are_for(line, bad):
   assert bool(OUTSIDE.search(line) or ISSUE_NUMBER.search(line)) == bad

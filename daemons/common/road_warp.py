@@ -1,6 +1,6 @@
 """Road camera warp: NV12 camera frame -> the driving model's 6-channel YUV input (6, 128, 256) uint8.
 
-Invariants (facts: tinygrad examples/openpilot/compile_warp.py, layout yuv420; spec §4.3):
+Invariants (facts: tinygrad examples/openpilot/compile_warp.py, layout yuv420):
 - the warp matrix maps model pixels to camera pixels; Y is sampled on a 512x256 grid, U and V on 256x128 with
   M_uv = S M S^-1 (S = diag(.5, .5, 1));
 - coordinates are computed in float32, rounded half-to-even, clamped to the image edge (no border fill);

@@ -1,4 +1,4 @@
-"""Control action from the model plan (semantics of openpilot's get_action_from_model, spec §9).
+"""Control action from the model plan (semantics of openpilot's get_action_from_model in selfdrive/modeld/modeld.py).
 
 - accel: the plan velocity is read at the longitudinal action time t; a_target = 2 (v(t) - v0) / t - a0; for
   t < MIN_STABLE_DELAY the value at MIN_STABLE_DELAY is scaled linearly from v0;

@@ -1,4 +1,4 @@
-"""Model-side constants (facts from openpilot's selfdrive/modeld/constants.py, see spec §7)."""
+"""Model-side constants (facts from openpilot's selfdrive/modeld/constants.py)."""
 import numpy as np
 
 MODEL_RUN_FREQ = 20
@@ -73,7 +73,7 @@ class Meta:
   RIGHT_BLINKER = slice(34, 55, 4)
 
 
-# output heads (name -> width) of our models, in output order (spec §3.1)
+# output heads (name -> width) of our models, in output order (the base model's output slices)
 OUTPUT_HEADS = (
   ("meta", 55), ("desire_pred", 32), ("pose", 12), ("wide_from_device_euler", 6), ("road_transform", 12),
   ("lane_lines", 528), ("lane_lines_prob", 8), ("road_edges", 264), ("lead", 144), ("lead_prob", 3),

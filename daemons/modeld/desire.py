@@ -1,4 +1,4 @@
-"""Lane-change desire from the car (openpilot's DesireHelper semantics, spec modeld_pipeline §1.3-§1.4).
+"""Lane-change desire from the car (openpilot's DesireHelper semantics, selfdrive/controls/lib/desire_helper.py).
 
 Upstream revision followed: commaai/openpilot `selfdrive/controls/lib/desire_helper.py` @082c194ed3a6 (the
 lane-change helper with the preLaneChange -> laneChangeStarting -> laneChangeFinishing fade and the blind-spot

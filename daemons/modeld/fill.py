@@ -1,5 +1,5 @@
 """Fill modelV2, drivingModelData and cameraOdometry from parsed outputs (semantics of openpilot
-fill_model_msg.py, spec §8), plus our additions: sof/eof timestamps, which model ran and why, and a reason
+selfdrive/modeld/fill_model_msg.py), plus our additions: sof/eof timestamps, which model ran and why, and a reason
 whenever `valid` is false. The timing fields (modelExecutionTime, stageTimings) are stamped on every message by
 the daemons' skeleton (daemons/common/messages.stamp_timings), not here.
 

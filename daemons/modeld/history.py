@@ -1,4 +1,4 @@
-"""Temporal inputs of the driving model, kept in numpy (semantics of openpilot's add_history.py, spec §3.2).
+"""Temporal inputs of the driving model, kept in numpy (semantics of openpilot's modeld.py history buffers).
 
 Invariants, per 20 Hz step t (one `ModelHistory` per model, so a model never sees another model's past):
 - images: the last 5 warped frames of each camera; the model gets the pair (t-4, t) stacked to (1, 12, 128, 256),

@@ -1,4 +1,4 @@
-"""Driving-model output parser (semantics of openpilot parse_model_outputs.py, spec §6).
+"""Driving-model output parser (semantics of openpilot selfdrive/modeld/parse_model_outputs.py).
 
 Input: the flat output split into named `(1, width)` heads (from the model's metadata slices). Output: a dict
 with the decoded heads: MDN heads give `name` (means) and `name_stds` (exp of the log-stds, clipped at e^11);

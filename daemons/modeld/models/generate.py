@@ -2,7 +2,7 @@
 
     python -m daemons.modeld.models.generate [--out DIR]
 
-Both models have the reference base-model contract (spec §3.1): inputs img / big_img uint8 (1, 12, 128, 256),
+Both models have the reference base-model contract: inputs img / big_img uint8 (1, 12, 128, 256),
 features_buffer (1, 24, 512), desire_pulse (1, 25, 8), traffic_convention (1, 2), action_t (1, 2); output
 `outputs` float32 (1, 2576) whose heads are listed in metadata_props["output_slices_json"].
 
