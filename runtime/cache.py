@@ -36,6 +36,7 @@ from . import compiler, config
 from .errors import CacheError
 
 KERNEL_DIR = "kernels-v1"
+PROGRAM_DIR = "programs-v1"   # the program cache's entries (program_cache.py), beside the kernels
 MAGIC = b"PMKC1\n"
 MAX_ENTRY_BYTES = 64 << 20
 
@@ -304,13 +305,12 @@ class KernelCache:
     return out, source_of
 
 
-ENTRY_DIRS = (KERNEL_DIR, "programs-v1")
+ENTRY_DIRS = (KERNEL_DIR, PROGRAM_DIR)
 ENTRY_SUFFIXES = (".so.entry", ".zip")
 
 
-def _entries(base: str) -> list[tuple[float, int, str]]:
-  """(mtime, size, path) of every cache entry under base, kernels and programs, regular files only."""
-  out = []
+def _listing(base: str):
+  """(path, lstat) of every name in both caches' dirs under base; a dir or name that vanished is skipped."""
   for sub in ENTRY_DIRS:
     d = os.path.join(base, sub)
     try:
@@ -318,16 +318,17 @@ def _entries(base: str) -> list[tuple[float, int, str]]:
     except OSError:
       continue
     for n in names:
-      if not n.endswith(ENTRY_SUFFIXES) or n.startswith("."):
-        continue
       p = os.path.join(d, n)
       try:
-        st = os.lstat(p)
+        yield p, os.lstat(p)
       except OSError:
         continue
-      if stat.S_ISREG(st.st_mode):
-        out.append((st.st_mtime, st.st_size, p))
-  return out
+
+
+def _entries(base: str) -> list[tuple[float, int, str]]:
+  """(mtime, size, path) of every cache entry under base, kernels and programs, regular files only."""
+  return [(st.st_mtime, st.st_size, p) for p, st in _listing(base)
+          if stat.S_ISREG(st.st_mode) and p.endswith(ENTRY_SUFFIXES) and not os.path.basename(p).startswith(".")]
 
 
 def trim_disk(base: str, max_bytes: int | None = None) -> int:
@@ -354,21 +355,14 @@ def trim_disk(base: str, max_bytes: int | None = None) -> int:
 def clean_disk(base: str) -> tuple[int, int]:
   """Remove every entry (and leftover temp file) of both caches under base: (files removed, bytes freed)."""
   n = freed = 0
-  for sub in ENTRY_DIRS:
-    d = os.path.join(base, sub)
+  for p, st in _listing(base):
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+      continue
     try:
-      names = os.listdir(d)
+      os.unlink(p)
     except OSError:
       continue
-    for name in names:
-      p = os.path.join(d, name)
-      try:
-        st = os.lstat(p)
-        if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
-          os.unlink(p)
-          n, freed = n + 1, freed + (st.st_size if stat.S_ISREG(st.st_mode) else 0)
-      except OSError:
-        continue
+    n, freed = n + 1, freed + (st.st_size if stat.S_ISREG(st.st_mode) else 0)
   return n, freed
 
 

@@ -25,11 +25,10 @@ import stat
 import sys
 
 from . import artifact, config
-from .cache import KernelCache, safe_dir, trim_disk
+from .cache import PROGRAM_DIR, KernelCache, safe_dir, trim_disk
 from .errors import ArtifactError, CacheError
 from .program import SOURCE_DIGEST, Program, target_for
 
-PROGRAM_DIR = "programs-v1"
 MAX_ENTRY_BYTES = 1 << 30
 
 
