@@ -374,19 +374,17 @@ def main(argv=None) -> int:
   ap.add_argument("--dir", help="the cache dir to act on (default: PYMODELD_CACHE_DIR or ~/.cache/pymodeld)")
   args = ap.parse_args(argv)
   base = args.dir or config.cache_dir()
-  try:
+  exists = os.path.isdir(base)
+  try:   # a malformed bound or an unsafe dir is the user's to fix: one line, exit 2
     bound = config.cache_max_bytes()
-  except ValueError as e:
+    if exists:
+      safe_dir(base)
+  except (ValueError, CacheError) as e:
     print(f"runtime.cache: {e}", file=sys.stderr)
     return 2
-  if not os.path.isdir(base):
+  if not exists:
     print(f"runtime.cache: {base}: no cache there (nothing to do)")
     return 0
-  try:
-    safe_dir(base)
-  except CacheError as e:
-    print(f"runtime.cache: {e}", file=sys.stderr)
-    return 2
   if args.clean:
     n, freed = clean_disk(base)
     print(f"runtime.cache: {base}: removed {n} entries ({freed / (1 << 20):.1f} MiB)")
