@@ -2,12 +2,10 @@
 by the compressed bound of one frame: a sparse file declaring a huge index, or an entry claiming a gigabyte record,
 is a FrameFileError at once, in bounded memory."""
 import os
-import subprocess
-import sys
 
 import pytest
 
-from repo_paths import REPO_ROOT
+from bounded_child import refusal_in_bounded_memory
 from visionipc.framefile import FOOTER, FOOTER_MAGIC, HEADER, INDEX_ENTRY, RECORD, FrameFileError, FrameReader, FrameWriter
 from visionipc.nv12 import get_nv12_info
 
@@ -38,12 +36,8 @@ def with_index(path, index_offset: int, entries: list[bytes], count: int) -> Non
 def test_a_sparse_file_declaring_a_huge_index_is_refused_in_bounded_memory(tmp_path):
   path = tmp_path / "sparse.nv12z"
   with_index(path, one_frame_file(path), [], 100_000_000)   # a 4 GB index in a file of a few KB on disk
-  code = ("import resource, sys\nresource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
-          "from visionipc.framefile import FrameReader, FrameFileError\n"
-          "try:\n  FrameReader(sys.argv[1])\nexcept FrameFileError as e:\n  print('refused', e)\n")
-  r = subprocess.run([sys.executable, "-c", code, str(path)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
-  assert r.returncode == 0 and r.stdout.startswith("refused"), r.stderr[-1500:]
-  assert "more than its records region can hold" in r.stdout
+  out = refusal_in_bounded_memory("visionipc.framefile.FrameReader", "visionipc.framefile.FrameFileError", path, 1 << 30)
+  assert "more than its records region can hold" in out
 
 
 def test_an_index_entry_claiming_a_record_past_a_frames_compressed_bound_is_refused(tmp_path):
