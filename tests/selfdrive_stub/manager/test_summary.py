@@ -73,30 +73,43 @@ def test_a_process_that_never_gets_ready_again_after_a_restart_fails_the_run(nam
   assert code == 1
 
 
-def test_the_summary_lists_state_changes_with_reasons_fallback_losses_and_low_validity(namespace):
+def summary_of(rates: dict, publish) -> tuple[mgr.Manager, str]:
+  """A manager's summary after `publish(pm)` sent messages of the services in `rates` (name -> Hz) in one window."""
   m = mgr.Manager(mgr.parse_args(["--duration", "10"]), processes=[], out=io.StringIO())
-  m.monitor = ServiceMonitor({"modelV2": 20.0, "selfdriveState": 100.0, "driverStateV2": 20.0,
-                              "driverMonitoringState": 20.0})
-  pm = messaging.PubMaster(["modelV2", "selfdriveState", "driverStateV2", "driverMonitoringState"], allow_foreign=True)
+  m.monitor = ServiceMonitor(rates)
+  pm = messaging.PubMaster(list(rates), allow_foreign=True)
   try:
     m.monitor.start_window()
+    publish(pm)
+    m.monitor.update()
+    text, _ = m.summary(10.0, 8.0)
+  finally:
+    pm.close()
+    m.monitor.close()
+  return m, text
+
+
+def send_states(pm, state: str, events: list[str], dm_reason: str) -> None:
+  """An invalid driverMonitoringState with `dm_reason`, then selfdriveState in `state` with `events`."""
+  dm = new_message("driverMonitoringState", valid=False)
+  dm.invalidReason = dm_reason
+  pm.send("driverMonitoringState", dm)
+  sd = new_message("selfdriveState", valid=True)
+  sd.selfdriveState.state = state
+  sd.selfdriveState.events = events
+  pm.send("selfdriveState", sd)
+
+
+def test_the_summary_lists_state_changes_with_reasons_fallback_losses_and_low_validity(namespace):
+  def publish(pm):
     for f in list(range(10)) + list(range(40, 50)):
       msg = new_message("modelV2", valid=f < 10)
       msg.modelV2.frameId = f
       msg.modelV2.modelName, msg.modelV2.fallbackReason = ("big", "") if f < 10 else ("small", "DeviceTimeout: hang")
       pm.send("modelV2", msg)
-    dm = new_message("driverMonitoringState", valid=False)
-    dm.invalidReason = "driverStateV2: not alive"
-    pm.send("driverMonitoringState", dm)
-    sd = new_message("selfdriveState", valid=True)
-    sd.selfdriveState.state = "softDisabling"
-    sd.selfdriveState.events = ["driverMonitoringUnavailable", "bigModelFailed"]
-    pm.send("selfdriveState", sd)
-    m.monitor.update()
-    text, code = m.summary(10.0, 8.0)
-  finally:
-    pm.close()
-    m.monitor.close()
+    send_states(pm, "softDisabling", ["driverMonitoringUnavailable", "bigModelFailed"], "driverStateV2: not alive")
+  m, text = summary_of({"modelV2": 20.0, "selfdriveState": 100.0, "driverStateV2": 20.0, "driverMonitoringState": 20.0},
+                       publish)
   assert "road model at" in text and "small (fallback: DeviceTimeout: hang); 30 frames dropped in the switch" in text
   assert "selfdrive at" in text and "softDisabling  events: driverMonitoringUnavailable: driverMonitoringState invalid " \
     "(driverStateV2: not alive), driverStateV2 never received; bigModelFailed: modelV2 fallback: DeviceTimeout: hang" \
@@ -130,3 +143,27 @@ def test_a_model_that_breaks_its_contract_is_refused_before_anything_starts(name
   assert lines[0].startswith("pymodeld-manager: ") and str(bad) in lines[0] and "road model contract" in lines[0]
   assert "missing inputs ['img'" in lines[0] and "unexpected inputs ['input_img', 'calibration']" in lines[0]
   assert not os.path.exists(os.path.join(namespace.runtime_dir, "manager.lock"))   # nothing was started
+
+
+# -- the selfdrive line reads as words: a long reason is cut at a word boundary with an ellipsis (the event log has it
+# whole), and selfdrived's first disabled state is named as the start-up state it is
+
+LONG_REASON = "driverStateV2 " + " ".join(["frequency out of range"] * 8)
+
+
+def selfdrive_line(state: str, events: list[str], dm_reason: str) -> str:
+  _, text = summary_of({"selfdriveState": 100.0, "driverMonitoringState": 20.0},
+                       lambda pm: send_states(pm, state, events, dm_reason))
+  return next(line for line in text.splitlines() if "selfdrive at" in line)
+
+
+def test_a_long_reason_in_the_summary_is_cut_at_a_word_boundary_with_an_ellipsis(namespace):
+  line = selfdrive_line("softDisabling", ["driverMonitoringUnavailable"], LONG_REASON)
+  reason = line.split("driverMonitoringUnavailable: ", 1)[1]
+  assert reason.endswith("\u2026") and len(reason) <= 100, line
+  assert reason[:-1].split()[-1] in ("frequency", "out", "of", "range"), line   # a whole word before the ellipsis
+
+
+def test_the_first_disabled_state_is_named_the_start_up_state(namespace):
+  line = selfdrive_line("disabled", ["commIssue"], "")
+  assert "disabled (the start-up state, before every input arrives)" in line, line
