@@ -135,11 +135,7 @@ def read_log(path: str, max_bytes: int = MAX_LOG_BYTES) -> list[bytes]:
     fd = open_regular(path)
   except FrameFileError as e:
     raise RouteError(str(e)) from None
-  with os.fdopen(fd, "rb") as f:
-    size = os.fstat(f.fileno()).st_size
-    if size > max_bytes:
-      raise RouteError(f"{path} is {size} bytes, more than a log may be ({max_bytes})")
-    compressed = f.read(max_bytes + 1)[:max_bytes]
+  compressed = _read_capped(fd, path, "a log", max_bytes)
   cap = min(max_bytes, max(1 << 20, len(compressed) * INCOMPLETE_RATIO))
   data, _ = decompress_log(compressed, cap, path, True, f"{INCOMPLETE_RATIO}x its compressed size")
   return split_messages(data, path)
@@ -198,10 +194,15 @@ def _read_file(dir_fd: int, path: str, name: str, limit: int) -> bytes:
     fd = open_regular(name, dir_fd)
   except FrameFileError as e:
     raise RouteError(f"{os.path.join(path, name)}: {str(e).split(': ', 1)[-1]}") from None
+  return _read_capped(fd, os.path.join(path, name), f"a route's {name}", limit)
+
+
+def _read_capped(fd: int, where: str, what: str, limit: int) -> bytes:
+  """All of the open regular file fd (taken over and closed), refused as RouteError when over limit bytes."""
   with os.fdopen(fd, "rb") as f:
     size = os.fstat(f.fileno()).st_size
     if size > limit:
-      raise RouteError(f"{os.path.join(path, name)} is {size} bytes, more than a route's {name} may be ({limit})")
+      raise RouteError(f"{where} is {size} bytes, more than {what} may be ({limit})")
     return f.read(limit + 1)[:limit]
 
 

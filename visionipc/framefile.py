@@ -221,10 +221,10 @@ class FrameReader:
     return size + (size >> 7) + (1 << 12)
 
   def _scan_records(self) -> list[tuple[int, int, int, int, int]]:
-    entries, offset = [], HEADER.size
+    entries, offset, max_clen = [], HEADER.size, self._compress_bound()
     while offset + RECORD.size <= self._file_size:
       magic, clen, frame_id, sof, eof = RECORD.unpack(os.pread(self._fd, RECORD.size, offset))
-      if magic != RECORD_MAGIC or offset + RECORD.size + clen > self._file_size or clen > self._compress_bound():
+      if magic != RECORD_MAGIC or offset + RECORD.size + clen > self._file_size or clen > max_clen:
         break
       entries.append((frame_id, sof, eof, offset, clen))
       offset += RECORD.size + clen
