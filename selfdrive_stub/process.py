@@ -255,8 +255,8 @@ def spawn_child(argv: list[str], **popen) -> subprocess.Popen:
   unblocked it, instead of printing a KeyboardInterrupt traceback from the middle of an import."""
   old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
   try:
-    return subprocess.Popen(argv, start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, **popen)
+    return subprocess.Popen(argv, **{"start_new_session": True, "stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE,
+                                     "stderr": subprocess.STDOUT, **popen})
   finally:
     signal.pthread_sigmask(signal.SIG_SETMASK, old)
 

@@ -17,6 +17,7 @@ import time
 from cereal import messaging
 from procfs import proc_stats
 from repo_paths import REPO_ROOT
+from selfdrive_stub.process import spawn_child
 
 GENEROUS_S = 90.0    # "something should happen": a loaded 2-core machine may need a long time
 
@@ -48,9 +49,8 @@ class Stack:
     path = os.path.join(self.logdir, f"{name}.{len([k for k in self._logs if k.startswith(name)])}.log")
     self._logs[name] = path
     with open(path, "w") as log:
-      proc = subprocess.Popen([sys.executable, "-m", "selfdrive_stub.child", name, module, *args], cwd=REPO_ROOT,
-                              env=child_env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                              start_new_session=True)
+      proc = spawn_child([sys.executable, "-m", "selfdrive_stub.child", name, module, *args], cwd=REPO_ROOT,
+                         env=child_env, stdout=log)
     self.procs[name] = proc
     return proc
 
