@@ -9,8 +9,11 @@ Invariants:
 - Every run gets its own namespace: OPENPILOT_PREFIX if set (so outside tools can join), a fresh
   manager<pid>_<hex> otherwise; at start, such namespaces left by a SIGKILLed manager are removed.
 - A namespace has one owner (selfdrive_stub/owner.py: an flock in its runtime dir). A second manager on the
-  same prefix refuses in one line naming the owner's pid and touches nothing; a namespace dir another user
-  planted is refused in one line saying how to fix it. Exit 2 for both, as for every user mistake.
+  same prefix refuses in one line naming the owner's pid and touches nothing; so does a manager on a prefix that
+  live processes already use (pieces started by hand: named with their pids); a namespace dir another user
+  planted is refused in one line saying how to fix it. Exit 2 for all three, as for every user mistake.
+- What a live process holds is never removed: if anything outside the manager still has the namespace's files
+  open or mapped at exit (a viewer that joined), the namespace is left in place and one line says so.
 - On exit — normal, Ctrl-C, SIGTERM, SIGHUP or an exception — every child group gets SIGINT, then SIGKILL
   after 5 s (dependents first, so the logger stops last), and the namespace's shared memory and sockets are
   removed. Children also die with the manager if it is SIGKILLed (PR_SET_PDEATHSIG, see process.py).
@@ -54,7 +57,7 @@ from runtime import faults, usb_amd
 from runtime.faults import FAULT_KINDS
 from selfdrive_stub.car import SCENARIOS
 from selfdrive_stub.liveview import CLEAR, VALID_OK, CpuMeter, ServiceMonitor, render_line, render_screen
-from selfdrive_stub.owner import NamespaceBusy, NamespaceOwner, clean, holder, label
+from selfdrive_stub.owner import NamespaceBusy, NamespaceOwner, clean, holder, label, users
 from selfdrive_stub.process import ManagedProcess, ProcessConfig
 from selfdrive_stub.viewer import Viewer
 
@@ -178,6 +181,7 @@ class Manager:
     self.report: dict = {}
     self.started = time.monotonic()
     self.tty = False
+    self._groups: set[int] = set()   # process groups of every child started (each leads its own)
 
   # -- bookkeeping -------------------------------------------------------------------------------------
   def note(self, text: str, elapsed: float) -> None:
@@ -217,6 +221,7 @@ class Manager:
         continue
       was = p.state
       if p.start(env, self.opts):
+        self._groups.add(p.pid)
         if was == "backoff":
           p.restarts += 1
           self.note(f"{p.name} restarted (pid {p.pid}, restart #{p.restarts})", elapsed)
@@ -335,13 +340,20 @@ class Manager:
     """Own the namespace, run the stack in it, remove it. NamespaceBusy / NamespaceUnusable if it is not ours."""
     self.tty = self.out.isatty() and not self.opts.no_view
     try:
-      prefix = namespace_prefix() or f"{GENERATED_PREFIX}{os.getpid()}_{secrets.token_hex(4)}"
+      given = namespace_prefix()
     except ValueError as e:   # OPENPILOT_PREFIX that is not one path component
       raise UsageError(str(e)) from None
+    prefix = given or f"{GENERATED_PREFIX}{os.getpid()}_{secrets.token_hex(4)}"
     try:
       owner = NamespaceOwner.acquire(prefix)
     except PermissionError as e:
       raise NamespaceUnusable(_with_fix(e)) from None
+    if given:   # with the lock held no other manager can start here; pieces run by hand may already use it
+      try:
+        refuse_if_in_use(prefix)
+      except BaseException:
+        owner.release(remove=False)
+        raise
     saved_env = MSGQ_ENV.get(PREFIX_ENV, None)
     saved = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
     ours = False   # the namespace dirs were checked as ours: only then are they removed at the end
@@ -360,13 +372,30 @@ class Manager:
           signal.signal(sig, signal.SIG_IGN)   # a second Ctrl-C must not cut the cleanup short
         self.shutdown()
     finally:
-      owner.release(remove=ours)
+      owner.release(remove=ours and not self._kept_in_use(prefix))
       if saved_env is None:
         os.environ.pop(PREFIX_ENV, None)
       else:
         os.environ[PREFIX_ENV] = saved_env
       for sig, handler in saved.items():
         signal.signal(sig, handler)
+
+  def _kept_in_use(self, prefix: str) -> bool:
+    """True (and one line saying so) if processes outside the manager still hold the namespace's files."""
+    try:
+      live = users(prefix)
+      deadline = time.monotonic() + 1.0
+      while live and time.monotonic() < deadline:   # our own children's helpers, killed, may still be going away
+        live = {pid: name for pid, name in live.items() if _group_of(pid) not in self._groups}
+        if live:
+          time.sleep(0.1)
+          live = users(prefix)
+    except OSError:
+      live = {}
+    if live:
+      print(f"pymodeld-manager: {label(prefix)} left in place: still in use by {_name_users(live)}; "
+            f"pymodeld-manager --clean {prefix} removes it once they stop", file=sys.stderr, flush=True)
+    return bool(live)
 
   def shutdown(self) -> None:
     """Stop in waves, dependents before what they depend on (e.g. the logger last, so the route ends whole)."""
@@ -489,6 +518,28 @@ def _cut(text: str, n: int) -> str:
   head = text[:n - 1]
   space = head.rfind(" ")
   return (head[:space] if space > 0 else head).rstrip(" ,;:") + "\u2026"
+
+
+def _group_of(pid: int) -> int | None:
+  try:
+    with open(f"/proc/{pid}/stat") as f:
+      return int(f.read().rsplit(")", 1)[1].split()[2])
+  except (OSError, ValueError, IndexError):
+    return None
+
+
+def _name_users(live: dict[int, str]) -> str:
+  return ", ".join(f"{name} (pid {pid})" for pid, name in sorted(live.items()))
+
+
+def refuse_if_in_use(prefix: str) -> None:
+  """NamespaceBusy, naming them, if live processes have files of this namespace open or mapped: pieces started
+  by hand own its services and camera buffers, so our children would crash on them and our exit would remove
+  what they hold."""
+  live = users(prefix)
+  if live:
+    raise NamespaceBusy(prefix, f"{label(prefix)} is in use by {_name_users(live)} (started by hand?); stop them, "
+                                "or use another OPENPILOT_PREFIX (unset, the manager picks a fresh one)")
 
 
 def _with_fix(error: OSError) -> str:

@@ -181,15 +181,22 @@ def users(prefix: str | None) -> dict[int, str]:
 
 def _process_name(pid: int) -> str:
   """The name a user knows the process by. The kernel's comm is cut to 15 bytes (dmonitoringmodeld reads
-  dmonitoringmode), so when argv[0] (the full title setproctitle wrote) extends comm, argv[0] is the name."""
+  dmonitoringmode), so when argv[0] (the full title setproctitle wrote) extends comm, argv[0] is the name; a
+  Python piece started by hand without a title (`python -m selfdrive_stub.camerad`) is named by its module."""
   with open(f"/proc/{pid}/comm") as f:
     comm = f.read().strip()
   try:
     with open(f"/proc/{pid}/cmdline", "rb") as f:
-      argv0 = os.path.basename(f.read().split(b"\0", 1)[0].decode(errors="replace").strip())
+      argv = f.read().decode(errors="replace").split("\0")
   except OSError:
     return comm
-  return argv0 if len(comm) == 15 and argv0.startswith(comm) else comm
+  argv0 = os.path.basename(argv[0].strip())
+  if len(comm) == 15 and argv0.startswith(comm):
+    return argv0
+  if comm.startswith("python") and "-m" in argv[1:-1]:
+    module = argv[argv.index("-m", 1) + 1].strip()
+    return module.rsplit(".", 1)[-1] or comm
+  return comm
 
 
 def clean(prefix: str | None) -> list[str]:

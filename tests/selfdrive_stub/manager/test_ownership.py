@@ -20,9 +20,9 @@ LIGHT = ("--block", "modeld,dmonitoringmodeld,dmonitoringd,selfdrived")
 
 
 def _manager(*args, env=None, **popen):
+  popen = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True, **popen}
   return subprocess.Popen([sys.executable, "-m", "selfdrive_stub.manager", *args], cwd=REPO_ROOT,
-                          env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          **popen)
+                          env={**os.environ, **(env or {})}, **popen)
 
 
 def _run(*args, env=None, timeout=120):
@@ -216,3 +216,85 @@ def test_clean_names_a_process_by_its_full_title_not_the_kernels_15_byte_cut(nam
     child.kill()
     child.wait()
   assert r.returncode == 2 and f"dmonitoringmodeld (pid {child.pid})" in r.stderr, r.stderr
+
+
+def _shm_entries(namespace):
+  return sorted(os.listdir(namespace.shm_dir)) if os.path.isdir(namespace.shm_dir) else []
+
+
+def test_a_manager_on_a_namespace_a_hand_started_camerad_uses_refuses_naming_it_and_removes_nothing(namespace):
+  camerad = subprocess.Popen([sys.executable, "-m", "selfdrive_stub.camerad"], cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+  try:
+    deadline = time.monotonic() + 60
+    while not any(n.endswith("CameraState") for n in _shm_entries(namespace)) and time.monotonic() < deadline:
+      assert camerad.poll() is None, camerad.stderr.read()
+      time.sleep(0.1)
+    time.sleep(0.5)
+    before = _snapshot(namespace)
+    r = _run("--duration", "5", *LIGHT)
+    lines = (r.stdout + r.stderr).strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1, lines
+    assert f"OPENPILOT_PREFIX={namespace.prefix} is in use by camerad (pid {camerad.pid})" in lines[0], lines
+    assert lines[0].startswith("pymodeld-manager: ") and "Traceback" not in lines[0]
+    assert camerad.poll() is None                   # the piece runs on, with all it holds
+    assert _snapshot(namespace) == before
+  finally:
+    camerad.send_signal(signal.SIGINT)
+    try:
+      camerad.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+      camerad.kill()
+      camerad.communicate()
+  clean(namespace.prefix)
+
+
+def test_the_refusal_names_a_hand_started_piece_by_its_full_title(namespace, spawn_python):
+  _pieces_left_behind(namespace)
+  child = spawn_python("""
+    import mmap, sys, time
+    from setproctitle import setproctitle
+    setproctitle("dmonitoringmodeld")
+    f = open(sys.argv[1], "r+b")
+    m = mmap.mmap(f.fileno(), 4096)
+    print("MAPPED", flush=True)
+    time.sleep(600)
+  """, os.path.join(namespace.shm_dir, "leftover"))
+  try:
+    assert child.stdout.readline().strip() == "MAPPED"
+    r = _run("--duration", "5", *LIGHT)
+  finally:
+    child.kill()
+    child.wait()
+  assert r.returncode == 2 and f"in use by dmonitoringmodeld (pid {child.pid})" in r.stderr, r.stderr
+  assert os.path.exists(os.path.join(namespace.shm_dir, "leftover"))
+
+
+def test_a_namespace_still_in_use_at_exit_is_left_in_place_and_said_so(namespace, spawn_python):
+  proc = _manager("--duration", "8", "--rate-tolerance", "0.6", *LIGHT, stderr=subprocess.PIPE)
+  child = None
+  try:
+    seen = _read_until(proc, "all processes up")
+    assert "all processes up" in seen, seen
+    child = spawn_python("""
+      import mmap, sys, time
+      f = open(sys.argv[1], "w+b")
+      f.truncate(4096)
+      m = mmap.mmap(f.fileno(), 4096)
+      print("MAPPED", flush=True)
+      time.sleep(600)
+    """, os.path.join(namespace.shm_dir, "joined"))
+    assert child.stdout.readline().strip() == "MAPPED"
+    _, err = proc.communicate(timeout=120)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+      proc.wait()
+  assert proc.returncode == 0, err
+  assert os.path.exists(os.path.join(namespace.shm_dir, "joined"))
+  lines = err.strip().splitlines()
+  assert len(lines) == 1 and f"left in place: still in use by python (pid {child.pid})" in lines[0], lines
+  assert f"--clean {namespace.prefix}" in lines[0]
+  child.kill()
+  child.wait()
+  clean(namespace.prefix)
