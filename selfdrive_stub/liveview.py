@@ -7,18 +7,29 @@ Invariants:
   seconds of arrivals, stretched by any silence since the last one, so a steady service reads its true rate
   (1 Hz reads 1.0, not 1.2) and a stopped one decays to 0; the "window" counters (start_window) give the summary
   the same quantity over the whole measured run, so the two agree. Share of valid counts the Event's own
-  `valid` flag; a periodic service below VALID_OK of valid is flagged.
+  `valid` flag, counted over ONE window for the view and the summary alike: the measured part of the run
+  (start_window, once every process is up; before it the view shows "-"), and both say so; a periodic service
+  below VALID_OK of valid there is flagged.
 - Each selfdriveState change is kept with the events it carried and, per event, why its inputs failed as
   the monitor saw them at that moment (late, invalid with its reason, or never received); each road model
   change with the modelV2 frames that were lost across it (a fallback's gap).
 - Rendering is pure: render_screen / render_line take a snapshot and return text; the manager decides where
   it goes (a redrawn terminal screen on a TTY, one compact line otherwise).
+- A screen fits the terminal it is given (columns x rows): no line is wider than the columns, and there are
+  never more lines than rows. The header and the process table (one line per process) are always shown; the
+  other sections are shortened or dropped in a fixed order when rows run out, and the event log takes the
+  rows left. A long text is cut with an ellipsis in its table cell; the event log shows it whole (wrapped).
+  A child's text is shown without its control characters (it must not drive the terminal).
+- A process that is not ready yet says why in its row: the runtime's compile progress ("compiling 13/34
+  kernels") or else the last line it printed.
 """
 from __future__ import annotations
 
 import os
+import re
 import statistics
 import time
+import unicodedata
 from collections import deque
 from dataclasses import dataclass, field
 from cereal import messaging
@@ -30,6 +41,9 @@ LATE_PERIODS = 10    # SubMaster's alive rule: a service is late after 10 of its
 LATE_MIN_S = 0.3     # ... but never judged finer than the monitor's own polling (about 0.1 s) allows
 MAX_CHANGES = 1000   # state / model changes kept per run (a flapping state must not grow memory forever)
 LATENCY_SAMPLES = 200
+EVENT_ROWS_MIN = 4   # rows the event log keeps (its title and three lines) before optional sections are added
+# the runtime's compile progress on a child's stderr (runtime/compiler.py compile_many)
+COMPILE_PROGRESS = re.compile(r"runtime: compiled (\d+)/(\d+) (\w+)")
 # daemon -> service that carries its per-frame stageTimings and timestamps
 MODEL_OUTPUTS = {"modeld": "modelV2", "dmonitoringmodeld": "driverStateV2"}
 VIEW_SERVICES = ("modelV2", "driverStateV2", "driverMonitoringState", "selfdriveState", "extrinsicsCalibration",
@@ -76,6 +90,7 @@ class ServiceMonitor:
     self.socks = {name: messaging.sub_sock(name, conflate=False) for name in services}
     self.latency_ms = {d: deque(maxlen=LATENCY_SAMPLES) for d in MODEL_OUTPUTS}      # frame end -> published
     self.stage_ms = {d: deque(maxlen=LATENCY_SAMPLES) for d in MODEL_OUTPUTS}        # sum of stageTimings
+    self.created = clock()
     self.window_start: float | None = None
     # (time, (modelName, fallbackReason), modelV2 frames lost across the change) at each change
     self.road_models: list[tuple[float, tuple[str, str], int]] = []
@@ -181,6 +196,12 @@ class ServiceMonitor:
     silence = self.clock() - st.arrivals[-1]
     return (n - 1) / (span + max(0.0, silence - span / (n - 1)))
 
+  def window_label(self) -> str:
+    """Which messages the valid shares count (the view's column and the summary say the same)."""
+    if self.window_start is None:
+      return "valid: counted once every process is up"
+    return f"valid: since t={self.window_start - self.created:.0f} s, as the summary"
+
   def valid_low(self, name: str, window: bool = False) -> bool:
     """A periodic service with messages whose share of valid ones is below VALID_OK."""
     share = self.valid_share(name, window)
@@ -242,29 +263,129 @@ def _cut(text: str, n: int = 70) -> str:
   return text if len(text) <= n else text[:n - 3] + "..."
 
 
-def process_rows(procs, cpu: CpuMeter) -> list[str]:
-  rows = [f"{'process':<18} {'state':<9} {'pid':>7} {'cpu%':>6} {'restarts':>8}  exit  last error"]
+def _printable(text: str) -> str:
+  """text without control characters (tabs and the like become spaces): a child's line must not move the cursor
+  or clear the screen."""
+  return "".join(" " if unicodedata.category(c)[0] == "C" else c for c in text)
+
+
+def _char_width(c: str) -> int:
+  if unicodedata.combining(c):
+    return 0
+  return 2 if unicodedata.east_asian_width(c) in ("W", "F") else 1
+
+
+def text_width(text: str) -> int:
+  """Terminal columns of text (wide characters take two, combining ones none)."""
+  return sum(_char_width(c) for c in text)
+
+
+def fit(text: str, width: int) -> str:
+  """text in at most `width` terminal columns, cut with an ellipsis when longer."""
+  text = _printable(text)
+  if text_width(text) <= width:
+    return text
+  out, used = [], 0
+  for c in text:
+    w = _char_width(c)
+    if used + w > width - 1:
+      break
+    out.append(c)
+    used += w
+  return "".join(out) + "\u2026"
+
+
+def wrap(text: str, width: int, indent: str = "  ") -> list[str]:
+  """text whole, in lines of at most `width` columns (continuations indented); a word longer than a line is split."""
+  words, lines, line = _printable(text).split(), [], ""
+  for word in words:
+    candidate = f"{line} {word}" if line else word
+    if text_width(candidate) <= width or not line.strip():
+      line = candidate
+    else:
+      lines.append(line)
+      line = indent + word
+    while text_width(line) > width:   # one word wider than the line: split it where the line ends
+      head, used = "", 0
+      for c in line:
+        if used + _char_width(c) > width:
+          break
+        head += c
+        used += _char_width(c)
+      lines.append(head)
+      line = indent + line[len(head):]
+  if line.strip():
+    lines.append(line)
+  return lines
+
+
+def process_note(p) -> str:
+  """Why a process is where it is: compile progress while the runtime compiles, the last line a starting one
+  printed, or the last error of one that crashed."""
+  tail = getattr(p, "tail", ())
+  last = tail[-1] if tail else ""
+  m = COMPILE_PROGRESS.match(last)
+  if p.running and m and int(m.group(1)) < int(m.group(2)):
+    return f"compiling {m.group(1)}/{m.group(2)} {m.group(3)}"
+  if p.running and not p.ready:
+    if m:
+      return f"compiled {m.group(2)} {m.group(3)}"
+    return last.removeprefix(f"{p.name}: ")
+  if not p.running and getattr(p, "crashes", 0) and getattr(p, "last_error", ""):
+    return p.last_error
+  return ""
+
+
+def process_rows(procs, cpu: CpuMeter, width: int | None = None) -> list[str]:
+  """One line per process; the manager's own names (never the kernel's 15-byte comm), the note cut to width."""
+  name_w = max([17, *(len(p.name) for p in procs)])
+  rows = [f"{'process':<{name_w}} {'state':<9} {'pid':>7} {'cpu%':>4} {'restarts':>8} {'exit':>4}  note"]
   for p in procs:
     load = cpu.percent(p.pid) if p.running else None
-    state = "ready" if p.running and p.ready else p.state
-    error = _cut(p.last_error) if getattr(p, "crashes", 0) and getattr(p, "last_error", "") else ""
-    rows.append(f"{p.name:<18} {state:<9} {p.pid or '-':>7} {'-' if load is None else f'{load:.0f}':>6} "
-                f"{p.restarts:>8}  {'' if p.exit_code is None else p.exit_code:<4}  {error}".rstrip())
+    state = ("ready" if p.ready else "starting") if p.running else p.state
+    head = (f"{p.name:<{name_w}} {state:<9} {p.pid or '-':>7} {'-' if load is None else f'{load:.0f}':>4} "
+            f"{p.restarts:>8} {'' if p.exit_code is None else p.exit_code:>4}  ")
+    note = process_note(p)
+    if width is not None:
+      note = fit(note, max(0, width - len(head))) if len(head) < width else ""
+    rows.append((head + _printable(note)).rstrip())
   return rows
+
+
+def _service_flag(mon: ServiceMonitor, name: str, st: ServiceStats) -> str:
+  flag = ""
+  if st.expected_hz > 0 and st.total and mon.rate(name) < 0.8 * st.expected_hz:
+    flag = "  LOW"
+  if mon.valid_low(name, window=True):
+    flag += f"  <{100 * VALID_OK:.0f}% valid"
+  return flag
+
+
+def _service_header(mon: ServiceMonitor) -> str:
+  return f"{'service':<24} {'Hz':>7} {'expect':>7} {'valid':>6} {'count':>7}  ({mon.window_label()})"
+
+
+def _service_row(mon: ServiceMonitor, name: str, st: ServiceStats) -> str:
+  return (f"{name:<24} {mon.rate(name):7.1f} {st.expected_hz:7.1f} {_fmt_share(mon.valid_share(name, window=True)):>6} "
+          f"{st.total:>7}{_service_flag(mon, name, st)}")
 
 
 def service_rows(mon: ServiceMonitor) -> list[str]:
-  rows = [f"{'service':<24} {'Hz':>7} {'expect':>7} {'valid':>6} {'count':>7}"]
-  for name, st in mon.stats.items():
-    hz = mon.rate(name)
-    flag = ""
-    if st.expected_hz > 0 and st.total and hz < 0.8 * st.expected_hz:
-      flag = "  LOW"
-    if mon.valid_low(name):
-      flag += f"  <{100 * VALID_OK:.0f}% valid"
-    rows.append(f"{name:<24} {hz:7.1f} {st.expected_hz:7.1f} {_fmt_share(mon.valid_share(name)):>6} "
-                f"{st.total:>7}{flag}")
-  return rows
+  """Every service: live rate (last RATE_WINDOW_S), expected rate, share of valid (the summary's window), count."""
+  return [_service_header(mon)] + [_service_row(mon, name, st) for name, st in mon.stats.items()]
+
+
+def compact_service_rows(mon: ServiceMonitor, rows: int) -> list[str]:
+  """The services in at most `rows` lines (rows >= 1): a count line, then the flagged ones."""
+  flagged = [(n, st) for n, st in mon.stats.items() if _service_flag(mon, n, st)]
+  silent = sum(1 for st in mon.stats.values() if st.expected_hz > 0 and not st.total)
+  head = (f"services: {len(mon.stats) - len(flagged) - silent} of {len(mon.stats)} fine, {len(flagged)} flagged, "
+          f"{silent} not yet seen ({mon.window_label()})")
+  shown = flagged[:max(0, rows - 1)]
+  if len(shown) < len(flagged):
+    shown = flagged[:max(0, rows - 2)]
+    return [head] + [_service_row(mon, n, st) for n, st in shown] + [f"  ... {len(flagged) - len(shown)} more flagged"]
+  return [head] + [_service_row(mon, n, st) for n, st in shown]
 
 
 def model_rows(mon: ServiceMonitor) -> list[str]:
@@ -278,7 +399,6 @@ def model_rows(mon: ServiceMonitor) -> list[str]:
         name += f" (fallback: {m.fallbackReason})"
     rows.append(f"{daemon:<18} {_p50(mon.latency_ms[daemon]):>20} {_p50(mon.stage_ms[daemon]):>16}  {name}")
   return rows
-
 
 def driver_line(mon: ServiceMonitor) -> str:
   parts = []
@@ -319,11 +439,47 @@ def selfdrive_line(mon: ServiceMonitor) -> str:
   return "selfdrive: " + "  ".join(parts)
 
 
-def render_screen(procs, mon: ServiceMonitor, cpu: CpuMeter, header: str) -> str:
-  lines = [header, ""]
-  lines += process_rows(procs, cpu) + [""] + service_rows(mon) + [""] + model_rows(mon) + [""]
-  lines += [driver_line(mon), selfdrive_line(mon)]
-  return "\n".join(lines)
+def _event_log(events, width: int, rows: int) -> list[str]:
+  """The newest events that fit in `rows` lines, each whole (wrapped), under a title line."""
+  if rows <= 0:
+    return []
+  out: list[str] = []
+  for event in reversed(list(events)):
+    lines = wrap(event, width)
+    if len(out) + len(lines) > rows - 1:
+      if not out:   # the newest alone is longer than the log: its start, cut
+        out = lines[:rows - 2] + [fit(" ".join(lines[rows - 2:]), width)] if rows > 1 else []
+      break
+    out = lines + out
+  return [fit("events (newest last; whole texts here):", width)] + out
+
+
+def render_screen(procs, mon: ServiceMonitor, cpu: CpuMeter, header: str, events=(), size: tuple[int, int] | None = None) -> str:
+  """The screen for a terminal of size (columns, rows), or unbounded (every section in full) when size is None.
+
+  Order on screen: header, processes, services, model daemons, driver, selfdrive, event log. When rows are short,
+  the optional sections are added by priority (selfdrive line, model daemons, services in full or compact,
+  driver line) while the event log keeps EVENT_ROWS_MIN rows; the event log then takes what is left."""
+  cols, rows = size if size is not None else (10**6, 10**6)
+  width = max(20, cols - 1)   # the last column stays free: a terminal without deferred wrap would scroll
+  fixed = [header] + process_rows(procs, cpu, width if size is not None else None)
+  full = ([""] + service_rows(mon) + [""] + model_rows(mon) + ["", driver_line(mon), selfdrive_line(mon)])
+  if size is None or len(fixed) + len(full) + EVENT_ROWS_MIN + 1 <= rows:
+    body = fixed + full + ([""] if events else [])
+  else:
+    avail = rows - len(fixed) - min(EVENT_ROWS_MIN, max(0, rows - len(fixed)))
+    chosen: dict[str, list[str]] = {}
+    for key, block in (("selfdrive", [selfdrive_line(mon)]), ("model", model_rows(mon)),
+                       ("services", service_rows(mon)), ("driver", [driver_line(mon)])):
+      if key == "services" and len(block) > avail - 1:   # one row left for the driver line if it can be had
+        block = compact_service_rows(mon, max(1, avail - 1)) if avail > 1 else []
+      if block and len(block) <= avail:
+        chosen[key] = block
+        avail -= len(block)
+    body = fixed + [line for key in ("services", "model", "driver", "selfdrive") for line in chosen.get(key, [])]
+  body = [fit(line, width).rstrip() for line in body[:rows]]
+  return "\n".join(body + _event_log(events, width, rows - len(body)) if size is not None else
+                   body + ([fit("events:", width)] + list(events) if events else []))
 
 
 def render_line(procs, mon: ServiceMonitor, elapsed: float) -> str:

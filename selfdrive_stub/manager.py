@@ -24,6 +24,9 @@ Invariants:
   modelV2 frames lost across a road model fallback, and flags a service under 95 % valid.
 - The model files the daemons will load are checked against their contracts before anything starts.
 - managerState is published at 1 Hz.
+- The live view (a TTY without --no-view) is redrawn to the terminal's size, read at every frame and at once on
+  SIGWINCH; the event log under it has the whole texts the table cuts: crashes with their last error, road
+  model changes with their fallback reason, selfdrive state changes with their events and reasons.
 """
 from __future__ import annotations
 
@@ -67,6 +70,8 @@ WARMUP_AFTER_READY_S = 2.0
 SUMMARY_CHANGES = 8           # selfdrive state changes listed in the text summary
 GENERATED_PREFIX = "manager"   # namespaces the manager names itself: manager<pid>_<hex>
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+VIEW_SIZE_FALLBACK = (80, 24)   # a terminal that does not say its size is taken to be the classic one
+VIEW_EVENTS = 200               # newest events handed to the view (it shows those that fit)
 NAMESPACE_FIX = "remove it (as its owner or root), or use another OPENPILOT_PREFIX (XDG_RUNTIME_DIR for the runtime dir)"
 
 
@@ -181,6 +186,8 @@ class Manager:
     self.report: dict = {}
     self.started = time.monotonic()
     self.tty = False
+    self._noted_models = self._noted_states = 0   # monitor changes already in the event log
+    self._resized = False
     self._groups: set[int] = set()   # process groups of every child started (each leads its own)
 
   # -- bookkeeping -------------------------------------------------------------------------------------
@@ -234,9 +241,23 @@ class Manager:
     for p in self.procs:
       kind = p.poll(now)
       if kind is not None:
-        self.note(f"{p.name} {'exited' if kind == 'expected' else 'CRASHED'} (code {p.exit_code}); "
+        error = f": {p.last_error}" if kind == "crash" and p.last_error else ""
+        self.note(f"{p.name} {'exited' if kind == 'expected' else 'CRASHED'} (code {p.exit_code}){error}; "
                   f"{'restart in %.1f s' % (p.next_start - now) if p.state == 'backoff' else 'not restarting'}",
                   elapsed)
+
+  def _note_changes(self) -> None:
+    """Road model and selfdrive state changes the monitor saw go to the event log, with their whole reasons."""
+    mon = self.monitor
+    for t, (name, why), dropped in mon.road_models[self._noted_models:]:
+      self.note(f"road model: {name or '?'}" + (f" (fallback: {why})" if why else "")
+                + (f"; {dropped} frames dropped in the switch" if dropped else ""), t - self.started)
+    self._noted_models = len(mon.road_models)
+    for i, (t, state, events, reasons) in enumerate(mon.selfdrive_states[self._noted_states:], self._noted_states):
+      told = "; ".join(f"{e}: {reasons[e]}" if reasons.get(e) else e for e in events)
+      startup = " (the start-up state, before every input arrives)" if i == 0 and state == "disabled" else ""
+      self.note(f"selfdrive: {state}{startup}" + (f"; events: {told}" if told else ""), t - self.started)
+    self._noted_states = len(mon.selfdrive_states)
 
   def _inject(self, inj: Injection, elapsed: float) -> None:
     self.note(f"inject: {inj.describe()}", elapsed)
@@ -286,7 +307,10 @@ class Manager:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     own_cpu = usage.ru_utime + usage.ru_stime
     mon = self.monitor
-    lines = [f"summary: ran {elapsed:.1f} s, rates measured over the last {measured:.1f} s; "
+    window = (f"rates and valid shares measured over the last {measured:.1f} s (from t={mon.window_start - self.started:.1f} s, "
+              "once every process was up; the live view's valid column counts the same)" if mon.window_start is not None
+              else "the stack never came up, so rates and valid shares are over the whole run")
+    lines = [f"summary: ran {elapsed:.1f} s, {window}; "
              f"the manager itself used {own_cpu:.1f} s CPU ({100 * own_cpu / max(elapsed, 1e-9):.0f}% of a core)"]
     for p in self.procs:
       lines.append(f"  {p.name:<18} {p.state:<9} restarts {p.restarts}  crashes {p.crashes}  "
@@ -418,8 +442,16 @@ class Manager:
     """Children's lines go to our output as they come (off a TTY: on one, the screen shows the last errors)."""
     for p in self.procs:
       lines = p.take_output()
-      if lines and not self.tty:
-        print("\n".join(lines), file=self.out, flush=True)
+      if lines and not self.tty:   # the runtime's lines do not say whose they are
+        print("\n".join(f"{p.name}: {ln}" if ln.startswith("runtime: ") else ln for ln in lines), file=self.out, flush=True)
+
+  def _view_size(self) -> tuple[int, int]:
+    """The terminal's (columns, rows) now; VIEW_SIZE_FALLBACK if it does not say."""
+    try:
+      size = os.get_terminal_size(self.out.fileno())
+    except (OSError, ValueError, AttributeError):
+      return VIEW_SIZE_FALLBACK
+    return (size.columns or VIEW_SIZE_FALLBACK[0], size.lines or VIEW_SIZE_FALLBACK[1])
 
   def _run(self, prefix: str) -> int:
 
@@ -429,6 +461,10 @@ class Manager:
     # SIGHUP (the terminal went away) is a stop like SIGTERM, with the same cleanup
     for sig in STOP_SIGNALS:
       signal.signal(sig, on_term)
+
+    def on_resize(signum, frame):
+      self._resized = True
+    old_winch = signal.signal(signal.SIGWINCH, on_resize) if self.tty else None
 
     if self.opts.usb_gpu:
       usb_amd.plug()
@@ -457,6 +493,7 @@ class Manager:
         self._ensure_running(now, elapsed, env)
         self._forward_output()
         self.monitor.update()
+        self._note_changes()
         self._update_ready(now, elapsed)
         if all_ready_at is None and all(self._settled(p, now) or p.state == "disabled" for p in self.procs):
           all_ready_at = now
@@ -468,13 +505,14 @@ class Manager:
         if now >= next_state:
           self._publish_state(pm)
           next_state += 1.0
-        if now >= next_view:
+        if now >= next_view or self._resized:
           if self.tty:
-            header = f"pymodeld manager  namespace {prefix}  camera {self.opts.camera}  t={elapsed:.1f}s"
-            self.out.write(CLEAR + render_screen(self.procs, self.monitor, cpu, header) + "\n\n" +
-                           "\n".join(self.events[-6:]) + "\n")
+            self._resized = False
+            header = f"pymodeld manager  t={elapsed:.1f}s  camera {self.opts.camera}  namespace {prefix}"
+            screen = render_screen(self.procs, self.monitor, cpu, header, self.events[-VIEW_EVENTS:], self._view_size())
+            self.out.write(CLEAR + screen)   # no newline after the last row: it would scroll a full screen
             self.out.flush()
-            next_view += 0.5
+            next_view = max(next_view + 0.5, now) if now >= next_view else next_view
           else:
             print(render_line(self.procs, self.monitor, elapsed), file=self.out, flush=True)
             next_view += self.opts.status_every
@@ -486,6 +524,8 @@ class Manager:
       interrupted = True
       self.note("interrupted; stopping", time.monotonic() - start)
     finally:
+      if old_winch is not None:
+        signal.signal(signal.SIGWINCH, old_winch)
       if viewer is not None:
         try:
           viewer.update_and_save(self.monitor, self.opts.png)
@@ -502,7 +542,7 @@ class Manager:
     else:
       self.rate_failures = self._check_rates(measured)
     text, code = self.summary(elapsed, measured)
-    print(text, file=self.out, flush=True)
+    print(("\n" if self.tty else "") + text, file=self.out, flush=True)
     if interrupted:   # stopped by a signal: the summary stands, the exit says it was cut short
       code = 130 if self.opts.duration is None else 1
     if self.opts.summary_json:
@@ -557,10 +597,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     epilog=f"""processes (start order follows readiness): {', '.join(names)}
   logger runs only with --record. A process whose module does not exist is reported and skipped.
 
-live view: on a terminal the screen is redrawn about twice a second (processes with state, pid, CPU,
-  restarts and a crashed one's last error; services with measured vs expected rate and share of valid; model
-  latency p50 per daemon and which road model runs; driver state; selfdrive state and events). Otherwise
-  the processes' own lines and one status line every --status-every seconds are printed.
+live view: on a terminal the screen is redrawn about twice a second, fitted to the terminal's size (followed
+  on a resize): processes, one line each, with state, pid, CPU, restarts and a note (a starting one's compile
+  progress, e.g. "compiling 13/34 kernels", or a crashed one's last error); services with measured vs
+  expected rate and share of valid (counted from when every process is up, as in the summary); model latency
+  p50 per daemon and which road model runs; driver state; selfdrive state and events; and an event log with
+  the whole texts the table cuts. Otherwise the processes' own lines and one status line every
+  --status-every seconds are printed.
 
 summary: printed at the end of every run (--duration, Ctrl-C, SIGTERM, SIGHUP); exit 0 only if no process
   crashed, every one got ready and every service kept its rate (130 when stopped by a signal without

@@ -1,7 +1,12 @@
 """The live view counts real messages, their validity and model latency, and says so in text."""
+import io
+import os
+import time
+
 from cereal import messaging
 from cereal.messaging import new_message
-from selfdrive_stub.liveview import CpuMeter, ServiceMonitor, render_line, render_screen
+from selfdrive_stub import manager as mgr
+from selfdrive_stub.liveview import CpuMeter, ServiceMonitor, process_rows, render_line, render_screen
 from selfdrive_stub.process import ManagedProcess, ProcessConfig
 
 
@@ -58,7 +63,6 @@ def test_monitor_counts_rates_validity_and_latency():
 
 
 def test_cpu_meter_reads_proc():
-  import os
   cpu = CpuMeter()
   assert cpu.percent(os.getpid()) is None          # first sample: no interval yet
   sum(i * i for i in range(200_000))
@@ -121,6 +125,7 @@ def test_a_state_change_keeps_its_events_and_why_their_inputs_failed():
 
 def test_frames_lost_across_a_fallback_are_counted_and_low_validity_is_flagged():
   clock, mon, pm = _fake_monitor({"modelV2": 20.0})
+  mon.start_window()
   frames = [(f, "big", "", True) for f in range(10)] + [(f, "small", "DeviceTimeout", False) for f in range(70, 80)]
   for f, name, why, valid in frames:
     m = new_message("modelV2", valid=valid)
@@ -146,5 +151,76 @@ def test_the_status_line_does_not_count_a_disabled_process_as_down_and_shows_a_c
   line = render_line([logger, car], mon, 1.0)
   assert "procs 0/1 up" in line and "car crashed: car: something went wrong" in line
   assert "car: something went wrong" in render_screen([logger, car], mon, CpuMeter(), "header")
+  pm.close()
+  mon.close()
+
+
+def _row(text, name):
+  return next(line for line in text.splitlines() if line.startswith(name + " "))
+
+
+def test_the_views_valid_column_and_the_summary_count_the_same_window_and_say_which(namespace):
+  """Start-up messages (invalid until every input arrives) are left out of both, so the view cannot show 50 %
+  while the summary says 100 %."""
+  clock, mon, pm = _fake_monitor({"driverMonitoringState": 20.0})
+  for _ in range(20):
+    pm.send("driverMonitoringState", new_message("driverMonitoringState", valid=False))
+  clock.t += 1.0
+  mon.update()
+  screen = render_screen([], mon, CpuMeter(), "header")
+  assert _row(screen, "driverMonitoringState").split()[3] == "-", screen   # no share before the window opens
+  assert "valid: counted once every process is up" in screen
+  mon.start_window()
+  for _ in range(20):
+    pm.send("driverMonitoringState", new_message("driverMonitoringState", valid=True))
+  clock.t += 1.0
+  mon.update()
+  screen = render_screen([], mon, CpuMeter(), "header")
+  assert _row(screen, "driverMonitoringState").split()[3] == "100%", screen
+  assert "valid: since t=1 s, as the summary" in screen and "<95% valid" not in screen
+  m = mgr.Manager(mgr.parse_args(["--duration", "10"]), processes=[], out=io.StringIO())
+  m.monitor, m.started = mon, mon.created
+  text, _ = m.summary(2.0, 1.0)
+  assert "valid 100%" in _row(text.replace("  driverMonitoringState", "driverMonitoringState"), "driverMonitoringState")
+  assert "rates and valid shares measured over the last 1.0 s (from t=1.0 s" in text
+  assert "the live view's valid column counts the same" in text
+  pm.close()
+  mon.close()
+
+
+def test_a_starting_process_shows_the_runtimes_compile_progress_in_its_row(namespace, tmp_path, monkeypatch):
+  (tmp_path / "fake_compiler.py").write_text(
+    "import sys, time\n"
+    "print('modeld: loading the small model', flush=True)\n"
+    "print('runtime: compiled 13/34 kernels (4.6 s)', file=sys.stderr, flush=True)\n"
+    "time.sleep(60)\n")
+  monkeypatch.syspath_prepend(str(tmp_path))
+  env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+  p = ManagedProcess(ProcessConfig("modeld", "fake_compiler"))
+  assert p.start(env)
+  try:
+    deadline = time.monotonic() + 30
+    while len(p.tail) < 2 and time.monotonic() < deadline:
+      time.sleep(0.05)
+    row = process_rows([p], CpuMeter())[1]
+    assert row.split()[:2] == ["modeld", "starting"] and row.endswith("compiling 13/34 kernels"), row
+    p.ready = True   # ready: the progress of a finished batch is not news any more
+    p.tail.append("runtime: compiled 34/34 kernels (9.0 s)")
+    assert "compil" not in process_rows([p], CpuMeter())[1]
+  finally:
+    p.stop()
+
+
+def test_the_view_and_the_summary_name_processes_in_full_not_the_kernels_15_bytes(namespace):
+  dm = ManagedProcess(ProcessConfig("dmonitoringmodeld", "daemons.dmonitoringmodeld"))
+  dm.state, dm.crashes, dm.last_error = "backoff", 1, "dmonitoringmodeld: x"
+  _, mon, pm = _fake_monitor({"driverStateV2": 20.0})
+  screen = render_screen([dm], mon, CpuMeter(), "header", size=(80, 24))
+  assert _row(screen, "dmonitoringmodeld").startswith("dmonitoringmodeld backoff"), screen
+  m = mgr.Manager(mgr.parse_args(["--duration", "10"]), processes=[], out=io.StringIO())
+  m.procs, m.monitor = [dm], mon
+  text, _ = m.summary(2.0, 1.0)
+  assert "  dmonitoringmodeld  backoff" in text and "FAIL dmonitoringmodeld crashed 1x" in text, text
+  assert "dmonitoringmode " not in screen + text
   pm.close()
   mon.close()
