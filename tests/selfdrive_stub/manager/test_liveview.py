@@ -224,3 +224,15 @@ def test_the_view_and_the_summary_name_processes_in_full_not_the_kernels_15_byte
   assert "dmonitoringmode " not in screen + text
   pm.close()
   mon.close()
+
+
+def test_off_a_tty_the_runtimes_progress_lines_say_which_process_printed_them(namespace, tmp_path, monkeypatch):
+  (tmp_path / "fake_compiler.py").write_text(
+    "import sys, time\n"
+    "print('runtime: compiled 13/34 kernels (4.6 s)', file=sys.stderr, flush=True)\n"
+    "time.sleep(60)\n")
+  monkeypatch.syspath_prepend(str(tmp_path))
+  monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+  out = io.StringIO()
+  mgr.Manager(mgr.parse_args(["--duration", "2"]), processes=[ProcessConfig("modeld", "fake_compiler")], out=out).run()
+  assert "\nmodeld: runtime: compiled 13/34 kernels (4.6 s)\n" in out.getvalue(), out.getvalue()
