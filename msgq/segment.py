@@ -58,6 +58,29 @@ def process_alive(pid: int, start: int) -> bool:
   return pid != 0 and _start_time(pid) == start
 
 
+def live_publisher(path: str) -> int | None:
+  """Pid of the live publisher of the segment file at `path`, read from its header without joining it; None if
+  it has none, is gone, or the file is not a segment of ours. Never follows a link nor waits on a FIFO."""
+  try:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+  except OSError:
+    return None
+  try:
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+      return None
+    head = os.pread(fd, (H_PUB_UID + 1) * 8, 0)
+  except OSError:
+    return None
+  finally:
+    os.close(fd)
+  if len(head) < (H_PUB_UID + 1) * 8:
+    return None
+  words = memoryview(head).cast("Q")
+  if words[H_MAGIC] != MAGIC or words[H_PUB_UID] == 0 or not process_alive(words[H_PUB_PID], words[H_PUB_START]):
+    return None
+  return words[H_PUB_PID]
+
+
 def _populate_flag() -> int:
   """MAP_POPULATE unless MSGQ_PREALLOC=0: every page is mapped at open, so the hot path never page-faults and a
   process's RSS does not creep up for minutes as the writer first touches each page of the ring."""

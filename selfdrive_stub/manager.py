@@ -9,11 +9,12 @@ Invariants:
 - Every run gets its own namespace: OPENPILOT_PREFIX if set (so outside tools can join), a fresh
   manager<pid>_<hex> otherwise; at start, such namespaces left by a SIGKILLed manager are removed.
 - A namespace has one owner (selfdrive_stub/owner.py: an flock in its runtime dir). A second manager on the
-  same prefix refuses in one line naming the owner's pid and touches nothing; so does a manager on a prefix that
-  live processes already use (pieces started by hand: named with their pids); a namespace dir another user
+  same prefix refuses in one line naming the owner's pid and touches nothing; so does a manager on a prefix whose
+  services live processes already publish (pieces started by hand: named with their pids); a namespace dir another user
   planted is refused in one line saying how to fix it. Exit 2 for all three, as for every user mistake.
-- What a live process holds is never removed: if anything outside the manager still has the namespace's files
-  open or mapped at exit (a viewer that joined), the namespace is left in place and one line says so.
+- What a live piece holds is never removed: if a process outside the manager still publishes in the namespace at
+  exit (a piece started by hand meanwhile), the namespace is left in place and one line says so. Readers that
+  joined (a viewer, a recorder) neither block a start nor keep the namespace: their mappings outlive the files.
 - On exit — normal, Ctrl-C, SIGTERM, SIGHUP or an exception — every child group gets SIGINT, then SIGKILL
   after 5 s (dependents first, so the logger stops last), and the namespace's shared memory and sockets are
   removed. Children also die with the manager if it is SIGKILLed (PR_SET_PDEATHSIG, see process.py).
@@ -60,7 +61,7 @@ from runtime import faults, usb_amd
 from runtime.faults import FAULT_KINDS
 from selfdrive_stub.car import SCENARIOS
 from selfdrive_stub.liveview import CLEAR, VALID_OK, CpuMeter, ServiceMonitor, render_line, render_screen
-from selfdrive_stub.owner import NamespaceBusy, NamespaceOwner, clean, holder, label, users
+from selfdrive_stub.owner import NamespaceBusy, NamespaceOwner, clean, holder, label, publishers
 from selfdrive_stub.process import ManagedProcess, ProcessConfig
 from selfdrive_stub.viewer import Viewer
 
@@ -405,15 +406,17 @@ class Manager:
         signal.signal(sig, handler)
 
   def _kept_in_use(self, prefix: str) -> bool:
-    """True (and one line saying so) if processes outside the manager still hold the namespace's files."""
+    """True (and one line saying so) if processes outside the manager still publish in the namespace (a piece
+    started by hand meanwhile): removing its segments would cut it off. A reader that joined (a viewer, a
+    recorder) keeps what it mapped after the files go, so it does not keep the namespace on /dev/shm."""
     try:
-      live = users(prefix)
+      live = publishers(prefix)
       deadline = time.monotonic() + 1.0
       while live and time.monotonic() < deadline:   # our own children's helpers, killed, may still be going away
         live = {pid: name for pid, name in live.items() if _group_of(pid) not in self._groups}
         if live:
           time.sleep(0.1)
-          live = users(prefix)
+          live = publishers(prefix)
     except OSError:
       live = {}
     if live:
@@ -573,10 +576,10 @@ def _name_users(live: dict[int, str]) -> str:
 
 
 def refuse_if_in_use(prefix: str) -> None:
-  """NamespaceBusy, naming them, if live processes have files of this namespace open or mapped: pieces started
-  by hand own its services and camera buffers, so our children would crash on them and our exit would remove
-  what they hold."""
-  live = users(prefix)
+  """NamespaceBusy, naming them, if live processes publish services of this namespace: pieces started by hand
+  own those services (and camerad its camera buffers), so our children would crash on them. A process that only
+  reads (a viewer, a recorder) is welcome; at exit _kept_in_use leaves the namespace to whoever still holds it."""
+  live = publishers(prefix)
   if live:
     raise NamespaceBusy(prefix, f"{label(prefix)} is in use by {_name_users(live)} (started by hand?); stop them, "
                                 "or use another OPENPILOT_PREFIX (unset, the manager picks a fresh one)")

@@ -21,6 +21,7 @@ import shutil
 
 from msgq.namespace import prefix as env_prefix
 from msgq.namespace import runtime_dir_path, shm_dir_path
+from msgq.segment import live_publisher
 
 LOCK_NAME = "manager.lock"
 
@@ -176,6 +177,25 @@ def users(prefix: str | None) -> dict[int, str]:
         found[pid] = _process_name(pid)
     except OSError:
       continue
+  return found
+
+
+def publishers(prefix: str | None) -> dict[int, str]:
+  """pid -> process name of every other live process that publishes a service of the namespace. These are the
+  pieces a manager's children would collide with; a reader that joined (a viewer, a test's recorder) is not."""
+  shm = shm_dir_path(prefix)
+  try:
+    names = os.listdir(shm)
+  except OSError:
+    return {}
+  found = {}
+  for name in names:
+    pid = live_publisher(os.path.join(shm, name))
+    if pid is not None and pid != os.getpid():
+      try:
+        found[pid] = _process_name(pid)
+      except OSError:
+        continue
   return found
 
 

@@ -252,22 +252,45 @@ def test_a_manager_on_a_namespace_a_hand_started_camerad_uses_refuses_naming_it_
 def test_the_refusal_names_a_hand_started_piece_by_its_full_title(namespace, spawn_python):
   _pieces_left_behind(namespace)
   child = spawn_python("""
-    import mmap, sys, time
+    import time
     from setproctitle import setproctitle
+    from cereal import messaging
     setproctitle("dmonitoringmodeld")
-    f = open(sys.argv[1], "r+b")
-    m = mmap.mmap(f.fileno(), 4096)
-    print("MAPPED", flush=True)
+    pm = messaging.PubMaster(["driverStateV2"], allow_foreign=True)
+    print("PUBLISHING", flush=True)
     time.sleep(600)
-  """, os.path.join(namespace.shm_dir, "leftover"))
+  """)
   try:
-    assert child.stdout.readline().strip() == "MAPPED"
+    assert child.stdout.readline().strip() == "PUBLISHING", child.stderr.read()
     r = _run("--duration", "5", *LIGHT)
   finally:
     child.kill()
     child.wait()
   assert r.returncode == 2 and f"in use by dmonitoringmodeld (pid {child.pid})" in r.stderr, r.stderr
   assert os.path.exists(os.path.join(namespace.shm_dir, "leftover"))
+  assert os.path.exists(os.path.join(namespace.shm_dir, "driverStateV2"))
+
+
+def test_a_reader_that_joined_before_the_manager_neither_blocks_it_nor_keeps_the_namespace(namespace, spawn_python):
+  """A viewer or a test's recorder subscribed first publishes nothing our children would collide with, and its
+  mappings outlive the files, so the namespace is removed at exit under it."""
+  child = spawn_python("""
+    import time
+    from cereal import messaging
+    sm = messaging.SubMaster(["driverStateV2", "managerState"])
+    print("READING", flush=True)
+    time.sleep(600)
+  """)
+  try:
+    assert child.stdout.readline().strip() == "READING", child.stderr.read()
+    r = _run("--duration", "3", "--rate-tolerance", "0.6", *LIGHT)
+    assert child.poll() is None
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "in use by" not in r.stdout + r.stderr
+    assert not os.path.exists(namespace.shm_dir) and not os.path.exists(namespace.runtime_dir)
+  finally:
+    child.kill()
+    child.wait()
 
 
 def test_a_namespace_still_in_use_at_exit_is_left_in_place_and_said_so(namespace, spawn_python):
@@ -277,21 +300,20 @@ def test_a_namespace_still_in_use_at_exit_is_left_in_place_and_said_so(namespace
     seen = _read_until(proc, "all processes up")
     assert "all processes up" in seen, seen
     child = spawn_python("""
-      import mmap, sys, time
-      f = open(sys.argv[1], "w+b")
-      f.truncate(4096)
-      m = mmap.mmap(f.fileno(), 4096)
-      print("MAPPED", flush=True)
+      import time
+      from cereal import messaging
+      pm = messaging.PubMaster(["driverStateV2"], allow_foreign=True)   # dmonitoringmodeld, started by hand
+      print("PUBLISHING", flush=True)
       time.sleep(600)
-    """, os.path.join(namespace.shm_dir, "joined"))
-    assert child.stdout.readline().strip() == "MAPPED"
+    """)
+    assert child.stdout.readline().strip() == "PUBLISHING", child.stderr.read()
     _, err = proc.communicate(timeout=120)
   finally:
     if proc.poll() is None:
       proc.kill()
       proc.wait()
   assert proc.returncode == 0, err
-  assert os.path.exists(os.path.join(namespace.shm_dir, "joined"))
+  assert os.path.exists(os.path.join(namespace.shm_dir, "driverStateV2"))
   lines = err.strip().splitlines()
   assert len(lines) == 1 and f"left in place: still in use by python (pid {child.pid})" in lines[0], lines
   assert f"--clean {namespace.prefix}" in lines[0]
