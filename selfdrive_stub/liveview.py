@@ -39,6 +39,7 @@ RATE_WINDOW_S = 5.0
 VALID_OK = 0.95      # a service with a lower share of valid messages is flagged
 LATE_PERIODS = 10    # SubMaster's alive rule: a service is late after 10 of its periods without a message
 LATE_MIN_S = 0.3     # ... but never judged finer than the monitor's own polling (about 0.1 s) allows
+RECENT_INVALID_S = 1.0  # an invalid message this recent still explains an event whose state change is read after it
 MAX_CHANGES = 1000   # state / model changes kept per run (a flapping state must not grow memory forever)
 LATENCY_SAMPLES = 200
 EVENT_ROWS_MIN = 4   # rows the event log keeps (its title and three lines) before optional sections are added
@@ -70,6 +71,8 @@ class ServiceStats:
   latest: object = None
   last_valid: bool = True
   last_reason: str = ""
+  invalid_at: float = float("-inf")   # when the newest invalid message arrived, and its reason: a one-frame
+  invalid_reason: str = ""            # invalid (a dropped frame) is over before the state change is explained
 
 
 def _note_change(changes: list, t: float, key, *extra) -> bool:
@@ -125,6 +128,8 @@ class ServiceMonitor:
     ok = bool(evt.valid)
     st.valid += ok
     st.last_valid, st.last_reason = ok, "" if ok else str(evt.invalidReason)[:200]
+    if not ok:
+      st.invalid_at, st.invalid_reason = now, st.last_reason
     if self.window_start is not None:
       st.window_count += 1
       st.window_valid += ok
@@ -154,6 +159,8 @@ class ServiceMonitor:
         why.append(f"{service} late ({now - st.last_recv:.1f} s since the last)")
       elif not st.last_valid:
         why.append(f"{service} invalid ({st.last_reason or 'no reason given'})")
+      elif now - st.invalid_at <= RECENT_INVALID_S:
+        why.append(f"{service} was invalid for a moment ({st.invalid_reason or 'no reason given'})")
     return ", ".join(why)
 
   def _record_latency(self, name: str, evt) -> None:

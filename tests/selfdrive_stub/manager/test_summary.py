@@ -167,3 +167,21 @@ def test_a_long_reason_in_the_summary_is_cut_at_a_word_boundary_with_an_ellipsis
 def test_the_first_disabled_state_is_named_the_start_up_state(namespace):
   line = selfdrive_line("disabled", ["commIssue"], "")
   assert "disabled (the start-up state, before every input arrives)" in line, line
+
+
+def test_a_model_invalid_for_one_frame_is_explained_although_the_next_frame_is_valid_again(namespace):
+  """One dropped frame makes one modelV2 invalid and selfdrived soft-disables for it; the state change is read
+  after the next, valid frame, and the summary still names the frame's reason."""
+  def publish(pm):
+    for f, reason in ((1, ""), (2, "frames dropped before this one"), (3, "")):
+      msg = new_message("modelV2", valid=not reason)
+      msg.invalidReason = reason
+      msg.modelV2.frameId = f
+      pm.send("modelV2", msg)
+    sd = new_message("selfdriveState", valid=True)
+    sd.selfdriveState.state = "softDisabling"
+    sd.selfdriveState.events = ["modelInvalid"]
+    pm.send("selfdriveState", sd)
+  _, text = summary_of({"modelV2": 20.0, "selfdriveState": 100.0}, publish)
+  line = next(line for line in text.splitlines() if "selfdrive at" in line)
+  assert "modelInvalid: modelV2 was invalid for a moment (frames dropped before this one)" in line, line
