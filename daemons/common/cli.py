@@ -16,19 +16,9 @@ import argparse
 import sys
 from typing import Callable
 
-from cereal.messaging.errors import ServiceOwnershipError, UnknownServiceError
-from cereal.route import RouteError
-from daemons.common.cameras import UnknownCameraError
-from daemons.common.metadata import ModelMetadataError
-from msgq.env import EnvError
-from msgq.errors import IpcError, MultiplePublishersError
 from msgq.namespace import prefix as namespace_prefix
-from runtime.device import DeviceUnavailable
 from runtime import config as runtime_config
 from runtime.cache import safe_dir
-from runtime.errors import CacheError, InputError, ModelError, UnsupportedDtypeError, UnsupportedOpError
-from visionipc.errors import GeometryError, UnknownStreamError
-from visionipc.framefile import FrameFileError
 
 USAGE_EXIT = 2
 
@@ -37,19 +27,37 @@ class UsageError(ValueError):
   """A command-line value that cannot be used; the message names it and the fix."""
 
 
-USER_ERRORS: tuple[type[BaseException], ...] = (
-  UsageError, EnvError, IpcError, ServiceOwnershipError, UnknownServiceError, RouteError, FrameFileError,
-  GeometryError, UnknownStreamError, ModelMetadataError, UnknownCameraError, ModelError, UnsupportedOpError,
-  UnsupportedDtypeError, InputError, DeviceUnavailable, PermissionError, CacheError,
+# The project's typed errors that mean "this input or this setup cannot be used", by module and class name. They
+# are resolved against sys.modules when an error reaches run_cli: an error can only come from a module that is
+# already imported, so a CLI imports none of them for this table (selfdrived and dmonitoringd start without
+# numpy, the route reader or the runtime's devices). tests/daemons/common/test_cli_errors.py checks every name.
+USER_ERRORS: tuple[tuple[str, str], ...] = (
+  ("msgq.env", "EnvError"), ("msgq.errors", "IpcError"), ("cereal.messaging.errors", "ServiceOwnershipError"),
+  ("cereal.messaging.errors", "UnknownServiceError"), ("cereal.route", "RouteError"), ("visionipc.framefile", "FrameFileError"),
+  ("visionipc.errors", "GeometryError"), ("visionipc.errors", "UnknownStreamError"), ("daemons.common.metadata", "ModelMetadataError"),
+  ("daemons.common.cameras", "UnknownCameraError"), ("runtime.errors", "ModelError"), ("runtime.errors", "UnsupportedOpError"),
+  ("runtime.errors", "UnsupportedDtypeError"), ("runtime.errors", "InputError"), ("runtime.device", "DeviceUnavailable"),
+  ("runtime.errors", "CacheError"),
 )
 
 # the fix, for errors whose own message names the value but not what to do about it
-HINTS: dict[type[BaseException], str] = {
-  MultiplePublishersError: "another copy already runs in this namespace: stop it, or use another OPENPILOT_PREFIX",
-  ServiceOwnershipError: "run it under its own name: PYMODELD_PROCESS=<owner>, as the manager does",
-  DeviceUnavailable: "start the stack with `pymodeld-manager --usb-gpu` for the USB+AMD device",
-  CacheError: "set PYMODELD_CACHE_DIR to a new path of your own, e.g. under your home; never a shared dir such as /tmp",
+HINTS: dict[tuple[str, str], str] = {
+  ("msgq.errors", "MultiplePublishersError"): "another copy already runs in this namespace: stop it, or use another OPENPILOT_PREFIX",
+  ("cereal.messaging.errors", "ServiceOwnershipError"): "run it under its own name: PYMODELD_PROCESS=<owner>, as the manager does",
+  ("runtime.device", "DeviceUnavailable"): "start the stack with `pymodeld-manager --usb-gpu` for the USB+AMD device",
+  ("runtime.errors", "CacheError"):
+    "set PYMODELD_CACHE_DIR to a new path of your own, e.g. under your home; never a shared dir such as /tmp",
 }
+
+
+def loaded(name: tuple[str, str]) -> type[BaseException] | None:
+  """The error class `name` names, if its module is imported (else nothing can have raised it)."""
+  module = sys.modules.get(name[0])
+  return getattr(module, name[1]) if module is not None else None
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+  return (UsageError, PermissionError, *filter(None, map(loaded, USER_ERRORS)))
 
 
 def check_cache_dir() -> None:
@@ -62,8 +70,9 @@ def check_cache_dir() -> None:
 def one_line(error: BaseException, hints: dict | None = None) -> str:
   """The error's message on one line, with the fix for its type when the message does not give one."""
   text = " ".join(str(error).split()) or type(error).__name__
-  for kind, hint in {**HINTS, **(hints or {})}.items():
-    if isinstance(error, kind) and hint not in text:
+  kinds = [(loaded(name), hint) for name, hint in HINTS.items()] + list((hints or {}).items())
+  for kind, hint in kinds:
+    if kind is not None and isinstance(error, kind) and hint not in text:
       return f"{text} ({hint})"
   return text
 
@@ -77,11 +86,13 @@ def run_cli(prog: str, main: Callable[[], int | None], errors: tuple = (), hints
     sys.exit(USAGE_EXIT)
   try:
     code = main()
-  except USER_ERRORS + tuple(errors) as e:
-    print(f"{prog}: {one_line(e, hints)}", file=sys.stderr, flush=True)
-    sys.exit(USAGE_EXIT)
   except KeyboardInterrupt:
     sys.exit(130)
+  except Exception as e:
+    if not isinstance(e, user_errors() + tuple(errors)):
+      raise
+    print(f"{prog}: {one_line(e, hints)}", file=sys.stderr, flush=True)
+    sys.exit(USAGE_EXIT)
   sys.exit(code or 0)
 
 
