@@ -44,15 +44,31 @@ def read_events(path: str) -> list[bytes]:
   return read_log_file(path)
 
 
+def _nothing_to_decode(proc: str, elsewhere: dict[str, int]) -> str:
+  """Why `proc` has nothing to decode, naming the raw predictions the log does hold (of another daemon), so a
+  wrong --proc is not mistaken for a log replayed without SEND_RAW_PRED=1."""
+  service = SERVICES[proc]
+  if not elsewhere:
+    return f"no {service} message with rawPredictions in the log (replay with SEND_RAW_PRED=1)"
+  held = [(owner, s) for owner, s in SERVICES.items() if s in elsewhere]
+  what = " and ".join(f"{owner}'s {s} ({elsewhere[s]} messages)" for owner, s in held)
+  use = " or ".join(f"--proc {owner}" for owner, _ in held)
+  return f"the log holds raw predictions of {what}, not of {proc}'s {service}: use {use}"
+
+
 def decode(events: list[bytes], proc: str, model: str | None = None) -> tuple[dict[str, np.ndarray], ModelMetadata]:
   """Arrays for the .npz (see the module docstring) and the metadata used to slice them."""
   if proc not in SERVICES:
     raise RawPredError(f"--proc must be one of {sorted(SERVICES)}, got {proc!r}")
   service = SERVICES[proc]
   rows, frame_ids, times, model_names = [], [], [], set()
+  elsewhere: dict[str, int] = {}   # other daemons' messages with raw predictions: named when `proc` has none
   for data in events:
     evt = log_from_bytes(data)
-    if evt.which() != service:
+    which = evt.which()
+    if which != service:
+      if which in SERVICES.values() and len(getattr(evt, which).rawPredictions):
+        elsewhere[which] = elsewhere.get(which, 0) + 1
       continue
     msg = getattr(evt, service)
     if len(msg.rawPredictions) == 0:
@@ -66,7 +82,7 @@ def decode(events: list[bytes], proc: str, model: str | None = None) -> tuple[di
     if service == "modelV2":
       model_names.add(str(msg.modelName))
   if not rows:
-    raise RawPredError(f"no {service} message with rawPredictions in the log (replay with SEND_RAW_PRED=1)")
+    raise RawPredError(_nothing_to_decode(proc, elsewhere))
   if len(model_names) > 1:
     raise RawPredError(f"the log mixes road models {sorted(model_names)}; pass --model for the one to decode")
   meta = load_metadata(model or default_model(proc, next(iter(model_names), "")))

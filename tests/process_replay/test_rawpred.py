@@ -62,3 +62,13 @@ def test_log_without_raw_predictions_is_a_clear_error(tici_route_path, tmp_path)
 def test_user_mistakes_are_one_line_and_exit_2(tici_route_path, tmp_path, args, message):
   r = rawpred(*[a.format(route=tici_route_path) for a in args])
   assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_a_log_with_another_daemons_raw_predictions_names_them_and_the_proc_to_use(tici_route, tmp_path):
+  dm = replay(get_config("dmonitoringmodeld"), tici_route, seconds=0.5, env={"SEND_RAW_PRED": "1"})
+  save_ref(str(tmp_path), "tici", "dmonitoringmodeld", dm.outputs)
+  r = rawpred(str(tmp_path / "tici_dmonitoringmodeld.zst"), "--proc", "modeld", "--out", str(tmp_path / "x.npz"))
+  assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+  assert f"the log holds raw predictions of dmonitoringmodeld's driverStateV2 ({len(dm.outputs)} messages)" in r.stderr
+  assert "not of modeld's modelV2: use --proc dmonitoringmodeld" in r.stderr
+  assert not (tmp_path / "x.npz").exists()
