@@ -6,10 +6,12 @@
 
 One task per (route, process), plus one chain task per route with --chain (every daemon at once, each on the
 others' replayed outputs). -j runs tasks in N worker processes, --ray on a Ray cluster. Prints progress with
-an ETA, a summary table with each task's and each process's real-time factor (launch included), writes the
-differences to --report (the first 20 per field and the counts; --report-all for every one) and a PNG per
-failing task into --plot-dir; --out DIR writes each task's replayed log as DIR/<route>_<process>.zst (what
-rawpred and process_replay.logs read). Exits 1 on any difference, missing reference or replay error, 2 on a
+an ETA, a summary table with each task's and each process's real-time factor (launch included), and, only when
+a task fails, writes the differences to --report (the first 20 per field and the counts; --report-all for every
+one; default DIR/process_replay_diff.txt with --out DIR, else in the working directory) and a PNG per failing
+task into --plot-dir (default: --out DIR, else the working directory); a passing run writes nothing but --out.
+--out DIR writes each task's replayed log as DIR/<route>_<process>.zst (what rawpred and process_replay.logs
+read). Exits 1 on any difference, missing reference or replay error, 2 on a
 usage mistake, 0 otherwise.
 """
 from __future__ import annotations
@@ -26,6 +28,7 @@ from process_replay.references import REFS_DIR, current_commit, save_log, write_
 from process_replay.tasks import Progress, UsageError, judge, resolve_routes, route_seconds, run_tasks, summary_table, write_report
 
 MAX_SUMMARY_LINES = 20   # per failing task on stdout; the report file has the rest
+REPORT_NAME = "process_replay_diff.txt"
 RAW_PRED_FIELDS = ("driverStateV2.rawPredictions", "modelV2.rawPredictions")
 
 
@@ -44,9 +47,10 @@ def parse_args(argv=None):
   ap.add_argument("--send-raw-pred", action="store_true", help="run the daemons with SEND_RAW_PRED=1")
   ap.add_argument("--out", metavar="DIR", help="write each task's replayed log to DIR/<route>_<process>.zst")
   ap.add_argument("--refs-dir", default=REFS_DIR, help="reference directory (default: process_replay/refs)")
-  ap.add_argument("--report", default="process_replay_diff.txt", help="difference report file")
+  ap.add_argument("--report", metavar="FILE", help=f"difference report, written only when a task fails (default: DIR/{REPORT_NAME} "
+                  f"with --out DIR, else ./{REPORT_NAME})")
   ap.add_argument("--report-all", action="store_true", help="every difference in the report, not 20 per field")
-  ap.add_argument("--plot-dir", default=".", help="where the PNG of each failing task goes (created if missing)")
+  ap.add_argument("--plot-dir", help="where the PNG of each failing task goes (created if missing; default: --out DIR, else .)")
   args = ap.parse_args(argv)
   if args.jobs < 1:
     ap.error(f"-j must be >= 1, got {args.jobs}")
@@ -69,12 +73,25 @@ def _make_dir(flag: str, path: str) -> str:
   return path
 
 
+def _check_report(path: str) -> None:
+  """The report is written after the run, and only on failure: a place it cannot go is refused now."""
+  parent = os.path.dirname(path) or "."
+  if os.path.isdir(path):
+    raise UsageError(f"--report {path}: is a directory (name a file)")
+  if not os.path.isdir(parent):
+    raise UsageError(f"--report {path}: no directory {parent}")
+  if not os.access(parent, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+    raise UsageError(f"--report {path}: not writable")
+
+
 def main(argv=None) -> int:
   args = parse_args(argv)
   try:
     routes = resolve_routes(args.routes)
-    plot_dir = _make_dir("--plot-dir", args.plot_dir)
     out_dir = _make_dir("--out", args.out) if args.out else None
+    if args.report:
+      _check_report(args.report)
+    plot_dir = _make_dir("--plot-dir", args.plot_dir) if args.plot_dir else (out_dir or ".")
   except UsageError as e:
     return usage_exit("python -m process_replay", e)
   procs = args.procs or ([] if args.chain else list(CONFIGS))
@@ -99,8 +116,11 @@ def main(argv=None) -> int:
     print(f"replayed logs: {out_dir}/<route>_<process>.zst")
   table = summary_table(outcomes, wall)
   print(table)
-  write_report(args.report, outcomes, table, None if args.report_all else 20)
-  print(f"diff report: {args.report}")
+  failed = [o for o in outcomes if o.status not in ("PASS", "UPDATED")]
+  if failed:   # a passing run leaves no file behind, in the working directory least of all
+    report = args.report or os.path.join(out_dir or ".", REPORT_NAME)
+    write_report(report, outcomes, table, None if args.report_all else 20)
+    print(f"diff report: {report}")
   for o in outcomes:
     name = f"{o.result.route}/{o.result.proc}"
     if o.status == "FAIL":
@@ -111,7 +131,6 @@ def main(argv=None) -> int:
         print(f"plot of the largest differences: {png}")
     elif o.status not in ("PASS", "UPDATED"):
       print(f"{name}: {o.status}: {o.detail.splitlines()[0] if o.detail else ''}")
-  failed = [o for o in outcomes if o.status not in ("PASS", "UPDATED")]
   if args.update_refs:
     print(f"{len(outcomes) - len(failed)}/{len(outcomes)} references written to {args.refs_dir}")
   else:

@@ -75,12 +75,31 @@ def test_parallel_jobs_give_the_same_result(tici_route_path):
   (["--plot-dir", "a_file/plots"], "--plot-dir a_file/plots: cannot create it"),
   (["--out", "a_file"], "--out a_file: "),
   (["--bogus"], "unrecognized arguments: --bogus"),
+  (["--report", "no_dir/diff.txt"], "--report no_dir/diff.txt: no directory no_dir"),
+  (["--report", "."], "--report .: is a directory"),
 ])
 def test_user_mistakes_are_one_line_and_exit_2(tmp_path, args, message):
   (tmp_path / "a_file").write_text("x")
   r = cli(*args, cwd=tmp_path)
   assert r.returncode == 2 and message in r.stderr, r.stderr
   assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def test_a_passing_run_leaves_no_report_or_other_file_in_the_working_directory(tici_route_path, tmp_path):
+  r = cli("--routes", tici_route_path, "--procs", "dmonitoringd", "--seconds", "1", cwd=tmp_path)
+  assert r.returncode == 0 and "1/1 passed" in r.stdout, r.stdout + r.stderr
+  assert "diff report" not in r.stdout and os.listdir(tmp_path) == []
+
+
+def test_a_failing_run_writes_its_report_into_out_and_nothing_into_the_working_directory(tici_route_path, tmp_path):
+  cwd, out = tmp_path / "cwd", tmp_path / "out"
+  cwd.mkdir()
+  r = cli("--routes", tici_route_path, "--procs", "dmonitoringd", "--seconds", "1", "--refs-dir", str(tmp_path / "no_refs"),
+          "--out", str(out), cwd=cwd)
+  assert r.returncode == 1 and "NO REF" in r.stdout, r.stdout + r.stderr
+  assert f"diff report: {out / 'process_replay_diff.txt'}" in r.stdout
+  assert "tici/dmonitoringd: NO REF" in (out / "process_replay_diff.txt").read_text()
+  assert sorted(os.listdir(out)) == ["process_replay_diff.txt", "tici_dmonitoringd.zst"] and os.listdir(cwd) == []
 
 
 def test_plot_dir_is_created_and_out_logs_feed_rawpred(tici_route_path, tmp_path):
