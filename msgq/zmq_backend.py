@@ -1,9 +1,17 @@
 """ZMQ backend (opt-in with env ZMQ=1): TCP pub/sub for consumers on another machine.
 
 Invariants:
-- Ports are per namespace: 8023 + FNV-1a-64(key) % (65535 - 8023) with key = the endpoint in the default
-  namespace (the last commaai/msgq ZMQ backend's port, so both ends agree without configuration) and
-  `<OPENPILOT_PREFIX> 0x1f <endpoint>` in a named one, so two runs on one machine do not meet.
+- Ports: every process computes an endpoint's port from the namespace, the endpoint and two shared facts
+  (msgq's table of known services, KNOWN_ENDPOINTS, and the kernel's ephemeral port range), so a publisher
+  and its subscribers agree without talking. Candidates are the ports in 8023..65535 outside the range in
+  /proc/sys/net/ipv4/ip_local_port_range (read at every call; the Linux default 32768-60999 if unreadable):
+  the kernel hands ports of that range to outgoing connections, which could take a service's port at any time.
+  An endpoint probes the candidates in order from FNV-1a-64(key) mod their number (key = the endpoint in the
+  default namespace, `<OPENPILOT_PREFIX> 0x1f <endpoint>` in a named one, so two runs on one machine do not
+  meet), and takes the first port not taken before it: the known services take theirs one by one in sorted
+  name order, any other endpoint skips all of theirs. So no two known services of one namespace share a port,
+  and an endpoint outside the table never takes a service's port (two such endpoints may still meet).
+  msgq imports nothing of ours, so the table is msgq's own copy of the services list (a test keeps it equal).
 - Every connection is authenticated and encrypted with CURVE. The keys derive from the namespace's secret:
   32 random bytes in `zmq.key` in the owner-only runtime dir, made once (atomically) by the first socket of
   the namespace. A publisher serves with the derived server key; a subscriber must know the derived server
@@ -12,9 +20,11 @@ Invariants:
   differs) neither receives a run's messages nor injects any: it cannot finish a handshake. Binding a port
   first only makes the real publisher fail with MultiplePublishersError; its subscribers get nothing.
 - Publishers bind loopback unless MSGQ_ZMQ_BIND_ADDR says otherwise. For a consumer on another machine,
-  copy `zmq.key` to that machine's runtime dir for the same OPENPILOT_PREFIX (msgq/README.md).
+  copy `zmq.key` to that machine's runtime dir for the same OPENPILOT_PREFIX (msgq/README.md); both machines
+  must have the same ephemeral port range and the same KNOWN_ENDPOINTS to compute the same ports.
 - pyzmq is imported only when this backend is used.
 """
+import functools
 import hashlib
 import math
 import os
@@ -27,8 +37,19 @@ from msgq.errors import IpcError, MultiplePublishersError
 from msgq.segment import check_endpoint
 
 FNV_OFFSET, FNV_PRIME = 0xCBF29CE484222325, 0x100000001B3
-PORT_BASE, PORT_MAX = 8023, 65535
+PORT_BASE, PORT_MAX = 8023, 65535   # both inclusive
+EPHEMERAL_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
+LINUX_DEFAULT_EPHEMERAL = (32768, 60999)
 KEY_FILE, KEY_BYTES = "zmq.key", 32
+
+# The services whose ports never clash within a namespace: cereal's services list (cereal/services.py), copied
+# because msgq imports nothing of ours; tests/msgq/test_zmq_ports.py fails when the two differ. Ports are
+# assigned in sorted order, so the order written here does not matter.
+KNOWN_ENDPOINTS = frozenset({
+  "narrowRoadCameraState", "wideRoadCameraState", "cabinCameraState", "extrinsicsCalibration", "lateralDelay",
+  "modelV2", "drivingModelData", "cameraOdometry", "usbGpuState", "driverStateV2", "driverMonitoringState",
+  "carState", "carControl", "deviceState", "engageRequest", "selfdriveState", "managerState",
+})
 
 
 def fnv1a64(data: bytes) -> int:
@@ -38,11 +59,70 @@ def fnv1a64(data: bytes) -> int:
   return h
 
 
-def port_for(endpoint: str, prefix: str | None = None) -> int:
-  """The endpoint's port in namespace `prefix` (default: the current one)."""
-  prefix = namespace.prefix() if prefix is None else prefix
-  key = endpoint if not prefix else f"{prefix}\x1f{endpoint}"
-  return PORT_BASE + fnv1a64(key.encode()) % (PORT_MAX - PORT_BASE)
+def ephemeral_range() -> tuple[int, int]:
+  """The kernel's range for outgoing connections' local ports (inclusive); the Linux default if unreadable."""
+  try:
+    with open(EPHEMERAL_RANGE_FILE) as f:
+      lo, hi = (int(v) for v in f.read().split())
+  except (OSError, ValueError):
+    return LINUX_DEFAULT_EPHEMERAL
+  return (lo, hi) if 0 < lo <= hi <= 65535 else LINUX_DEFAULT_EPHEMERAL
+
+
+def _candidate_blocks(ephemeral: tuple[int, int]) -> tuple[tuple[int, int], ...]:
+  """The inclusive port blocks of PORT_BASE..PORT_MAX outside `ephemeral`, in ascending order."""
+  lo, hi = ephemeral
+  blocks = ((PORT_BASE, min(PORT_MAX, lo - 1)), (max(PORT_BASE, hi + 1), PORT_MAX))
+  return tuple((a, b) for a, b in blocks if a <= b)
+
+
+def _nth_candidate(blocks: tuple[tuple[int, int], ...], i: int) -> int:
+  for a, b in blocks:
+    if i <= b - a:
+      return a + i
+    i -= b - a + 1
+  raise IndexError(i)
+
+
+def _probe(key: str, blocks: tuple[tuple[int, int], ...], taken) -> int:
+  """The first candidate port not in `taken`, walking the candidates cyclically from the key's hash."""
+  count = sum(b - a + 1 for a, b in blocks)
+  start = fnv1a64(key.encode()) % count
+  for step in range(count):
+    port = _nth_candidate(blocks, (start + step) % count)
+    if port not in taken:
+      return port
+  raise AssertionError("unreachable: there are more candidates than known endpoints")
+
+
+def _key(prefix: str, endpoint: str) -> str:
+  return f"{prefix}\x1f{endpoint}" if prefix else endpoint
+
+
+@functools.lru_cache(maxsize=32)
+def _service_ports(prefix: str, ephemeral: tuple[int, int]) -> tuple[tuple[tuple[int, int], ...], dict[str, int]]:
+  """(candidate blocks, {known endpoint: port}) of one namespace: each service in sorted order takes the first
+  candidate from its hash that no service before it took. Deterministic, so every process gets the same map."""
+  blocks = _candidate_blocks(ephemeral)
+  count = sum(b - a + 1 for a, b in blocks)
+  if count <= len(KNOWN_ENDPOINTS):
+    raise IpcError(f"the kernel's ephemeral port range {ephemeral[0]}-{ephemeral[1]} ({EPHEMERAL_RANGE_FILE}) leaves "
+                   f"{count} ports of {PORT_BASE}-{PORT_MAX} for the ZMQ backend, which needs more than "
+                   f"{len(KNOWN_ENDPOINTS)}: narrow it (sysctl net.ipv4.ip_local_port_range), or use the shared-memory bus")
+  ports: dict[str, int] = {}
+  for endpoint in sorted(KNOWN_ENDPOINTS):
+    ports[endpoint] = _probe(_key(prefix, endpoint), blocks, ports.values())
+  return blocks, ports
+
+
+def port_for(endpoint: str, prefix: str | None = None, ephemeral: tuple[int, int] | None = None) -> int:
+  """The endpoint's port in namespace `prefix` (default: the current one), outside the ephemeral port range
+  `ephemeral` (default: the kernel's, read now)."""
+  prefix = (namespace.prefix() if prefix is None else prefix) or ""
+  blocks, ports = _service_ports(prefix, ephemeral_range() if ephemeral is None else tuple(ephemeral))
+  if endpoint in ports:
+    return ports[endpoint]
+  return _probe(_key(prefix, endpoint), blocks, set(ports.values()))
 
 
 def namespace_secret() -> bytes:
