@@ -12,6 +12,11 @@ Invariants:
   name order, any other endpoint skips all of theirs. So no two known services of one namespace share a port,
   and an endpoint outside the table never takes a service's port (two such endpoints may still meet).
   msgq imports nothing of ours, so the table is msgq's own copy of the services list (a test keeps it equal).
+- A publisher that bound its port leaves a claim file `zmq_pub.<endpoint>` (pid, start time, port) in the
+  namespace's runtime dir and removes it when it closes. When a bind finds the port taken, the claims of this
+  user's namespaces and /proc/net/tcp say who holds it: another copy of this publisher, another endpoint or
+  namespace whose port is the same, or a program that is not on this bus. The error is MultiplePublishersError
+  in every case and its message names the port, the holder and the fix. Claims are only read for that message.
 - Every connection is authenticated and encrypted with CURVE. The keys derive from the namespace's secret:
   32 random bytes in `zmq.key` in the owner-only runtime dir, made once (atomically) by the first socket of
   the namespace. A publisher serves with the derived server key; a subscriber must know the derived server
@@ -28,19 +33,21 @@ import functools
 import hashlib
 import math
 import os
+import pwd
 import secrets
 import stat
 
 from msgq import namespace
 from msgq.env import MSGQ_ENV
 from msgq.errors import IpcError, MultiplePublishersError
-from msgq.segment import check_endpoint
+from msgq.segment import check_endpoint, own_identity, process_alive
 
 FNV_OFFSET, FNV_PRIME = 0xCBF29CE484222325, 0x100000001B3
 PORT_BASE, PORT_MAX = 8023, 65535   # both inclusive
 EPHEMERAL_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
 LINUX_DEFAULT_EPHEMERAL = (32768, 60999)
 KEY_FILE, KEY_BYTES = "zmq.key", 32
+CLAIM_PREFIX = "zmq_pub."
 
 # The services whose ports never clash within a namespace: cereal's services list (cereal/services.py), copied
 # because msgq imports nothing of ours; tests/msgq/test_zmq_ports.py fails when the two differ. Ports are
@@ -125,6 +132,120 @@ def port_for(endpoint: str, prefix: str | None = None, ephemeral: tuple[int, int
   return _probe(_key(prefix, endpoint), blocks, set(ports.values()))
 
 
+# -- who holds a port: only read to word the error when a bind finds the port taken ------------------------
+
+def _write_claim(path: str, port: int) -> bool:
+  """Record that this process's publisher holds `port` (atomic replace); False if the runtime dir refused it."""
+  pid, start = own_identity()
+  tmp = os.path.join(os.path.dirname(path), f".{CLAIM_PREFIX}tmp{pid}_{secrets.token_hex(4)}")   # never a claim's name
+  try:
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600), "w") as f:
+      f.write(f"{pid} {start} {port}\n")
+    os.replace(tmp, path)
+    return True
+  except OSError:
+    try:
+      os.unlink(tmp)
+    except OSError:
+      pass
+    return False
+
+
+def _read_claim(path: str) -> tuple[int, int, int] | None:
+  """(pid, start time, port) of a claim file, or None if it is gone or malformed."""
+  try:
+    with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)) as f:
+      pid, start, port = (int(v) for v in f.read(64).split())
+    return pid, start, port
+  except (OSError, ValueError):
+    return None
+
+
+def _live_claims(port: int):
+  """(namespace dir, endpoint, pid) of every live publisher of this user that claims `port`, the current
+  namespace's first. A claim whose process is gone (crashed without closing) is ignored."""
+  own = namespace.runtime_dir()
+  base = os.path.dirname(own)
+  try:
+    others = sorted(e.path for e in os.scandir(base) if e.is_dir(follow_symlinks=False) and e.path != own)
+  except OSError:
+    others = []
+  for ns_dir in [own, *others]:
+    try:
+      names = sorted(n for n in os.listdir(ns_dir) if n.startswith(CLAIM_PREFIX))
+    except OSError:
+      continue
+    for name in names:
+      claim = _read_claim(os.path.join(ns_dir, name))
+      if claim is not None and claim[2] == port and process_alive(claim[0], claim[1]):
+        yield ns_dir, name[len(CLAIM_PREFIX):], claim[0]
+
+
+def _process_name(pid: int) -> str:
+  if pid == os.getpid():
+    return f"pid {pid}, this process"
+  try:
+    with open(f"/proc/{pid}/comm") as f:
+      return f"pid {pid}, {f.read().strip()}"
+  except OSError:
+    return f"pid {pid}"
+
+
+def _socket_holder(port: int) -> str:
+  """Who has a TCP socket on local port `port`, as far as /proc shows: a process of this user by pid and name,
+  another user by name; listeners first."""
+  found = []
+  for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    try:
+      with open(table) as f:
+        rows = f.readlines()[1:]
+    except OSError:
+      continue
+    for row in rows:
+      cols = row.split()
+      if len(cols) > 9 and int(cols[1].rsplit(":", 1)[1], 16) == port:
+        found.append((cols[3] != "0A", int(cols[7]), cols[9]))   # 0A = LISTEN
+  if not found:
+    return "a program this process cannot see"
+  _, uid, inode = min(found)
+  if uid != os.getuid():
+    try:
+      return f"uid {uid} ({pwd.getpwuid(uid).pw_name}), another user"
+    except KeyError:
+      return f"uid {uid}, another user"
+  link = f"socket:[{inode}]"
+  pids = [os.getpid()] + sorted(int(n) for n in os.listdir("/proc") if n.isdigit() and int(n) != os.getpid())
+  for pid in pids:
+    try:
+      fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+      continue   # gone, or not ours to read
+    for fd in fds:
+      try:
+        if os.readlink(f"/proc/{pid}/fd/{fd}") == link:
+          return _process_name(pid)
+      except OSError:
+        continue   # closed while we looked
+  return "a process of yours"
+
+
+def _port_taken_message(endpoint: str, port: int) -> str:
+  """The one-line reason a bind of `port` for `endpoint` failed with EADDRINUSE, naming the holder and the fix."""
+  own = namespace.runtime_dir()
+  here = f"port {port} is already bound"
+  for ns_dir, holder_endpoint, pid in _live_claims(port):
+    who = _process_name(pid)
+    if ns_dir == own and holder_endpoint == endpoint:
+      return f"{here} by another copy of its publisher ({who}): stop it, or use another OPENPILOT_PREFIX"
+    if ns_dir == own:
+      return (f"{here} by this namespace's publisher of {holder_endpoint!r} ({who}): both endpoints map to this port "
+              f"(only the known services of one namespace never share one); rename one of them")
+    return (f"{here} by the publisher of {holder_endpoint!r} in namespace {os.path.basename(ns_dir)!r} ({who}), whose "
+            f"port is the same by chance: use another OPENPILOT_PREFIX (every ZMQ port moves with it)")
+  return (f"{here} by {_socket_holder(port)}, not by a publisher of this namespace: free port {port}, or use "
+          f"another OPENPILOT_PREFIX (every ZMQ port moves with it)")
+
+
 def namespace_secret() -> bytes:
   """The namespace's ZMQ secret, made on first use: 32 bytes in an owner-only file of the runtime dir."""
   path = os.path.join(namespace.runtime_dir(), KEY_FILE)
@@ -167,6 +288,7 @@ def _context():
 
 class ZmqPublisher:
   def __init__(self, endpoint, segment_size: int = 0):
+    self._claim: str | None = None
     zmq, ctx = _context()
     self.endpoint = check_endpoint(endpoint)
     self.port = port_for(self.endpoint)
@@ -181,8 +303,10 @@ class ZmqPublisher:
     except zmq.ZMQError as e:
       self.sock.close()
       if e.errno == zmq.EADDRINUSE:
-        raise MultiplePublishersError(f"endpoint {self.endpoint!r}: port {self.port} is already bound") from e
+        raise MultiplePublishersError(f"endpoint {self.endpoint!r}: {_port_taken_message(self.endpoint, self.port)}") from e
       raise IpcError(f"endpoint {self.endpoint!r}: cannot bind {bind_addr}:{self.port}: {e}") from e
+    claim = os.path.join(namespace.runtime_dir(), CLAIM_PREFIX + self.endpoint)
+    self._claim = claim if _write_claim(claim, self.port) else None
     self._send = self.sock.send
     self._noblock = zmq.NOBLOCK
 
@@ -194,6 +318,12 @@ class ZmqPublisher:
 
   def close(self) -> None:
     self.sock.close()
+    claim, self._claim = self._claim, None
+    if claim is not None and _read_claim(claim) == (*own_identity(), self.port):
+      try:
+        os.unlink(claim)   # a claim another copy wrote after this one (a takeover) is left alone
+      except OSError:
+        pass
 
   def __del__(self):
     try:
