@@ -40,13 +40,17 @@ USER_ERRORS: tuple[tuple[str, str], ...] = (
   ("runtime.errors", "CacheError"),
 )
 
-# the fix, for errors whose own message names the value but not what to do about it
-HINTS: dict[tuple[str, str], str] = {
-  ("msgq.errors", "MultiplePublishersError"): "another copy already runs in this namespace: stop it, or use another OPENPILOT_PREFIX",
-  ("cereal.messaging.errors", "ServiceOwnershipError"): "run it under its own name: PYMODELD_PROCESS=<owner>, as the manager does",
-  ("runtime.device", "DeviceUnavailable"): "start the stack with `pymodeld-manager --usb-gpu` for the USB+AMD device",
+# the fix, for errors whose own message names the value but not what to do about it: (hint, the setting it tells
+# the user to change). A message that already names that setting carries its own fix (a ZMQ port taken by another
+# program is not "another copy") and gets no hint.
+HINTS: dict[tuple[str, str], tuple[str, str]] = {
+  ("msgq.errors", "MultiplePublishersError"):
+    ("another copy already runs in this namespace: stop it, or use another OPENPILOT_PREFIX", "OPENPILOT_PREFIX"),
+  ("cereal.messaging.errors", "ServiceOwnershipError"):
+    ("run it under its own name: PYMODELD_PROCESS=<owner>, as the manager does", "PYMODELD_PROCESS="),
+  ("runtime.device", "DeviceUnavailable"): ("start the stack with `pymodeld-manager --usb-gpu` for the USB+AMD device", "--usb-gpu"),
   ("runtime.errors", "CacheError"):
-    "set PYMODELD_CACHE_DIR to a new path of your own, e.g. under your home; never a shared dir such as /tmp",
+    ("set PYMODELD_CACHE_DIR to a new path of your own, e.g. under your home; never a shared dir such as /tmp", "PYMODELD_CACHE_DIR"),
 }
 
 
@@ -70,9 +74,9 @@ def check_cache_dir() -> None:
 def one_line(error: BaseException, hints: dict | None = None) -> str:
   """The error's message on one line, with the fix for its type when the message does not give one."""
   text = " ".join(str(error).split()) or type(error).__name__
-  kinds = [(loaded(name), hint) for name, hint in HINTS.items()] + list((hints or {}).items())
-  for kind, hint in kinds:
-    if kind is not None and isinstance(error, kind) and hint not in text:
+  kinds = [(loaded(name), *hint) for name, hint in HINTS.items()] + [(kind, hint, hint) for kind, hint in (hints or {}).items()]
+  for kind, hint, named in kinds:
+    if kind is not None and isinstance(error, kind) and named not in text:
       return f"{text} ({hint})"
   return text
 

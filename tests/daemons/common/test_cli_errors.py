@@ -44,3 +44,12 @@ def test_the_safety_consumers_start_without_the_route_reader_or_the_runtimes_dev
   code = f"import sys, {module}; print(sorted(m for m in {unneeded!r} if m in sys.modules))"
   r = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
   assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
+
+
+def test_a_message_that_names_its_own_fix_gets_no_generic_hint():
+  from msgq.errors import MultiplePublishersError
+  taken = MultiplePublishersError("endpoint 'modelV2': port 41426 is already bound by uid 65534 (nobody), another user, not by a "
+                                  "publisher of this namespace: free port 41426, or use another OPENPILOT_PREFIX")
+  assert "another copy" not in cli.one_line(taken)
+  second = MultiplePublishersError("endpoint 'modelV2' already has a live publisher (pid 7)")
+  assert cli.one_line(second).endswith("(another copy already runs in this namespace: stop it, or use another OPENPILOT_PREFIX)")
