@@ -96,7 +96,8 @@ def split_messages(data: bytes, name: str = "log", max_count: int | None = None)
 def decompress_log(compressed: bytes, cap: int, name: str, complete: bool = True, bound_by: str = "its size") -> tuple[bytes, bool]:
   """(bytes, recovered) of a zstd log of one or more frames (plain bytes pass through), never more than `cap`: it is
   decompressed a chunk at a time and refused (RouteError) as soon as it passes the cap. A damaged or truncated frame
-  is a RouteError naming the frame's byte offset; with complete=False (a recorder that died mid-frame) the whole
+  is a RouteError naming the frame's byte offset (a truncated one also says how many whole messages, and how many
+  seconds of log, come before the cut); with complete=False (a recorder that died mid-frame) the whole
   frames before it are kept and recovered is True."""
   if compressed[:4] != ZSTD_MAGIC:
     if len(compressed) > cap:
@@ -117,7 +118,8 @@ def decompress_log(compressed: bytes, cap: int, name: str, complete: bool = True
     except zstandard.ZstdError as e:
       error = f"corrupt zstd frame at byte {frame_start} ({e})"
     if error is None and not dobj.eof:
-      error = f"truncated zstd frame at byte {frame_start} (the file ends at byte {len(compressed)})"
+      error = (f"the log is truncated: the file ends at byte {len(compressed)}, partway through the zstd frame that "
+               f"starts at byte {frame_start}; {_readable_before(out)}")
     if error is not None:
       if complete:
         raise RouteError(f"{name}: {error}")
@@ -125,6 +127,32 @@ def decompress_log(compressed: bytes, cap: int, name: str, complete: bool = True
       return bytes(out), True
     pos -= len(dobj.unused_data)
   return bytes(out), False
+
+
+def _readable_before(data: bytes) -> str:
+  """Where a truncated log's data ends, for its error: how many whole messages come before the cut and how far
+  into the log the last of them is (its logMonoTime from the first's). Only the error text uses it: the scan
+  stops at the first message that does not fit, and a time that does not decode is left out."""
+  pos, bounds = 0, []
+  while len(data) - pos >= 8:
+    nseg = struct.unpack_from("<I", data, pos)[0] + 1
+    header = 4 * (1 + nseg) + (4 * (1 + nseg)) % 8
+    if nseg > 512 or pos + header > len(data):
+      break
+    words = sum(struct.unpack_from(f"<{nseg}I", data, pos + 4))
+    end = pos + header + 8 * words
+    if words < MIN_EVENT_WORDS or end > len(data):
+      break
+    bounds.append((pos, end))
+    pos = end
+  if not bounds:
+    return "no whole message comes before the cut"
+  text = f"the data stops after {len(bounds)} whole message{'s' if len(bounds) != 1 else ''}"
+  try:
+    first, last = (log_from_bytes(data[a:b]).logMonoTime for a, b in (bounds[0], bounds[-1]))
+  except Exception:
+    return text
+  return f"{text}, {(last - first) / 1e9:.3f} s into the log"
 
 
 def read_log(path: str, max_bytes: int = MAX_LOG_BYTES) -> list[bytes]:

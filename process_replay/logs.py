@@ -45,7 +45,8 @@ def read_events(path: str) -> list[bytes]:
   try:
     raw = Route(path).raw_events() if os.path.isdir(path) else read_log_file(path)
   except (RouteError, ValueError, OSError) as e:
-    raise LogsError(f"{path}: not a readable route or log ({e})") from None
+    reason = str(e).removeprefix(f"{path}: ")   # the reader names the file too; say it once
+    raise LogsError(f"{path}: not a readable route or log ({reason})") from None
   evts = sorted(((log_from_bytes(d).logMonoTime, i, d) for i, d in enumerate(raw)))
   return [d for _, _, d in evts]
 

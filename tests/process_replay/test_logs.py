@@ -2,10 +2,12 @@
 plot (fields against time to a PNG), and user mistakes as one line with exit status 2."""
 import json
 import os
+import re
 import subprocess
 import sys
 
 import pytest
+import zstandard
 
 from repo_paths import REPO_ROOT
 
@@ -66,3 +68,22 @@ def test_user_mistakes_are_one_line_and_exit_2(tici_route_path, tmp_path, args, 
   r = logs(*[a.format(route=tici_route_path, tmp=tmp_path) for a in args])
   assert r.returncode == 2 and message in r.stderr, r.stderr
   assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("as_route", [False, True])
+def test_a_log_cut_at_100_kb_says_it_is_truncated_and_where_its_data_stops(lanechange_route_path, tmp_path, as_route):
+  data = open(os.path.join(lanechange_route_path, "log.zst"), "rb").read()
+  whole = len(zstandard.ZstdDecompressor().decompressobj().decompress(data[:100_000]))
+  assert whole > 0   # the cut is inside the first zstd frame: today that read "truncated zstd frame at byte 0"
+  if as_route:
+    target = tmp_path / "route"
+    target.mkdir()
+    (target / "header.json").write_bytes(open(os.path.join(lanechange_route_path, "header.json"), "rb").read())
+    (target / "log.zst").write_bytes(data[:100_000])
+  else:
+    target = tmp_path / "cut.zst"
+    target.write_bytes(data[:100_000])
+  r = logs(str(target), "list")
+  assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+  assert "the log is truncated: the file ends at byte 100000" in r.stderr, r.stderr
+  assert re.search(r"the data stops after \d+ whole messages, \d+\.\d{3} s into the log", r.stderr), r.stderr
