@@ -3,6 +3,7 @@
     python -m process_replay [--routes tici mici] [--procs modeld ...] [--chain] [-j N] [--update-refs]
                              [--ray ADDRESS [--ray-ship-routes]] [--seconds S] [--send-raw-pred] [--out DIR]
                              [--refs-dir DIR] [--report FILE] [--report-all] [--plot-dir DIR]
+                             [--ignore-fields PATH ...] [--ignore-msgs SERVICE ...] [--tolerance T]
 
 One task per (route, process), plus one chain task per route with --chain (every daemon at once, each on the
 others' replayed outputs). -j runs tasks in N worker processes, --ray on a Ray cluster. Prints progress with
@@ -11,17 +12,20 @@ a task fails, writes the differences to --report (the first 20 per field and the
 one; default DIR/process_replay_diff.txt with --out DIR, else in the working directory) and a PNG per failing
 task into --plot-dir (default: --out DIR, else the working directory); a passing run writes nothing but --out.
 --out DIR writes each task's replayed log as DIR/<route>_<process>.zst (what rawpred and process_replay.logs
-read). Exits 1 on any difference, missing reference or replay error, 2 on a
-usage mistake, 0 otherwise.
+read). --ignore-fields, --ignore-msgs and --tolerance change only the comparison (as openpilot's process
+replay flags of these names): dotted field paths and whole services left out, on top of each process's own, and
+a float tolerance that replaces each process's. Exits 1 on any difference, missing reference or replay error,
+2 on a usage mistake, 0 otherwise.
 """
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
 
 from process_replay.cli import ArgParser, usage_exit
-from process_replay.compare import format_diff
+from process_replay.compare import check_ignore_field, check_ignore_msg, format_diff
 from process_replay.configs import CHAIN_NAME, CONFIGS
 from process_replay.plot import plot_diffs
 from process_replay.references import REFS_DIR, current_commit, save_log, write_commit
@@ -50,6 +54,14 @@ def parse_args(argv=None):
   ap.add_argument("--report", metavar="FILE", help=f"difference report, written only when a task fails (default: DIR/{REPORT_NAME} "
                   f"with --out DIR, else ./{REPORT_NAME})")
   ap.add_argument("--report-all", action="store_true", help="every difference in the report, not 20 per field")
+  ap.add_argument("--ignore-fields", nargs="+", default=[], metavar="PATH",
+                  help="dotted field paths left out of the comparison, on top of each process's own (e.g. "
+                  "driverStateV2.leftDriverData.faceProb; a list index or [] for every element: modelV2.leadsV3.[].prob)")
+  ap.add_argument("--ignore-msgs", nargs="+", default=[], metavar="SERVICE",
+                  help="services left out of the comparison altogether (e.g. driverMonitoringState)")
+  ap.add_argument("--tolerance", type=float, metavar="T",
+                  help="float tolerance, relative with T as the absolute floor, replacing each process's own (1e-4 for "
+                  "every daemon; 0: floats must be equal)")
   ap.add_argument("--plot-dir", help="where the PNG of each failing task goes (created if missing; default: --out DIR, else .)")
   args = ap.parse_args(argv)
   if args.jobs < 1:
@@ -60,6 +72,17 @@ def parse_args(argv=None):
     ap.error("--update-refs needs whole routes and the default environment (no --seconds, no --send-raw-pred)")
   if args.ray_ship_routes and args.ray is None:
     ap.error("--ray-ship-routes needs --ray")
+  if args.tolerance is not None and not 0 <= args.tolerance < math.inf:
+    ap.error(f"--tolerance must be a finite number >= 0, got {args.tolerance}")
+  if args.update_refs and (args.ignore_fields or args.ignore_msgs or args.tolerance is not None):
+    ap.error("--ignore-fields, --ignore-msgs and --tolerance change the comparison, which --update-refs does not make")
+  for flag, values, check in (("--ignore-fields", args.ignore_fields, check_ignore_field),
+                              ("--ignore-msgs", args.ignore_msgs, check_ignore_msg)):
+    for value in values:
+      try:
+        check(value)
+      except ValueError as e:
+        ap.error(f"{flag}: {e}")
   return args
 
 
@@ -106,7 +129,8 @@ def main(argv=None) -> int:
     return usage_exit("python -m process_replay", e)
   wall = time.monotonic() - t0
   # the references are made without raw predictions: with --send-raw-pred they are not compared
-  outcomes = judge(results, args.refs_dir, args.update_refs, RAW_PRED_FIELDS if args.send_raw_pred else ())
+  outcomes = judge(results, args.refs_dir, args.update_refs, (*(RAW_PRED_FIELDS if args.send_raw_pred else ()), *args.ignore_fields),
+                   args.ignore_msgs, args.tolerance)
   if args.update_refs and all(o.status == "UPDATED" for o in outcomes):
     write_commit(args.refs_dir, current_commit())
   if out_dir:

@@ -4,7 +4,9 @@ Rules:
 - Messages are matched per service, in order; different per-service counts are reported ("count"), as is a
   different service at the same position of the whole log ("type"). The common prefix is still compared.
 - `ignore` paths are dotted, starting at the Event (`logMonoTime`, `driverStateV2.stageTimings`, numeric
-  components index lists); an ignored path hides its whole subtree.
+  components index lists, `[]` stands for every element: the report's folded form); an ignored path hides its
+  whole subtree. `ignore_msgs` names services left out of both logs before anything is matched, so they count
+  in neither the per-service counts nor the log positions.
 - Two messages whose bytes are equal after dropping the ignored fields match without a walk. Otherwise the
   trees are walked: every struct field, lists element by element (a length difference is "length"), enums by
   name, Text/Data/ints/bools by equality.
@@ -14,6 +16,7 @@ Rules:
 """
 from __future__ import annotations
 
+import difflib
 import math
 from collections import defaultdict
 from typing import NamedTuple
@@ -63,6 +66,70 @@ def floats_match(a: float, b: float, tolerance: float | None = None, nan_equal: 
   return abs(a - b) <= max(tol, tol * max(abs(a), abs(b)))
 
 
+ANY = "[]"   # an ignore-path component that stands for every element of a list
+
+
+def _matches(pattern: tuple[str, ...], path: list[str]) -> bool:
+  return len(pattern) == len(path) and all(p == q or (p == ANY and q.isdigit()) for p, q in zip(pattern, path))
+
+
+def _close(word: str, choices, prefix: str = "") -> str:
+  near = difflib.get_close_matches(word, list(choices), n=3, cutoff=0.6)
+  return f" (did you mean {', '.join(prefix + m for m in near)}?)" if near else ""
+
+
+def check_ignore_msg(service: str) -> None:
+  """ValueError (one line) unless `service` is an Event service: a misspelt name would silently ignore nothing."""
+  if service not in log.Event.schema.union_fields:
+    raise ValueError(f"no service {service!r}{_close(service, log.Event.schema.union_fields)}")
+
+
+def check_ignore_field(path: str) -> None:
+  """ValueError (one line) unless `path` names a field of the Event schema, walked part by part (a struct's
+  field, a list's index or []), so a misspelt path is refused instead of silently ignoring nothing."""
+  parts = path.split(".")
+  if parts[0] in log.Event.schema.union_fields and len(parts) == 1:
+    raise ValueError(f"{path!r} is a whole service: leave it out with --ignore-msgs {path}")
+  schema, kind, where = log.Event.schema, "struct", ""
+  for part in parts:
+    if kind == "struct":
+      if part not in schema.fields:
+        at = f"{where} has no field" if where else "the Event has no service or field"
+        raise ValueError(f"{path!r}: {at} {part!r}{_close(part, schema.fields, where + '.' if where else '')}")
+      field = schema.fields[part]
+      if field.proto.which() == "group":
+        kind = "struct"
+      else:
+        kind = field.proto.slot.type.which()
+        t = field.proto.slot.type
+      schema = field.schema if kind in ("struct", "list") else None
+    elif kind == "list":
+      if not (part.isdigit() or part == ANY):
+        raise ValueError(f"{path!r}: {where} is a list; name an element by its index or every one by {ANY}")
+      kind = t.list.elementType.which()
+      t = t.list.elementType
+      schema = schema.elementType if kind in ("struct", "list") else None
+    else:
+      raise ValueError(f"{path!r}: {where} is a single {kind} value, it has no part {part!r}")
+    where = f"{where}.{part}" if where else part
+
+
+def _drop_path(node, parts: list[str]) -> None:
+  """Drop the field at `parts` below node; `[]` walks every element of a list. A path that does not exist in
+  this message (another union member, a list too short) drops nothing."""
+  part, rest = parts[0], parts[1:]
+  if not rest:
+    if not (part.isdigit() or part == ANY):   # a single list element cannot be dropped; compared structurally
+      _drop_field(node, part)
+    return
+  try:
+    children = list(node) if part == ANY else [node[int(part)] if part.isdigit() else getattr(node, part)]
+  except (IndexError, AttributeError, TypeError, capnp.KjException):
+    return
+  for child in children:
+    _drop_path(child, rest)
+
+
 def _drop_field(parent, name: str) -> None:
   field = parent.schema.fields.get(name)
   if field is None:
@@ -84,15 +151,7 @@ def normalized_bytes(data: bytes, ignore=()) -> bytes:
     parts = path.split(".")
     if len(parts) > 1 and parts[0] != which:
       continue
-    node = builder
-    try:
-      for part in parts[:-1]:
-        node = node[int(part)] if part.isdigit() else getattr(node, part)
-    except (IndexError, AttributeError, capnp.KjException):
-      continue
-    if parts[-1].isdigit():
-      continue   # a single list element cannot be dropped; compared structurally instead
-    _drop_field(node, parts[-1])
+    _drop_path(builder, parts)
   return builder.as_reader().as_builder().to_bytes()
 
 
@@ -103,6 +162,7 @@ def _value(v):
 class _Walker:
   def __init__(self, ignore, tolerance, nan_equal, out: list, index: int, t: int):
     self.ignore, self.tolerance, self.nan_equal = set(ignore), tolerance, nan_equal
+    self.patterns = [tuple(p.split(".")) for p in self.ignore if ANY in p.split(".")]
     self.out, self.index, self.t = out, index, t
 
   def add(self, kind, path, a, b) -> None:
@@ -121,7 +181,7 @@ class _Walker:
         self.field(getattr(a, wa), getattr(b, wb), prefix + str(wa))
 
   def field(self, a, b, path: str) -> None:
-    if path in self.ignore:
+    if path in self.ignore or (self.patterns and any(_matches(p, path.split(".")) for p in self.patterns)):
       return
     if isinstance(a, _Struct):
       self.struct(a, b, path + ".")
@@ -153,10 +213,14 @@ def compare_messages(a: bytes, b: bytes, ignore=(), tolerance: float | None = No
 
 
 def compare_logs(ref: list[bytes], new: list[bytes], ignore=(), tolerance: float | None = None,
-                 nan_equal: bool = True) -> list[Diff]:
-  """Every difference between two logs (empty list: they match)."""
+                 nan_equal: bool = True, ignore_msgs=()) -> list[Diff]:
+  """Every difference between two logs (empty list: they match); services in ignore_msgs are left out first."""
   ref_evts = [log_from_bytes(d) for d in ref]
   new_evts = [log_from_bytes(d) for d in new]
+  if ignore_msgs:
+    skip = set(ignore_msgs)
+    ref, ref_evts = _without(ref, ref_evts, skip)
+    new, new_evts = _without(new, new_evts, skip)
   diffs: list[Diff] = []
   for i, (ra, rb) in enumerate(zip(ref_evts, new_evts)):
     if ra.which() != rb.which():
@@ -173,6 +237,11 @@ def compare_logs(ref: list[bytes], new: list[bytes], ignore=(), tolerance: float
     for i, ((da, _), (db, _)) in enumerate(zip(a, b)):
       diffs += compare_messages(da, db, ignore, tolerance, nan_equal, i)
   return diffs
+
+
+def _without(data: list[bytes], evts: list, skip: set) -> tuple[list[bytes], list]:
+  kept = [(d, e) for d, e in zip(data, evts) if e.which() not in skip]
+  return [d for d, _ in kept], [e for _, e in kept]
 
 
 def group(diffs: list[Diff]) -> dict[tuple[str, str], list[Diff]]:

@@ -380,20 +380,27 @@ class Outcome:
   ref: list = field(default_factory=list)   # the reference compared against (cut to the replayed span)
 
 
-def compare_task(proc: str, ref: list[bytes], new: list[bytes], extra_ignore=()) -> list:
-  """Differences of one task; a chain's outputs are compared per daemon with that daemon's rules."""
+def compare_task(proc: str, ref: list[bytes], new: list[bytes], extra_ignore=(), ignore_msgs=(),
+                 tolerance: float | None = None) -> list:
+  """Differences of one task; a chain's outputs are compared per daemon with that daemon's rules. The caller's
+  ignore paths and services add to each daemon's; its tolerance, when given, replaces each daemon's."""
+  def rules(name: str) -> tuple:
+    cfg = get_config(name)
+    return (*cfg.ignore, *extra_ignore), cfg.tolerance if tolerance is None else tolerance
+
   if proc != CHAIN_NAME:
-    cfg = get_config(proc)
-    return compare_logs(ref, new, (*cfg.ignore, *extra_ignore), cfg.tolerance)
+    ignore, tol = rules(proc)
+    return compare_logs(ref, new, ignore, tol, ignore_msgs=ignore_msgs)
   diffs = []
   for name in CHAIN:
-    cfg = get_config(name)
+    ignore, tol = rules(name)
     mine = lambda log: [d for d in log if owner_of(log_from_bytes(d).which()) == name]
-    diffs += compare_logs(mine(ref), mine(new), (*cfg.ignore, *extra_ignore), cfg.tolerance)
+    diffs += compare_logs(mine(ref), mine(new), ignore, tol, ignore_msgs=ignore_msgs)
   return diffs
 
 
-def judge(results: list[TaskResult], refs_dir: str, update: bool, extra_ignore=()) -> list[Outcome]:
+def judge(results: list[TaskResult], refs_dir: str, update: bool, extra_ignore=(), ignore_msgs=(),
+          tolerance: float | None = None) -> list[Outcome]:
   outcomes = []
   for r in results:
     if r.error:
@@ -413,7 +420,7 @@ def judge(results: list[TaskResult], refs_dir: str, update: bool, extra_ignore=(
         ref, new = truncate(ref, r.end_ns), truncate(new, r.end_ns)
       elif r.end_ns:
         ref = truncate(ref, r.end_ns + int(get_config(r.proc).processing_time * 1e9))
-      diffs = compare_task(r.proc, ref, new, extra_ignore)
+      diffs = compare_task(r.proc, ref, new, extra_ignore, ignore_msgs, tolerance)
       outcomes.append(Outcome(r, "FAIL" if diffs else "PASS", diffs, ref=ref))
   return outcomes
 

@@ -77,6 +77,14 @@ def test_parallel_jobs_give_the_same_result(tici_route_path):
   (["--bogus"], "unrecognized arguments: --bogus"),
   (["--report", "no_dir/diff.txt"], "--report no_dir/diff.txt: no directory no_dir"),
   (["--report", "."], "--report .: is a directory"),
+  (["--tolerance", "-1"], "--tolerance must be a finite number >= 0, got -1.0"),
+  (["--tolerance", "nan"], "--tolerance must be a finite number >= 0, got nan"),
+  (["--tolerance", "x"], "argument --tolerance: invalid float value: 'x'"),
+  (["--ignore-fields", "driverMonitoringState.alertLevl"],
+   "--ignore-fields: 'driverMonitoringState.alertLevl': driverMonitoringState has no field 'alertLevl' (did you mean "
+   "driverMonitoringState.alertLevel"),
+  (["--ignore-msgs", "driverMonitoringStat"], "--ignore-msgs: no service 'driverMonitoringStat' (did you mean driverMonitoringState"),
+  (["--update-refs", "--tolerance", "0"], "--ignore-fields, --ignore-msgs and --tolerance change the comparison"),
 ])
 def test_user_mistakes_are_one_line_and_exit_2(tmp_path, args, message):
   (tmp_path / "a_file").write_text("x")
@@ -100,6 +108,27 @@ def test_a_failing_run_writes_its_report_into_out_and_nothing_into_the_working_d
   assert f"diff report: {out / 'process_replay_diff.txt'}" in r.stdout
   assert "tici/dmonitoringd: NO REF" in (out / "process_replay_diff.txt").read_text()
   assert sorted(os.listdir(out)) == ["process_replay_diff.txt", "tici_dmonitoringd.zst"] and os.listdir(cwd) == []
+
+
+def test_a_difference_passes_when_its_field_or_service_is_ignored_or_within_a_given_tolerance(tici_route_path, tmp_path):
+  refs = tmp_path / "refs"
+  ref = run_tasks([(tici_route_path, "dmonitoringd")], seconds=1.0)[0]
+  changed = []
+  for data in ref.outputs:
+    evt = log_from_bytes(data).as_builder()
+    evt.driverMonitoringState.visionPolicyState.awarenessStep += 0.25
+    changed.append(evt.to_bytes())
+  save_ref(str(refs), "tici", "dmonitoringd", changed)
+  common = ["--routes", tici_route_path, "--procs", "dmonitoringd", "--seconds", "1", "--refs-dir", str(refs)]
+  r = cli(*common, "--report", str(tmp_path / "diff.txt"), "--plot-dir", str(tmp_path), cwd=tmp_path)
+  assert r.returncode == 1 and "driverMonitoringState.visionPolicyState.awarenessStep" in r.stdout, r.stdout + r.stderr
+  for extra in (["--ignore-fields", "driverMonitoringState.visionPolicyState.awarenessStep"],
+                ["--ignore-msgs", "driverMonitoringState"],
+                ["--tolerance", "0.3"]):                     # an absolute floor above the 0.25 change
+    r = cli(*common, *extra, cwd=tmp_path)
+    assert r.returncode == 0 and "1/1 passed" in r.stdout, (extra, r.stdout + r.stderr)
+  r = cli(*common, "--tolerance", "0.2", "--report", str(tmp_path / "diff.txt"), "--plot-dir", str(tmp_path), cwd=tmp_path)
+  assert r.returncode == 1 and "0/1 passed" in r.stdout
 
 
 def test_plot_dir_is_created_and_out_logs_feed_rawpred(tici_route_path, tmp_path):

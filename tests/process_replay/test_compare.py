@@ -4,7 +4,7 @@ import math
 import pytest
 
 from cereal.messaging import new_message
-from process_replay.compare import compare_logs, differing_fields, floats_match, format_diff, normalized_bytes
+from process_replay.compare import check_ignore_field, compare_logs, differing_fields, floats_match, format_diff, normalized_bytes
 
 
 def ds(face_prob=0.5, orientation=(0.1, 0.2, 0.3), model_ms=1.0, t=1000):
@@ -106,3 +106,43 @@ def test_format_groups_list_elements_and_lists_every_field():
 @pytest.mark.parametrize("a,b", [(1.0, 1.0), (-0.0, 0.0)])
 def test_equal_floats_always_match(a, b):
   assert floats_match(a, b, None)
+
+
+def test_an_ignore_path_with_brackets_hides_that_field_in_every_list_element():
+  a, b = ds(orientation=(0.1, 0.2, 0.3)), ds(orientation=(0.9, 0.8, 0.7))
+  assert len(compare_logs([a], [b])) == 3
+  assert compare_logs([a], [b], ["driverStateV2.leftDriverData.faceOrientation.[]"]) == []
+
+
+def test_ignored_services_count_in_neither_the_messages_nor_their_log_positions():
+  ref, new = [ds(), dm("one"), ds()], [ds(), ds(), dm("two"), dm("three")]
+  assert {d.kind for d in compare_logs(ref, new)} == {"type", "count", "change"}
+  assert compare_logs(ref, new, ignore_msgs=["driverMonitoringState"]) == []
+
+
+@pytest.mark.parametrize("path,message", [
+  ("driverStateV2.leftDriverData.faceProbb", "driverStateV2.leftDriverData has no field 'faceProbb' (did you mean "
+                                             "driverStateV2.leftDriverData.faceProb"),
+  ("drivrStateV2.leftDriverData", "the Event has no service or field 'drivrStateV2' (did you mean driverStateV2"),
+  ("driverStateV2.leftDriverData.faceOrientation.x", "faceOrientation is a list; name an element by its index or every one by []"),
+  ("driverStateV2.leftDriverData.faceProb.x", "faceProb is a single float32 value, it has no part 'x'"),
+  ("driverStateV2", "'driverStateV2' is a whole service: leave it out with --ignore-msgs driverStateV2"),
+])
+def test_an_ignore_path_that_names_no_field_is_refused_with_the_part_that_does_not_resolve(path, message):
+  with pytest.raises(ValueError) as e:
+    check_ignore_field(path)
+  assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_an_ignore_path_through_a_list_of_structs_drops_that_field_of_every_element():
+  def model(*probs):
+    msg = new_message("modelV2")
+    msg.logMonoTime = 1000
+    leads = msg.modelV2.init("leadsV3", len(probs))
+    for lead, p in zip(leads, probs):
+      lead.prob, lead.probTime = p, 2.0
+    return msg.to_bytes()
+  path = "modelV2.leadsV3.[].prob"
+  assert [d.path for d in compare_logs([model(0.1, 0.2)], [model(0.3, 0.4)])] == ["modelV2.leadsV3.0.prob", "modelV2.leadsV3.1.prob"]
+  assert compare_logs([model(0.1, 0.2)], [model(0.3, 0.4)], [path]) == []
+  assert normalized_bytes(model(0.1, 0.2), [path]) == normalized_bytes(model(0.3, 0.4), [path])
