@@ -14,92 +14,21 @@ Invariants:
 """
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
 from . import ir
+from .cfamily import BIN_C, LoopEmitter, Writer, _collect, ctype, helpers, kernel_name, literal, vname
 from .ir import BOOL, F32, INDEX, E, LoopKernel
 
-CTYPE = {"float32": "float", "float64": "double", "float16": "_Float16", "int64": "int64_t", "int32": "int32_t", "int16": "int16_t",
-         "int8": "int8_t", "uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t",
-         "bool": "uint8_t"}
 VTYPE = {"float32": "vf", "int32": "vi", "uint8": "vu8", "int8": "vi8"}
-
-
-def ctype(dt) -> str:
-  name = np.dtype(dt).name
-  if name not in CTYPE:
-    raise NotImplementedError(f"no C type for {name}")
-  return CTYPE[name]
-
-
-def literal(value, dt) -> str:
-  dt = np.dtype(dt)
-  if dt.kind == "f":
-    v = float(value)
-    if math.isnan(v):
-      return "NAN" if dt == F32 else "((double)NAN)"
-    if math.isinf(v):
-      s = "INFINITY" if dt == F32 else "((double)INFINITY)"
-      return s if v > 0 else f"(-{s})"
-    return (float(np.float32(v)).hex() + "f") if dt == F32 else v.hex()
-  if dt == BOOL:
-    return "1" if value else "0"
-  v = int(value)
-  if dt == INDEX or dt.name == "int64":
-    return f"INT64_C({v})" if v != -(1 << 63) else "INT64_MIN"
-  if dt.name == "uint64":
-    return f"UINT64_C({v})"
-  return f"(({ctype(dt)}){v})"
 
 
 PRELUDE = r"""#include <stdint.h>
 #include <math.h>
 #include <string.h>
 typedef int64_t i64;
-static inline float pm_maxf(float a, float b) { return (a > b || a != a) ? a : b; }
-static inline float pm_minf(float a, float b) { return (a < b || a != a) ? a : b; }
-static inline double pm_maxd(double a, double b) { return (a > b || a != a) ? a : b; }
-static inline double pm_mind(double a, double b) { return (a < b || a != a) ? a : b; }
-static inline i64 pm_fdiv(i64 a, i64 b) { i64 q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
-static inline i64 pm_fmod(i64 a, i64 b) { i64 r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
-#define PM_IDIV(T, a, b) ((b) == 0 ? (T)0 : (b) == (T)-1 ? (T)(0 - (a)) : (T)((a) / (b)))
-#define PM_IREM(T, a, b) ((b) == 0 || (b) == (T)-1 ? (T)0 : (T)((a) % (b)))
-/* exp(x) for float: 2^k * exp(r) with k = round(x / ln 2), r reduced in two steps (Cody-Waite) and exp(r) a
-   degree-6 polynomial (Cephes' expf coefficients, ~1 ulp). x is clamped so 2^k splits into two normal
-   factors: exp(x) overflows to +inf above 88.72 and underflows through the denormals to 0 below -103.97.
-   NaN stays NaN. Branch-free, so loops calling it vectorise; vexp() below does the same per lane. */
-static inline float pm_expf(float x) {
-  float c = x > 89.0f ? 89.0f : (x < -104.0f ? -104.0f : x);
-  float k = __builtin_rintf(c * 1.44269504088896341f);
-  float r = c - k * 0.693359375f;
-  r = r - k * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f; p = p * r + 8.3334519073e-3f; p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f; p = p * r + 5.0000001201e-1f;
-  p = p * (r * r) + r + 1.0f;
-  int ki = (int)k, k1 = ki / 2, k2 = ki - k1;
-  union { int i; float f; } s1 = { (k1 + 127) << 23 }, s2 = { (k2 + 127) << 23 };
-  float y = p * s1.f * s2.f;
-  return x != x ? x : y;
-}
-/* tanh(x) for float (Cephes tanhf): an odd polynomial below |x| = 0.625, else 1 - 2 / (exp(2|x|) + 1) with the
-   sign of x (exp overflows to inf past |x| ~ 44: the result is then exactly +-1). NaN stays NaN. */
-static inline float pm_tanhf(float x) {
-  float a = x < 0.0f ? -x : x, z = x * x;
-  float ps = x * (((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z + 1.33314422036e-1f)
-                   * z - 3.33332819422e-1f) * z + 1.0f);  /* x * (1 + ...): keeps the sign of a zero */
-  float pl = 1.0f - 2.0f / (pm_expf(a + a) + 1.0f);
-  return a < 0.625f ? ps : (x < 0.0f ? -pl : pl);
-}
-#define PM_IMOD(T, a, b) ((b) == 0 || (b) == (T)-1 ? (T)0 : pm_imod_##T((a), (b)))
-#define PM_IMOD_DEF(T) static inline T pm_imod_##T(T a, T b) { T r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
-PM_IMOD_DEF(int64_t) PM_IMOD_DEF(int32_t) PM_IMOD_DEF(int16_t) PM_IMOD_DEF(int8_t)
-PM_IMOD_DEF(uint64_t) PM_IMOD_DEF(uint32_t) PM_IMOD_DEF(uint16_t) PM_IMOD_DEF(uint8_t)
-"""
+""" + helpers("__builtin_rintf")
 
 
 def vector_prelude(vl: int) -> str:
@@ -149,133 +78,6 @@ def vector_prelude(vl: int) -> str:
           "static inline vf vmin(vf a, vf b) { return vsel((a < b) | (a != a), a, b); }\n")
 
 
-class Writer:
-  def __init__(self):
-    self.lines: list[str] = []
-    self.depth = 1
-    self.n = 0
-    self.par_var: E | None = None   # the loop that runs over [pm_lo, pm_hi) (split across threads)
-
-  def __call__(self, line: str):
-    self.lines.append("  " * self.depth + line)
-
-  def open(self, line: str):
-    self(line + " {")
-    self.depth += 1
-
-  def close(self):
-    self.depth -= 1
-    self("}")
-
-  def tmp(self, prefix="t") -> str:
-    self.n += 1
-    return f"{prefix}{self.n}"
-
-
-def vname(v: E) -> str:
-  return "v_" + v.arg[0]
-
-
-# ----------------------------------------------------------------------------------------- scalar expressions
-
-BIN_C = {"add": "+", "sub": "-", "mul": "*", "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==",
-         "ne": "!=", "shl": "<<", "shr": ">>"}
-UNARY_F = {"exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "sin": "sin", "cos": "cos", "tan": "tan",
-           "erf": "erf", "floor": "floor", "ceil": "ceil", "rint": "rint", "log1p": "log1p"}
-
-
-def scalar_op(n: E, a: list[str], buf_name) -> str:
-  """C expression of node n over the C expressions of its sources (scalar)."""
-  op, dt = n.op, n.dtype
-  f32 = dt == F32
-  if op == "CONST":
-    return literal(n.arg, dt)
-  if op == "VAR":
-    return vname(n)
-  if op == "ADD_I":
-    return "(" + " + ".join(a) + ")"
-  if op == "MUL_I":
-    return f"({a[0]} * {literal(n.arg, INDEX)})"
-  if op in ("DIV", "MOD"):
-    lo = ir.rng(n.srcs[0])[0]
-    if lo >= 0:
-      return f"({a[0]} {'/' if op == 'DIV' else '%'} {literal(n.arg, INDEX)})"
-    return f"pm_f{'div' if op == 'DIV' else 'mod'}({a[0]}, {literal(n.arg, INDEX)})"
-  if op == "LOAD":
-    access = f"{buf_name(n.arg)}[{a[0]}]"
-    return access if len(a) == 1 else f"({a[1]} ? {access} : ({ctype(dt)})0)"
-  if op == "WHERE":
-    return f"({a[0]} ? {a[1]} : {a[2]})"
-  if op == "cast":
-    src = n.srcs[0].dtype
-    if dt == BOOL:
-      return f"(({a[0]}) != 0)"
-    if src == BOOL:
-      return f"(({ctype(dt)})({a[0]} != 0))"
-    return f"(({ctype(dt)}){a[0]})"
-  if op in BIN_C:
-    return f"({a[0]} {BIN_C[op]} {a[1]})"
-  if op == "div":
-    if dt.kind == "f":
-      return f"({a[0]} / {a[1]})"
-    return f"PM_IDIV({ctype(dt)}, {a[0]}, {a[1]})"
-  if op == "mod":
-    if dt.kind == "f":
-      return f"{'fmodf' if f32 else 'fmod'}({a[0]}, {a[1]})"
-    return f"PM_IMOD({ctype(dt)}, {a[0]}, {a[1]})"
-  if op == "fmod":
-    if dt.kind == "f":
-      return f"{'fmodf' if f32 else 'fmod'}({a[0]}, {a[1]})"
-    return f"PM_IREM({ctype(dt)}, {a[0]}, {a[1]})"
-  if op in ("max", "min"):
-    if dt.kind == "f":
-      return f"pm_{op}{'f' if f32 else 'd'}({a[0]}, {a[1]})"
-    return f"({a[0]} {'>' if op == 'max' else '<'} {a[1]} ? {a[0]} : {a[1]})"
-  if op == "neg":
-    return f"(-{a[0]})" if dt != BOOL else a[0]
-  if op == "abs":
-    if dt.kind == "f":
-      return f"{'fabsf' if f32 else 'fabs'}({a[0]})"
-    return f"(({ctype(dt)})({a[0]} < 0 ? -{a[0]} : {a[0]}))" if dt.kind == "i" else a[0]
-  if op in ("exp", "tanh") and f32:
-    return f"pm_{op}f({a[0]})"
-  if op in UNARY_F:
-    return f"{UNARY_F[op]}{'f' if f32 else ''}({a[0]})"
-  if op == "recip":
-    return f"({literal(1, dt)} / {a[0]})"
-  if op == "sign":
-    if dt.kind == "f":
-      one = literal(1, dt)
-      return f"({a[0]} > 0 ? {one} : ({a[0]} < 0 ? -{one} : {a[0]}))"
-    return f"(({ctype(dt)})(({a[0]} > 0) - ({a[0]} < 0)))"
-  if op == "pow":
-    if dt.kind == "f":
-      return f"{'powf' if f32 else 'pow'}({a[0]}, {a[1]})"
-    return f"(({ctype(dt)})pow((double){a[0]}, (double){a[1]}))"
-  if op == "not":
-    return f"(!{a[0]})"
-  if op == "and":
-    return "(" + " && ".join(a) + ")"
-  if op == "or":
-    return f"({a[0]} || {a[1]})"
-  if op == "xor":
-    return f"((!{a[0]}) != (!{a[1]}))"
-  raise NotImplementedError(f"render: op {op}")
-
-
-# ------------------------------------------------------------------------------------------------ scopes
-
-class Scope:
-  """One loop (or the function body): the nodes computed in it, in dependency order, and its inner loop."""
-  __slots__ = ("var", "parent", "depth", "items", "child", "stop")
-
-  def __init__(self, var: E | None, parent: Scope | None, stop: E | int | None = None):
-    self.var, self.parent, self.stop = var, parent, stop
-    self.depth = 0 if parent is None else parent.depth + 1
-    self.items: list = []
-    self.child: Scope | None = None
-
-
 @dataclass
 class Schedule:
   """How a LoopKernel's loops are arranged (the optimise stage's decision)."""
@@ -293,174 +95,6 @@ class Schedule:
       return "scalar"
     s = f"{self.mode} {self.tile_var.arg[0]}x{self.tile}"
     return s + (f" up {self.up_var.arg[0]}x{self.up}" if self.up_var is not None and self.up > 1 else "")
-
-
-def walk_many(roots) -> list[E]:
-  seen, out = set(), []
-  for r in roots:
-    for n in ir.walk(r):
-      if n not in seen:
-        seen.add(n)
-        out.append(n)
-  return out
-
-
-class LoopEmitter:
-  """Emits one loop nest (a LoopKernel, or a packing/epilogue nest inside a BLAS kernel) into a Writer.
-
-  bound: variables the enclosing code already defines (var -> C name); dyn: var -> E of its runtime extent
-  (never more than its static extent)."""
-
-  def __init__(self, w: Writer, buf_name, bound: dict | None = None, dyn: dict | None = None):
-    self.w, self.buf_name = w, buf_name
-    self.names: dict = dict(bound or {})
-    self.dyn = dict(dyn or {})
-
-  def expr(self, n: E) -> str:
-    """C text of n: a named temporary, a variable, or an inline constant/index expression."""
-    got = self.names.get(n)
-    if got is not None:
-      return got
-    if n.op == "CONST":
-      return literal(n.arg, n.dtype)
-    if n.op == "VAR":
-      return vname(n)
-    return scalar_op(n, [self.expr(s) for s in n.srcs], self.buf_name)
-
-  def define(self, n: E):
-    if n in self.names:
-      return
-    if n.op in ("CONST", "VAR"):
-      return
-    text = scalar_op(n, [self.expr(s) for s in n.srcs], self.buf_name)
-    if n.dtype == INDEX and n.op in ("ADD_I", "MUL_I"):  # cheap index arithmetic: inline where used
-      self.names[n] = text
-      return
-    t = self.w.tmp()
-    self.w(f"const {'i64' if n.dtype == INDEX else ctype(n.dtype)} {t} = {text};")
-    self.names[n] = t
-
-  def open_loop(self, var: E, start: str = "0", step: int = 1, stop: str | None = None):
-    n = vname(var)
-    self.names[var] = n
-    if var is self.w.par_var and start == "0" and step == 1 and stop is None:
-      start, stop = "pm_lo", "pm_hi"
-    if stop is None:
-      stop = self.expr(self.dyn[var]) if var in self.dyn else str(var.arg[1])
-    inc = f"{n}++" if step == 1 else f"{n} += {step}"
-    self.w.open(f"for (i64 {n} = {start}; {n} < {stop}; {inc})")
-
-  # -- scalar schedule ------------------------------------------------------------------------------
-  def emit_scalar(self, order: list[E], stores: list[tuple[str, E, E]]):
-    """stores: (buffer C name, index E, value E), computed for every point of the loops over `order`."""
-    root = Scope(None, None)
-    scope_of: dict = {v: root for v in self.names if isinstance(v, E)}
-    chain = root
-    for v in order:
-      s = Scope(v, chain)
-      chain.child = s
-      scope_of[v] = s
-      chain = s
-    nodes = walk_many([e for _, idx, val in stores for e in (idx, val)])
-    self.rchain: dict = {}
-    for r in reversed([n for n in nodes if n.op == "REDUCE"]):  # users first: an outer reduction's loops exist
-      home = self._deepest([scope_of.get(v, root) for v in ir.free_vars(r)], root)
-      s, chain_r = home, []
-      for rv in r.arg[1]:
-        s = Scope(rv, s)
-        scope_of[rv] = s
-        chain_r.append(s)
-      scope_of[r] = home
-      self.rchain[r] = chain_r
-    for n in nodes:
-      if n.op == "CONST" or n in self.names:
-        scope_of.setdefault(n, root)
-        continue
-      if n.op == "VAR":
-        continue
-      if n.op != "REDUCE":
-        scope_of[n] = self._deepest([scope_of[x] for x in n.srcs], root)
-      scope_of[n].items.append(n)
-    for bname, idx, val in stores:
-      self._deepest([scope_of[idx], scope_of[val]], root).items.append(("STORE", bname, idx, val))
-    self.scope_of = scope_of
-    self._emit_items(root)
-    s, opened = root.child, 0
-    while s is not None:
-      self.open_loop(s.var)
-      opened += 1
-      self._emit_items(s)
-      s = s.child
-    for _ in range(opened):
-      self.w.close()
-
-  @staticmethod
-  def _deepest(scopes, root):
-    best = root
-    for s in scopes:
-      if s.depth > best.depth:
-        best = s
-    return best
-
-  def _emit_items(self, scope: Scope, after=None):
-    for it in scope.items:
-      if isinstance(it, tuple):
-        _, bname, idx, val = it
-        self.w(f"{bname}[{self.expr(idx)}] = {self.expr(val)};")
-      elif it.op == "REDUCE":
-        self._emit_reduce(it)
-      else:
-        self.define(it)
-        if after is not None:
-          after(it)
-
-  def _emit_reduce(self, r: E):
-    op, rvars = r.arg
-    body, gate = r.srcs[0], (r.srcs[1] if len(r.srcs) > 1 else None)
-    acc_t = ctype(body.dtype)
-    a = self.w.tmp("acc")
-    init = literal(ir.identity(op, body.dtype).arg, body.dtype)
-    if op in ir.ARG_OPS:
-      self.w(f"{acc_t} {a}_v = {init}; i64 {a} = 0; int {a}_f = 1;")
-    else:
-      self.w(f"{acc_t} {a} = {init};")
-    chain = self.rchain[r]
-    pending = [c for c in ir.conjuncts(gate)]
-    mine = set(chain)
-
-    def check(n):
-      if n in pending and self.scope_of.get(n) in mine:
-        self.w(f"if (!({self.expr(n)})) continue;")
-        pending.remove(n)
-    for i, s in enumerate(chain):
-      self.open_loop(s.var)
-      if i == 0:  # conjuncts that do not depend on this reduction's variables: test them once per term
-        for c in [c for c in pending if self.scope_of.get(c) not in mine]:
-          self.define(c)
-          self.w(f"if (!({self.expr(c)})) continue;")
-          pending.remove(c)
-      self._emit_items(s, after=check)
-    for c in list(pending):
-      self.w(f"if (!({self.expr(c)})) continue;")
-    v = self.expr(body)
-    if op == "sum":
-      self.w(f"{a} += {v};")
-    elif op == "prod":
-      self.w(f"{a} *= {v};")
-    elif op in ("max", "min"):
-      if body.dtype.kind == "f":
-        self.w(f"{a} = pm_{op}{'f' if body.dtype == F32 else 'd'}({a}, {v});")
-      else:
-        self.w(f"{a} = ({v} {'>' if op == 'max' else '<'} {a}) ? {v} : {a};")
-    else:  # over one variable: the first (or last) extreme index, NaN counting as the extreme as in numpy
-      cmp = {"argmax": ">", "argmin": "<", "argmax_last": ">=", "argmin_last": "<="}[op]
-      idx = vname(rvars[-1])
-      nan = f" || ({v} != {v})" if body.dtype.kind == "f" else ""
-      self.w(f"if ({a}_f || ({a}_v == {a}_v && ({v} {cmp} {a}_v{nan}))) {{ {a}_v = {v}; {a} = {idx}; {a}_f = 0; }}")
-    for _ in chain:
-      self.w.close()
-    self.names[r] = a
-
 
 
 # ------------------------------------------------------------------------------------------- vector path
@@ -1033,23 +667,6 @@ def _params(bufs_in_order, written: set):
   return names, decls
 
 
-def _collect(loop_kernels, extra=()):
-  order, written = {}, set()
-  for lk in loop_kernels:
-    for st in lk.stores:
-      order[st.buf] = None
-      written.add(st.buf)
-  for b, wr in extra:
-    order[b] = None
-    if wr:
-      written.add(b)
-  for lk in loop_kernels:
-    for st in lk.stores:
-      for n in walk_many([st.index, st.value]):
-        if n.op == "LOAD":
-          order[n.arg] = None
-  return list(order), written
-
 
 def emit_nest(w: Writer, names: dict, lk: LoopKernel, sched: Schedule, bound: dict):
   def buf_name(b):
@@ -1161,7 +778,3 @@ def _finish(w: Writer, params, schedules, vl: int, par: int = 0) -> Rendered:
   name = kernel_name(head + sig + body)
   src = f"{head}\nvoid {name}({sig}) {{\n{body}\n}}\n"
   return Rendered(name, src, params, schedules, par)
-
-
-def kernel_name(body: str) -> str:
-  return "k_" + hashlib.sha256(body.encode()).hexdigest()[:16]
