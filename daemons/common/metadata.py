@@ -11,7 +11,10 @@ startup rather than per frame.
 
 A daemon states its model's I/O contract once (`ModelContract`: input names, dtypes and shapes; output heads
 and their widths); `load_metadata(path, contract=...)` checks the model against all of it in one pass and one
-`ModelMetadataError` lists every mismatch, inputs first, so fixing a model file is one round, not one per error.
+`ModelMetadataError` lists every mismatch on one line, inputs first, then the output and its metadata, then the
+heads (`my.onnx does not fit dmonitoringmodeld (the driver monitoring model contract): missing inputs ['calib'];
+no output_slices in metadata_props`), so fixing a model file is one round, not one per error. Missing metadata
+does not hide wrong inputs, nor wrong inputs missing metadata.
 The file's header is read without the onnx package (onnx_header.py), so a daemon whose programs come from the
 runtime's program cache never imports onnx. `runner_metadata(runner, ...)` checks the same from a compiled model
 (its metadata_props and I/O specs).
@@ -128,60 +131,94 @@ def validate_slices(slices: dict[str, slice], output_size: int, required: tuple[
 @dataclass(frozen=True)
 class ModelContract:
   """What a daemon feeds its model and reads back: input name -> (dtype, shape), output head -> width (None:
-  any non-empty width), and the metadata keys it reads. The daemon READMEs state these same tables."""
+  any non-empty width), and the metadata keys it reads. The daemon READMEs state these same tables. `daemon`
+  names who runs it, for the one-line error a user reads."""
   name: str
   inputs: dict[str, tuple[str, tuple[int, ...]]]
   heads: dict[str, int | None]
+  daemon: str = ""
 
-  def problems(self, meta: "ModelMetadata") -> list[str]:
-    """Every mismatch between a model and this contract: inputs (names, dtypes, shapes), then output heads."""
+  def input_problems(self, inputs: dict[str, tuple[str, tuple[int, ...]]]) -> list[str]:
+    """Every mismatch of a model's inputs (name -> (dtype name, shape)): missing, unexpected, then per input its
+    dtype and shape."""
     out = []
-    missing = [n for n in self.inputs if n not in meta.input_shapes]
-    extra = [n for n in meta.input_shapes if n not in self.inputs]
+    missing = [n for n in self.inputs if n not in inputs]
+    extra = [n for n in inputs if n not in self.inputs]
     if missing:
       out.append(f"missing inputs {missing}")
     if extra:
       out.append(f"unexpected inputs {extra}")
     for name, (dtype, shape) in self.inputs.items():
-      if name not in meta.input_shapes:
+      if name not in inputs:
         continue
-      got_dtype, got_shape = meta.input_dtypes.get(name, "?"), tuple(meta.input_shapes[name])
+      got_dtype, got_shape = inputs[name][0], tuple(inputs[name][1])
       if got_dtype != dtype:
         out.append(f"input {name!r} is {got_dtype}, expected {dtype}")
       if got_shape != tuple(shape):
         out.append(f"input {name!r} has shape {got_shape}, expected {tuple(shape)}")
-    out += slice_problems(meta.output_slices, meta.output_size, tuple(self.heads))
+    return out
+
+  def head_problems(self, slices: dict[str, slice], output_size: int) -> list[str]:
+    """Every mismatch of the output heads: missing or malformed slices, then heads of the wrong width."""
+    out = slice_problems(slices, output_size, tuple(self.heads))
     for name, width in self.heads.items():
-      s = meta.output_slices.get(name)
+      s = slices.get(name)
       if s is None or width is None or _slice_bounds_problem(name, s):
         continue
-      start, stop, _ = s.indices(meta.output_size)
+      start, stop, _ = s.indices(output_size)
       if stop > start and stop - start != width:
         out.append(f"head {name!r} has {stop - start} values, expected {width}")
     return out
+
+  def problems(self, meta: "ModelMetadata") -> list[str]:
+    """Every mismatch between a model and this contract: inputs (names, dtypes, shapes), then output heads."""
+    inputs = {n: (meta.input_dtypes.get(n, "?"), s) for n, s in meta.input_shapes.items()}
+    return self.input_problems(inputs) + self.head_problems(meta.output_slices, meta.output_size)
+
+  def misfit(self, where: str) -> str:
+    """How the one error about a model that does not fit starts: the file, then whose contract it misses."""
+    who = f"{self.daemon} (the {self.name} model contract)" if self.daemon else f"the {self.name} model contract"
+    return f"{where} does not fit {who}"
+
+
+def _read_slices(props: dict[str, str]) -> tuple[dict[str, slice] | None, str]:
+  """(the output slices of a model's metadata_props, ''), or (None, what is wrong with them)."""
+  try:
+    if "output_slices_json" in props:
+      return _json_slices(props["output_slices_json"]), ""
+    if "output_slices" in props:
+      return load_pickled_slices(props["output_slices"]), ""
+  except ModelMetadataError as e:
+    return None, str(e)
+  return None, "no output_slices in metadata_props"
 
 
 def metadata_from(where: str, props: dict[str, str], inputs: dict[str, tuple[str, tuple[int, ...]]],
                   outputs: dict[str, tuple[int, ...]], required: tuple[str, ...] = (),
                   contract: ModelContract | None = None) -> ModelMetadata:
-  """Validate a model's metadata_props and I/O (input name -> (dtype name, shape), output name -> shape)."""
-  if "output_slices_json" in props:
-    slices = _json_slices(props["output_slices_json"])
-  elif "output_slices" in props:
-    slices = load_pickled_slices(props["output_slices"])
-  else:
-    raise ModelMetadataError(f"{where!r} has no output_slices in its metadata_props")
+  """Validate a model's metadata_props and I/O (input name -> (dtype name, shape), output name -> shape).
+
+  Every problem is collected before anything is raised, so one ModelMetadataError names them all in one line,
+  joined by '; ', in the order a user fixes them: inputs, then the output and its slices (metadata), then the
+  heads. A check that needs what an earlier one found missing (the heads need the slices and one output) is
+  skipped rather than reported twice."""
+  problems = contract.input_problems(inputs) if contract is not None else []
+  slices, slice_error = _read_slices(props)
+  if slice_error:
+    problems.append(slice_error)
   if len(outputs) != 1:
-    raise ModelMetadataError(f"{where!r}: expected one flat output, found {sorted(outputs)}")
-  meta = ModelMetadata(slices, {n: tuple(s) for n, (_, s) in inputs.items()}, dict(outputs), dict(props),
-                       {n: d for n, (d, _) in inputs.items()})
-  if contract is not None:
-    problems = contract.problems(meta)
-    if problems:
-      raise ModelMetadataError(f"{where}: does not match the {contract.name} model contract "
-                               f"({len(problems)} problem{'s' * (len(problems) > 1)}): " + "; ".join(problems))
-  else:
-    validate_slices(slices, meta.output_size, required)
+    problems.append(f"expected one flat output, found {sorted(outputs)}")
+  meta = None
+  if slices is not None and len(outputs) == 1:
+    meta = ModelMetadata(slices, {n: tuple(s) for n, (_, s) in inputs.items()}, dict(outputs), dict(props),
+                         {n: d for n, (d, _) in inputs.items()})
+    if contract is not None:
+      problems += contract.head_problems(slices, meta.output_size)
+    else:
+      problems += slice_problems(slices, meta.output_size, required)
+  if problems or meta is None:
+    head = contract.misfit(where) if contract is not None else f"{where} cannot be used"
+    raise ModelMetadataError(f"{head}: " + "; ".join(problems))
   return meta
 
 

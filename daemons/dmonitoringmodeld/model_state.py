@@ -27,7 +27,8 @@ MODEL_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models", 
 INPUT_SHAPES = {"input_img": (1, DM_INPUT_SIZE[0] * DM_INPUT_SIZE[1]), "calib": (1, 3)}
 # the DM model contract (README.md states it): checked whole at load, every mismatch in one error
 DM_CONTRACT = ModelContract("driver monitoring", {"input_img": ("uint8", INPUT_SHAPES["input_img"]),
-                                                  "calib": ("float32", INPUT_SHAPES["calib"])}, HEAD_SIZES)
+                                                  "calib": ("float32", INPUT_SHAPES["calib"])}, HEAD_SIZES,
+                            daemon="dmonitoringmodeld")
 
 
 def load_dm_metadata(path: str) -> ModelMetadata:

@@ -40,7 +40,7 @@ ROAD_CONTRACT = ModelContract("road", {
   "img": ("uint8", (1, 12, 128, 256)), "big_img": ("uint8", (1, 12, 128, 256)),
   "features_buffer": ("float32", (1, HISTORY_LEN, FEATURE_LEN)), "desire_pulse": ("float32", (1, DESIRE_HISTORY, DESIRE_LEN)),
   "traffic_convention": ("float32", (1, TRAFFIC_CONVENTION_LEN)), "action_t": ("float32", (1, 2)),
-}, {name: width for name, width in OUTPUT_HEADS if name != "pad"})
+}, {name: width for name, width in OUTPUT_HEADS if name != "pad"}, daemon="modeld")
 
 
 def model_path(name: str) -> str:

@@ -43,7 +43,7 @@ def test_json_slices_that_are_not_two_integers_name_the_head(tmp_path, entry):
     load_metadata(path)
 
 
-def _dm_model_with(tmp_path, dtype=None, shape=None, rename=None, drop_head=None):
+def _dm_model_with(tmp_path, dtype=None, shape=None, rename=None, drop_head=None, no_metadata=False):
   model = onnx.load(MODEL_PATH)
   img = next(i for i in model.graph.input if i.name == "input_img")
   if dtype is not None:
@@ -61,6 +61,8 @@ def _dm_model_with(tmp_path, dtype=None, shape=None, rename=None, drop_head=None
     del model.metadata_props[:]
     for k, v in {**props, "output_slices_json": json.dumps(slices)}.items():
       model.metadata_props.add(key=k, value=v)
+  if no_metadata:
+    del model.metadata_props[:]
   path = str(tmp_path / "dm.onnx")
   onnx.save(model, path)
   return path
@@ -77,7 +79,28 @@ def test_every_contract_mismatch_is_listed_in_one_error_inputs_first(tmp_path):
   positions = [text.find(part) for part in expected]
   assert all(p >= 0 for p in positions), text
   assert positions == sorted(positions), text          # inputs come first, then the heads
-  assert "driver monitoring model contract (5 problems)" in text
+  assert text.startswith(f"{path} does not fit dmonitoringmodeld (the driver monitoring model contract): "), text
+  assert text.count("; ") == 4 and "\n" not in text, text   # five problems, one line
+
+
+def test_a_model_with_wrong_inputs_and_no_metadata_is_told_all_of_it_in_one_error_inputs_first(tmp_path):
+  path = _dm_model_with(tmp_path, shape=(1, 1000), rename="calibration", no_metadata=True)
+  with pytest.raises(ModelMetadataError) as e:
+    load_metadata(path, contract=DM_CONTRACT)
+  assert str(e.value) == (f"{path} does not fit dmonitoringmodeld (the driver monitoring model contract): "
+                          "missing inputs ['calib']; unexpected inputs ['calibration']; "
+                          "input 'input_img' has shape (1, 1000), expected (1, 1382400); no output_slices in metadata_props")
+
+
+def test_unreadable_slices_do_not_hide_the_input_mismatches(tmp_path):
+  path = _dm_model_with(tmp_path, dtype=onnx.TensorProto.FLOAT)
+  model = onnx.load(path)
+  next(p for p in model.metadata_props if p.key == "output_slices_json").value = "{not json"
+  onnx.save(model, path)
+  with pytest.raises(ModelMetadataError) as e:
+    load_metadata(path, contract=DM_CONTRACT)
+  text = str(e.value)
+  assert "input 'input_img' is float32, expected uint8; output_slices_json is not JSON" in text, text
 
 
 def test_the_road_model_given_to_the_dm_daemon_is_told_every_mismatch(tmp_path):
@@ -126,5 +149,5 @@ def test_a_compiled_model_gives_the_same_metadata_as_its_file(path, contract):
 
 
 def test_a_compiled_model_that_misses_the_contract_names_every_mismatch():
-  with pytest.raises(ModelMetadataError, match="does not match the road model contract.*missing inputs"):
+  with pytest.raises(ModelMetadataError, match=r"does not fit modeld \(the road model contract\): missing inputs"):
     runner_metadata(OnnxRunner(MODEL_PATH), MODEL_PATH, contract=ROAD_CONTRACT)
