@@ -19,9 +19,17 @@ Per-daemon code supplies only check / prepare / run / build (and the loop's rece
 Invariants: `valid` is False exactly when a reason was given; reasons keep this order (inputs, overwrite,
 model); a runner that measured the warp itself (a captured frame program: `warp` in its on_device) keeps its
 device time, otherwise the warp is the host wall time of `prepare`.
+
+The status line (`FrameStatus`, `run_frame_loop(status_every=S)`): every S seconds of the loop's clock after the
+first published step, one line with that window's frame rate, its p50 latency from the frame's end of exposure
+(timestampEof) to its message (logMonoTime, the clock consumers and the latency benches read), the share of its
+steps published valid and the reason most of its invalid steps gave; a window without a step says so. Nothing
+is said before the first step (the daemons say what they wait for), and S = 0 says nothing.
 """
 from __future__ import annotations
 
+import collections
+import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -30,6 +38,9 @@ import numpy as np
 
 from daemons.common.messages import stamp_timings
 from daemons.common.runner import StageTimes
+
+REASON_CHARS = 100   # a status line quotes the window's most frequent invalid reason up to this long
+
 
 def overwritten_reason(frames) -> str:
   """The reason for frames overwritten while they were warped; it names them (main first)."""
@@ -122,21 +133,75 @@ def _distinct(frames: Sequence[Frame]) -> list[Frame]:
   return out
 
 
+class FrameStatus:
+  """The loop's status line, one per `every_s` of `clock` (module docstring); `say` prints it."""
+
+  def __init__(self, every_s: float, say: Callable[[str], None], clock: Callable[[], float] = time.monotonic):
+    self.every_s, self.say, self.clock = every_s, say, clock
+    self.window_start: float | None = None    # None until the first step
+    self.steps = self.valid = 0
+    self.latencies_ms: list[float] = []
+    self.reasons: collections.Counter = collections.Counter()
+
+  def record(self, frames: Sequence[Frame], result: StepResult) -> None:
+    if self.window_start is None:   # the first step starts the first window (its time is the window's zero)
+      self.window_start = self.clock()
+      return
+    self.steps += 1
+    self.valid += bool(result.valid)
+    self.reasons.update(result.reasons)
+    eof = frames[0].timestamp_eof if frames else 0
+    stamped = getattr(result.events[0][1], "logMonoTime", 0) if result.events else 0
+    if eof and stamped:
+      self.latencies_ms.append((stamped - eof) / 1e6)
+
+  def tick(self) -> None:
+    """Say the window's line when it is over, and start the next one."""
+    if self.window_start is None:
+      return
+    now = self.clock()
+    elapsed = now - self.window_start
+    if elapsed < self.every_s:
+      return
+    self.say(self.line(elapsed))
+    self.window_start, self.steps, self.valid, self.latencies_ms = now, 0, 0, []
+    self.reasons.clear()
+
+  def line(self, elapsed: float) -> str:
+    window = f"last {self.every_s:g} s"
+    if not self.steps:
+      return f"status: no frames in the {window}"
+    latency = f"p50 latency {statistics.median(self.latencies_ms):.1f} ms" if self.latencies_ms else "latency unknown"
+    why = ""
+    if self.reasons:   # the reason a user most needs: the one most steps of the window gave
+      reason, _ = self.reasons.most_common(1)[0]
+      why = f"; most often: {reason if len(reason) <= REASON_CHARS else reason[:REASON_CHARS - 3] + '...'}"
+    return (f"status: {self.steps / elapsed:.1f} fps, {latency} (frame end to publish), "
+            f"{100 * self.valid / self.steps:.0f}% valid ({window}{why})")
+
+
 def run_frame_loop(receive: Callable[[], Sequence[Frame] | None], read_bus: Callable[[Sequence[Frame]], Any],
                    step: Callable[[Sequence[Frame], Any], StepResult], publish: Callable[[str, Any], None],
-                   stop: Callable[[], bool], report: Callable[[Sequence[Frame], StepResult], None] | None = None) -> int:
+                   stop: Callable[[], bool], report: Callable[[Sequence[Frame], StepResult], None] | None = None,
+                   status_every: float = 0.0, say: Callable[[str], None] | None = None,
+                   clock: Callable[[], float] = time.monotonic) -> int:
   """Both daemons' main loop. receive() waits a bounded time and returns the frames of one step or None;
   read_bus(frames) reads the bus without blocking and returns the step's inputs; every event of the step is
-  published in order; report(frames, result) logs. Returns the number of steps when stop() says so."""
+  published in order; report(frames, result) logs. With status_every > 0 and `say`, a status line every
+  status_every seconds of `clock` (FrameStatus). Returns the number of steps when stop() says so."""
+  status = FrameStatus(status_every, say, clock) if status_every > 0 and say is not None else None
   steps = 0
   while not stop():
     frames = receive()
-    if frames is None:
-      continue
-    result = step(frames, read_bus(frames))
-    for service, msg in result.events:
-      publish(service, msg)
-    steps += 1
-    if report is not None:
-      report(frames, result)
+    if frames is not None:
+      result = step(frames, read_bus(frames))
+      for service, msg in result.events:
+        publish(service, msg)
+      steps += 1
+      if report is not None:
+        report(frames, result)
+      if status is not None:
+        status.record(frames, result)
+    if status is not None:
+      status.tick()
   return steps

@@ -7,10 +7,12 @@ Invariants:
 - One driverStateV2 per processed frame, frameId = the camera's frame id; `valid` per core.py.
 - SIGINT/SIGTERM end the loop and the process exits 0. A model that does not meet the contract, or a
   first frame of an unknown geometry, is one line naming it and exit 2 (daemons.common.cli).
-- It says what it is doing: loading, compiled (with the time), waiting for the cabin stream, first frame.
+- It says what it is doing, on stderr, in order (daemons/common/daemon_log.py): loading the model (its contract
+  checked), waiting for the cabin stream, the first frame and its geometry, compiling the frame program for that
+  geometry, ready (with the time and what it compiled, or that it came from the cache), a status line every
+  --status-every seconds (frame rate, p50 latency frame end to publish, valid share), and `exiting` when it stops.
 """
 import signal
-import sys
 import time
 
 from setproctitle import setproctitle
@@ -19,6 +21,7 @@ from cereal.messaging import PubMaster, SubMaster
 from daemons.common.calibration import camera_time
 from daemons.common.cameras import UnknownCameraError
 from daemons.common.cli import Parser, check_cache_dir, run_cli
+from daemons.common.daemon_log import devices_words, frame_words, make_log, timed_capture
 from daemons.common.env import dm_runtime
 from daemons.common.frame_loop import Frame, run_frame_loop
 from daemons.common.metadata import ModelMetadataError
@@ -26,13 +29,14 @@ from daemons.common.realtime import SCHEDULING_HELP, scheduling_plan
 from daemons.common.runner import RunnerUnavailable, make_runner
 from daemons.dmonitoringmodeld.core import Calibration, DMonitoringmodeld
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH, ModelState
-from daemons.dmonitoringmodeld.programs import load_programs
+from daemons.dmonitoringmodeld.programs import dm_devices, load_programs
 from msgq.namespace import runtime_dir
 from runtime import config as runtime_config
 from visionipc import VisionIpcClient, VisionStreamType
 
 PROCESS_NAME = "dmonitoringmodeld"
 WAITING_LOG_S = 10.0   # while no frame comes, say so this often
+STATUS_EVERY_S = 10.0  # the status line's default period (--status-every)
 
 
 class Stop:
@@ -45,8 +49,15 @@ class Stop:
     self.requested = True
 
 
-def log(msg: str) -> None:
-  print(f"{PROCESS_NAME}: {msg}", file=sys.stderr, flush=True)
+log = make_log(PROCESS_NAME)
+
+
+def status_every(text: str) -> float:
+  """--status-every's value: seconds >= 0 (0: no status line)."""
+  value = float(text)
+  if not value >= 0:   # also NaN
+    raise ValueError(text)
+  return value
 
 
 def main(argv=None) -> int:
@@ -54,6 +65,9 @@ def main(argv=None) -> int:
   ap.add_argument("--model", default=MODEL_PATH,
                   help="ONNX model with the DM contract (inputs, heads: daemons/dmonitoringmodeld/README.md)")
   ap.add_argument("--server", default="camerad", help="VisionIPC server name (default camerad)")
+  ap.add_argument("--status-every", type=status_every, default=STATUS_EVERY_S, metavar="S",
+                  help="print a status line every S seconds: frame rate, p50 latency from the frame's end to its "
+                       f"driverStateV2, share published valid (default {STATUS_EVERY_S:g}; 0: never)")
   args = ap.parse_args(argv)
   check_cache_dir()   # an unsafe cache dir is one line now, not after waiting for frames
   try:
@@ -65,21 +79,23 @@ def main(argv=None) -> int:
   stop = Stop()
 
   log(f"loading model {args.model}")
-  t0 = time.monotonic()
   backend = dm_runtime()
-  if backend == "runtime":   # the captured frame program per cabin geometry (captured at the first frame)
+  if backend == "runtime":   # the captured frame program per cabin geometry (compiled at the first frame)
     model = load_programs(args.model)
+    log(f"model fits the contract; its frame program ({devices_words(dm_devices())}) is compiled at the first frame, "
+        "for that frame's geometry")
   else:                      # a peer engine: the numpy warp, then the model through the runner protocol
+    t0 = time.monotonic()
     model = ModelState.load(lambda path: make_runner(path, backend=backend), args.model)
+    log(f"model fits the contract; loaded on {backend} in {time.monotonic() - t0:.1f} s")
   dm = DMonitoringmodeld(model)
-  log(f"model compiled and loaded in {time.monotonic() - t0:.1f} s")
   pm = PubMaster(["driverStateV2"], process=PROCESS_NAME)
   sm = SubMaster(["extrinsicsCalibration"])
   calib = Calibration()
   client = VisionIpcClient(args.server, VisionStreamType.VISION_STREAM_CABIN, conflate=True, skip_overwritten=True)
   scheduling.apply(log)
   log(f"waiting for the cabin stream of VisionIPC server {args.server!r}")
-  state = {"first": True, "skipped_geometry": None}
+  state = {"first": True, "skipped_geometry": None, "geometry": None}
   waiting_since = next_waiting_log = time.monotonic()
 
   def receive():
@@ -100,14 +116,13 @@ def main(argv=None) -> int:
         log(f"skipping frames: {e}")
         state["skipped_geometry"] = (buf.width, buf.height)
       return None
-    if state["first"]:
-      log(f"first frame {buf.frame_id}: cabin stream {buf.width}x{buf.height} stride {buf.stride}, "
-          f"warp plan {dm.plan.kind}")
-      if dm.model.frames is not None:
-        t = time.monotonic()
-        dm.model.frames.program((buf.width, buf.height, buf.stride, memoryview(buf.data).nbytes))
-        log(f"frame program captured in {time.monotonic() - t:.1f} s")
-      state["first"] = False
+    geometry = (buf.width, buf.height, buf.stride, memoryview(buf.data).nbytes)
+    if geometry != state["geometry"]:   # the first frame, or camerad restarted with another camera
+      words = frame_words(buf.width, buf.height, buf.stride)
+      log(f"first frame {buf.frame_id}: cabin stream {words}" if state["first"] else f"cabin stream changed to {words}")
+      if dm.model.frames is not None:   # compiled now, so the step that runs it is not the one that waits
+        timed_capture(log, "the frame program (warp + model)", words, lambda: dm.model.frames.program(geometry))
+      state["first"], state["geometry"] = False, geometry
     state["skipped_geometry"] = None
     return [Frame.from_buf(buf)]
 
@@ -118,7 +133,7 @@ def main(argv=None) -> int:
     return calib
 
   try:
-    run_frame_loop(receive, read_bus, dm.step, pm.send, lambda: stop.requested)
+    run_frame_loop(receive, read_bus, dm.step, pm.send, lambda: stop.requested, status_every=args.status_every, say=log)
   finally:
     client.close()
     pm.close()

@@ -11,12 +11,17 @@ from daemons.dmonitoringmodeld.model_state import MODEL_PATH, ModelState, load_d
 from runtime import config as runtime_config
 
 
+def dm_devices() -> dict[str, str]:
+  """The daemon's device table: DEV (the runtime's default device) moves the whole daemon, as it did before the
+  frame program; WARP_DEV / MODEL_DEV then move a part."""
+  return device_table("dmonitoringmodeld", default=runtime_config.default_device())
+
+
 def dm_frame_runner(path: str = MODEL_PATH, devices: dict[str, str] | None = None) -> FrameRunner:
   """The DM frame programs of the model at `path`, keyed by (width, height, stride, frame length), on the
   daemon's device table unless `devices` is given."""
   graph = ModelGraph(path)
-  # DEV (the runtime's default device) moves the whole daemon, as it did before the frame program
-  devs = devices or device_table("dmonitoringmodeld", default=runtime_config.default_device())
+  devs = devices or dm_devices()
 
   def build(geometry):
     width, height, stride, frame_len = geometry

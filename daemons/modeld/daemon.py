@@ -1,6 +1,6 @@
 """modeld process: VisionIPC road frames + bus inputs -> Modeld.step -> modelV2, drivingModelData, cameraOdometry.
 
-    python -m daemons.modeld [--wait-timeout-ms 3000] [--big-load-limit-s 60] [--no-big]
+    python -m daemons.modeld [--wait-timeout-ms 3000] [--big-load-limit-s 60] [--no-big] [--status-every 10]
 
 Startup (openpilot's order, reshaped so that no frame waits on the big model; each step is logged):
 1. load (compile) the small model on the CPU (always: it is the standby), before any camera is needed;
@@ -12,8 +12,13 @@ Startup (openpilot's order, reshaped so that no frame waits on the big model; ea
    with the reason in `fallbackReason`; without the device the log says how to get it
    (`pymodeld-manager --usb-gpu`);
 4. loop: pair main/extra frames by timestamp_sof (main waits until extra is within 25 ms), read the bus
-   without blocking, step, publish (the first frame is logged). SIGINT/SIGTERM finish the current frame and
-   exit 0. A model that does not meet the road contract is one line naming every mismatch and exit 2.
+   without blocking, step, publish (the first frame is logged, then a status line every --status-every
+   seconds: frame rate, p50 latency frame end to publish, valid share). SIGINT/SIGTERM finish the current frame,
+   log `exiting` and exit 0. A model that does not meet the road contract is one line naming every mismatch and
+   exit 2.
+Its lines go to stderr, as dmonitoringmodeld's, in the words of daemons/common/daemon_log.py: a compile is
+announced before it runs and reported ready (time, kernels compiled or from cache) after; geometry is
+`1928x1208 NV12, stride 2048` per camera.
 """
 import os
 import signal
@@ -26,6 +31,7 @@ from cereal import messaging
 from daemons.common.calibration import camera_time
 from daemons.common.cameras import config_for_frame
 from daemons.common.cli import Parser, check_cache_dir, run_cli
+from daemons.common.daemon_log import devices_words, frame_words, make_log, road_geometry_words, timed_capture
 from daemons.common.env import DAEMONS_ENV
 from daemons.common.frame_loop import Frame, run_frame_loop
 from daemons.common.metadata import ModelMetadataError
@@ -43,6 +49,7 @@ from visionipc import VisionIpcClient, VisionStreamType, available_streams
 NARROW, WIDE = VisionStreamType.VISION_STREAM_NARROW_ROAD, VisionStreamType.VISION_STREAM_WIDE_ROAD
 PAIR_WINDOW_NS = 25_000_000
 WAITING_LOG_S = 10.0
+STATUS_EVERY_S = 10.0   # the status line's default period (--status-every)
 USB_GPU_HINT = "start the stack with `pymodeld-manager --usb-gpu` to run it"
 BIG_DEVICE = "USB+AMD"
 SUBSCRIPTIONS = ["deviceState", "carState", "narrowRoadCameraState", "extrinsicsCalibration",
@@ -109,15 +116,25 @@ def _program_geometry(modeld: Modeld, main: VisionIpcClient, extra: VisionIpcCli
   return modeld.program_geometry(main.buffer_len, extra.buffer_len if extra is not None else None)
 
 
-def log(msg: str) -> None:
-  print(f"modeld: {msg}", flush=True)
+log = make_log("modeld")
 
 
-def capture(model: ModelState, geometry) -> None:
-  """Capture a model's frame program of this geometry (compile, link, one run), timed in the log."""
-  t0 = time.monotonic()
-  model.capture(geometry)
-  log(f"{model.name} frame program captured for {geometry} in {time.monotonic() - t0:.1f} s")
+def status_every(text: str) -> float:
+  """--status-every's value: seconds >= 0 (0: no status line)."""
+  value = float(text)
+  if not value >= 0:   # also NaN
+    raise ValueError(text)
+  return value
+
+
+def capture(model: ModelState, geometry, main_name: str = "narrow", exclusive: bool = True) -> None:
+  """Capture a model's frame program of this geometry (compile, link, one run), said before and after (time,
+  kernels compiled); `exclusive` is False while another thread may compile (the big model loading)."""
+  def run():
+    model.capture(geometry)
+    return model.frames.program(geometry) if model.frames is not None else None
+  timed_capture(log, f"the {model.name} model's frame program (warp + model)", road_geometry_words(geometry, main_name),
+                run, exclusive)
 
 
 def wait_for_streams(stop: threading.Event) -> set[int]:
@@ -142,6 +159,9 @@ def main(argv=None) -> int:
                       help="USB+AMD wait timeout before the big model is declared failed (default 3000)")
   parser.add_argument("--big-load-limit-s", type=float, default=60.0, help="time limit for loading the big model (default 60)")
   parser.add_argument("--no-big", action="store_true", help="never try the big model")
+  parser.add_argument("--status-every", type=status_every, default=STATUS_EVERY_S, metavar="S",
+                      help="print a status line every S seconds: frame rate, p50 latency from the frame's end to its "
+                           f"modelV2, share published valid (default {STATUS_EVERY_S:g}; 0: never)")
   args = parser.parse_args(argv)
   check_cache_dir()   # an unsafe cache dir is one line now, not after waiting for frames
   try:
@@ -154,11 +174,13 @@ def main(argv=None) -> int:
   for sig in (signal.SIGINT, signal.SIGTERM):
     signal.signal(sig, lambda *_: stop.set())
 
-  log(f"loading the small model {model_path('small')} (frame programs on {device_table('modeld.small')})")
+  log(f"loading the small model {model_path('small')} (frame programs: {devices_words(device_table('modeld.small'))})")
   small = load_programs("small")   # the contract is checked here, before any camera is needed
+  log("small model fits the contract; its frame program is compiled once the cameras' geometry is known")
 
   streams = wait_for_streams(stop)
   if not streams:
+    log("exiting")
     return 0
   main_is_wide = NARROW not in streams
   use_extra = NARROW in streams and WIDE in streams
@@ -167,9 +189,12 @@ def main(argv=None) -> int:
   for client in filter(None, (vipc_main, vipc_extra)):
     while not client.connect(False):
       if stop.wait(0.1):
+        log("exiting")
         return 0
-  log(f"cameras: main {'wide' if main_is_wide else 'narrow'} {vipc_main.width}x{vipc_main.height}"
-      + (f", extra wide {vipc_extra.width}x{vipc_extra.height}" if vipc_extra else ", no extra camera"))
+  main_name = "wide" if main_is_wide else "narrow"
+  log(f"cameras: main {main_name} {frame_words(vipc_main.width, vipc_main.height, vipc_main.stride)}"
+      + (f", extra wide {frame_words(vipc_extra.width, vipc_extra.height, vipc_extra.stride)}" if vipc_extra
+         else ", no extra camera"))
 
   cameras = config_for_frame(vipc_main.width, vipc_main.height)
   modeld = Modeld(small, cameras, _geometry(vipc_main), _geometry(vipc_extra) if vipc_extra else None, main_is_wide)
@@ -186,10 +211,11 @@ def main(argv=None) -> int:
 
   if args.no_big:
     modeld.big_unavailable("disabled (--no-big)")
-  capture(small, geometry)   # the standby: captured now, so neither the first frame nor a fallback compiles
+  # the standby: captured now, so neither the first frame nor a fallback compiles
+  capture(small, geometry, main_name, exclusive=loader is None)
   pm = messaging.PubMaster(["modelV2", "drivingModelData", "cameraOdometry", "usbGpuState"], process="modeld")
   sm = messaging.SubMaster(SUBSCRIPTIONS)
-  scheduling.apply(lambda m: print(f"modeld: {m}", flush=True))
+  scheduling.apply(log)
   car_reader = CarInputReader()
   state = {"buf_extra": None, "last_status": ("", ""), "first": True, "loader": loader,
            "geometry": (_geometry(vipc_main), _geometry(vipc_extra) if vipc_extra is not None else None)}
@@ -204,11 +230,11 @@ def main(argv=None) -> int:
         return None
     geometry = (_geometry(vipc_main), _geometry(vipc_extra) if vipc_extra is not None else None)
     if geometry != state["geometry"]:   # camerad restarted with another camera: rebuild the warps
-      log(f"camera geometry changed to {geometry}")
+      log(f"cameras changed to {road_geometry_words(geometry, main_name)}")
       modeld.set_geometry(config_for_frame(vipc_main.width, vipc_main.height), *geometry)
       state["geometry"] = geometry
       for model in dict.fromkeys(m for m in (modeld.active, modeld.small) if m is not None):
-        capture(model, _program_geometry(modeld, vipc_main, vipc_extra))
+        capture(model, _program_geometry(modeld, vipc_main, vipc_extra), main_name, exclusive=state["loader"] is None)
     main_frame = Frame.from_buf(buf_main)
     return main_frame, (Frame.from_buf(state["buf_extra"]) if vipc_extra is not None else main_frame)
 
@@ -223,7 +249,9 @@ def main(argv=None) -> int:
         modeld.big_load_failed(value)
       if status != "loading":
         state["loader"] = None
-        log(f"big model {status}{': ' + value if status == 'failed' else ''}")
+        took = f"{time.monotonic() - loader.started:.1f} s"
+        log(f"big model loaded on {BIG_DEVICE} in {took}; it takes over from the small model" if status == "loaded"
+            else f"big model load failed after {took}: {value}; the small model stays on")
     return car_reader.read(sm, camera_time(frames[0].frame_id))
 
   def report(frames, result):
@@ -238,7 +266,12 @@ def main(argv=None) -> int:
           log(f"frame {frames[0].frame_id}: {new}")
       state["last_status"] = status
 
-  run_frame_loop(receive, read_bus, modeld.step, pm.send, stop.is_set, report)
+  try:
+    run_frame_loop(receive, read_bus, modeld.step, pm.send, stop.is_set, report, status_every=args.status_every, say=log)
+  finally:
+    for closing in filter(None, (vipc_main, vipc_extra, pm, sm)):
+      closing.close()
+  log("exiting")
   return 0
 
 

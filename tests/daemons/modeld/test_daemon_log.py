@@ -1,6 +1,9 @@
-"""modeld says what it is doing: loading, waiting for cameras (not silent while there are none),
-the cameras, the big model's fate with a hint that can help a running stack, the standby's capture, first frame."""
+"""modeld says what it is doing, on stderr, in order and true: loading, waiting for cameras (not silent while there
+are none), the cameras' geometry in words, the big model's fate with a hint that can help a running stack, compiling
+the standby's frame program and ready, first frame, a status line every --status-every seconds, exiting."""
 import os
+import re
+import signal
 import subprocess
 import sys
 import threading
@@ -11,7 +14,7 @@ from repo_paths import REPO_ROOT
 
 def _lines_of(proc, into: list) -> threading.Thread:
   def read():
-    for line in proc.stdout:
+    for line in proc.stderr:
       into.append(line.rstrip())
   t = threading.Thread(target=read, daemon=True)
   t.start()
@@ -26,13 +29,13 @@ def _wait_for(lines, text, proc, timeout=180):
     if proc.poll() is not None:
       break
     time.sleep(0.1)
-  raise AssertionError(f"no {text!r} in modeld's output:\n" + "\n".join(lines))
+  raise AssertionError(f"no {text!r} in modeld's stderr:\n" + "\n".join(lines))
 
 
-def test_modeld_logs_loading_waiting_for_cameras_and_the_first_frame(namespace):
+def test_modeld_logs_loading_waiting_compiling_ready_first_frame_status_and_exiting_on_stderr(namespace):
   env = {**os.environ, "PYMODELD_PROCESS": "modeld", "PYMODELD_USB_AMD": "0"}   # no USB+AMD device here
-  modeld = subprocess.Popen([sys.executable, "-m", "daemons.modeld"], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+  modeld = subprocess.Popen([sys.executable, "-m", "daemons.modeld", "--status-every", "0.5"], cwd=REPO_ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   camerad = None
   lines: list[str] = []
   reader = _lines_of(modeld, lines)
@@ -42,17 +45,32 @@ def test_modeld_logs_loading_waiting_for_cameras_and_the_first_frame(namespace):
     camerad = subprocess.Popen([sys.executable, "-m", "selfdrive_stub.camerad", "--camera", "tici"], cwd=REPO_ROOT,
                                env={**os.environ, "PYMODELD_PROCESS": "camerad"}, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
-    _wait_for(lines, "first frame", modeld)
+    _wait_for(lines, "status: ", modeld)
   finally:
     for proc in (modeld, camerad):
       if proc is not None and proc.poll() is None:
-        proc.terminate()
+        proc.send_signal(signal.SIGTERM)
         proc.wait(30)
     reader.join(10)
-  order = ["loading the small model", "waiting for cameras", "cameras: main narrow", "big model not used",
-           "small frame program captured for", "first frame"]
-  first_at = [next(i for i, line in enumerate(lines) if text in line) for text in order]
-  assert first_at == sorted(first_at), lines
+  order = ["loading the small model", "waiting for cameras",
+           "cameras: main narrow 1928x1208 NV12, stride 2048, extra wide 1928x1208 NV12, stride 2048", "big model not used",
+           "compiling the small model's frame program (warp + model) for narrow 1928x1208 NV12, stride 2048, wide 1928x1208 "
+           "NV12, stride 2048 ...", "small model's frame program (warp + model) ready in", "first frame", "status: ", "exiting"]
+  first_at = [next((i for i, line in enumerate(lines) if text in line), -1) for text in order]
+  assert -1 not in first_at and first_at == sorted(first_at), lines
   hint = next(line for line in lines if "big model not used" in line)
   assert "pymodeld-manager --usb-gpu" in hint and "runtime.faults" not in hint, hint
-  assert modeld.returncode == 0, lines
+  ready = next(line for line in lines if "ready in" in line)
+  assert re.search(r"ready in \d+\.\d s \((compiled \d+ kernels?|from cache)\)$", ready), ready
+  status = next(line for line in lines if "status: " in line)
+  assert re.search(r"^modeld: status: \d+\.\d fps, p50 latency \d+\.\d ms \(frame end to publish\), \d+% valid "
+                   r"\(last 0\.5 s", status), status
+  assert not any(re.search(r"\(\d+, \d+|\{'", line) for line in lines), lines   # words, never a tuple or a dict
+  assert lines[-1] == "modeld: exiting", lines
+  assert modeld.returncode == 0 and modeld.stdout.read() == "", lines
+
+
+def test_modeld_help_explains_status_every():
+  r = subprocess.run([sys.executable, "-m", "daemons.modeld", "--help"], cwd=REPO_ROOT, capture_output=True, text=True,
+                     timeout=120)
+  assert r.returncode == 0 and "--status-every S" in r.stdout and "p50 latency" in " ".join(r.stdout.split()), r.stdout

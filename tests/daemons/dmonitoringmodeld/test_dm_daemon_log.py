@@ -1,0 +1,100 @@
+"""dmonitoringmodeld run by hand says what it does, on stderr, in order and true: loading, waiting, the first
+frame's geometry in words, compiling, ready, a status line every --status-every seconds, exiting. A model that
+does not fit is one line naming every mismatch, exit 2. Each case drives the real command."""
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import onnx
+
+from daemons.dmonitoringmodeld.model_state import MODEL_PATH
+from repo_paths import REPO_ROOT
+
+DM = [sys.executable, "-m", "daemons.dmonitoringmodeld"]
+STATUS = re.compile(r"status: \d+\.\d fps, p50 latency \d+\.\d ms \(frame end to publish\), \d+% valid \(last 0\.5 s")
+
+
+def _reader(stream, into: list) -> threading.Thread:
+  def read():
+    for line in stream:
+      into.append(line.rstrip())
+  t = threading.Thread(target=read, daemon=True)
+  t.start()
+  return t
+
+
+def _wait_for(lines, pattern, proc, timeout=180):
+  deadline = time.monotonic() + timeout
+  while time.monotonic() < deadline:
+    if any(re.search(pattern, line) for line in lines):
+      return
+    if proc.poll() is not None:
+      break
+    time.sleep(0.1)
+  raise AssertionError(f"no {pattern!r} in dmonitoringmodeld's stderr:\n" + "\n".join(lines))
+
+
+def test_dmonitoringmodeld_says_loading_compiling_ready_status_and_exiting_in_order_on_stderr():
+  dm = subprocess.Popen([*DM, "--status-every", "0.5"], cwd=REPO_ROOT, env={**os.environ, "PYMODELD_PROCESS": "dmonitoringmodeld"},
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  camerad = None
+  err: list[str] = []
+  reader = _reader(dm.stderr, err)
+  try:
+    _wait_for(err, "waiting for the cabin stream", dm)
+    camerad = subprocess.Popen([sys.executable, "-m", "selfdrive_stub.camerad", "--camera", "tici"], cwd=REPO_ROOT,
+                               env={**os.environ, "PYMODELD_PROCESS": "camerad"}, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    _wait_for(err, STATUS.pattern, dm)
+  finally:
+    for proc in (dm, camerad):
+      if proc is not None and proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+    reader.join(10)
+  out = dm.stdout.read()
+  assert dm.returncode == 0, err
+  assert out == "", out                                  # every line on stderr, as modeld's
+  order = ["loading model", "model fits the contract", "waiting for the cabin stream",
+           r"first frame \d+: cabin stream 1928x1208 NV12, stride 2048$",
+           r"compiling the frame program \(warp \+ model\) for 1928x1208 NV12, stride 2048 \.\.\.$",
+           r"frame program \(warp \+ model\) ready in", "status: ", "exiting"]
+  first_at = [next((i for i, line in enumerate(err) if re.search(pattern, line)), -1) for pattern in order]
+  assert -1 not in first_at and first_at == sorted(first_at), err
+  ready = next(line for line in err if "ready in" in line)
+  assert re.search(r"ready in \d+\.\d s \((compiled \d+ kernels?|from cache)\)$", ready), ready
+  assert all(line.startswith("dmonitoringmodeld: ") for line in err if not line.startswith("runtime: ")), err
+  assert not any(re.search(r"\(\d+, \d+", line) for line in err), err   # geometry in words, never a tuple
+  assert err[-1] == "dmonitoringmodeld: exiting", err
+
+
+def test_status_every_is_explained_in_help_and_a_negative_period_is_one_line():
+  helped = subprocess.run([*DM, "--help"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+  assert helped.returncode == 0 and "--status-every S" in helped.stdout, helped.stdout
+  assert "p50 latency" in " ".join(helped.stdout.split()), helped.stdout
+  bad = subprocess.run([*DM, "--status-every", "-1"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+  assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "--status-every" in bad.stderr, bad.stderr
+
+
+def test_a_model_with_wrong_inputs_and_no_metadata_is_one_line_naming_every_mismatch(tmp_path):
+  model = onnx.load(MODEL_PATH)
+  del model.metadata_props[:]
+  next(i for i in model.graph.input if i.name == "input_img").type.tensor_type.shape.dim[1].dim_value = 1000
+  next(i for i in model.graph.input if i.name == "calib").name = "calibration"
+  path = tmp_path / "model.onnx"
+  onnx.save(model, str(path))
+  r = subprocess.run([*DM, "--model", str(path)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+                     env={**os.environ, "PYMODELD_PROCESS": "dmonitoringmodeld"})
+  lines = r.stderr.strip().splitlines()
+  assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+  error = lines[-1]
+  assert error.startswith(f"dmonitoringmodeld: {path} does not fit dmonitoringmodeld"), lines
+  parts = ["missing inputs ['calib']", "unexpected inputs ['calibration']", "input 'input_img' has shape (1, 1000)",
+           "no output_slices in metadata_props"]
+  at = [error.find(part) for part in parts]
+  assert -1 not in at and at == sorted(at), error
+  assert lines[:-1] == [f"dmonitoringmodeld: loading model {path}"], lines   # nothing else was said or done
