@@ -8,7 +8,9 @@ lowered from. Its key (`program_key`) digests all of that with the device target
 run; artifacts store it and loading recomputes it.
 
 Backends: "compiled" devices (CPU, USB+AMD) lower every op they can to generated C; the "reference" device
-(REF) lowers every op to its numpy reference kernel, through the same lowering, plan, link and call list.
+(REF) lowers every op to its numpy reference kernel, through the same lowering, plan, link and call list; the
+"opencl" device (CL) lowers through the same rules without BLAS (a GEMM is a loop kernel there) and renders
+OpenCL C (codegen/render_cl.py), refusing at build any kernel it cannot express (no host fallback).
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from .cache import DEFAULT_KERNELS, KernelCache
 from .codegen import conv as _conv  # noqa: F401  (registers Conv, Gemm, MatMul)
 from .codegen import lower as lowering
 from .codegen import optimise as opt
-from .codegen import render
+from .codegen import render, render_cl
 from .codegen.ir import GemmKernel, HostKernel, LoopKernel
 from .codegen.rules import RULES
 from .graph import Graph, Node, Spec
@@ -57,7 +59,7 @@ SOURCE_DIGEST = _source_digest()
 class Target:
   """What a device compiles for: its name in keys, its backend, vector width and BLAS binding."""
   device: str
-  backend: str = "compiled"        # "compiled" or "reference"
+  backend: str = "compiled"        # "compiled", "reference" or "opencl"
   vl: int = 16                     # float32 lanes of one vector register
   blas: bool = True                # sgemm can be called from generated code
   blas_int: str = "int64_t"        # the integer type of that sgemm's dimensions
@@ -67,12 +69,14 @@ class Target:
     """What the rendered program depends on (programs and artifacts are keyed by it)."""
     if self.backend == "reference":
       return f"{self.device}:numpy"
+    if self.backend == "opencl":
+      return f"{self.device}:OpenCL-C"
     return f"{self.device}:C:vl{self.vl}:{'blas-' + self.blas_int if self.blas else 'noblas'}"
 
   @property
   def name(self) -> str:
     """What machine code depends on besides its source: the program target and this CPU (-march=native)."""
-    if self.backend == "reference":
+    if self.backend != "compiled":   # an OpenCL program's binary is keyed by the device that built it (cl_device)
       return self.program_name
     return f"{self.program_name}:{compiler.cpu_target()}"
 
@@ -83,14 +87,18 @@ class Target:
 def target_for(device: str, backend: str = "compiled") -> Target:
   if backend == "reference":
     return Target(device, "reference", blas=False)
+  if backend == "opencl":
+    return Target(device, "opencl", blas=False)
   int_t = blas.sgemm_int_ctype()
   return Target(device, "compiled", compiler.vector_bytes() // 4, int_t is not None, int_t or "int")
 
 
 @dataclass
 class KernelSpec:
-  """One step of a program: a generated C function, or an op's reference kernel (kind "host")."""
-  kind: str               # "c" or "host"
+  """One step of a program: a generated C function, OpenCL kernels (kind "cl": the source holds one __kernel per
+  loop nest, and tags["cl"] lists [name, work-items, buffers] per enqueue, in order), or an op's reference kernel
+  (kind "host")."""
+  kind: str               # "c", "cl" or "host"
   name: str               # C symbol, or the op
   params: list            # ("buf", buffer name) / ("extern", "sgemm") for C; host: input and output buffer names
   source: str = ""
@@ -216,7 +224,7 @@ def run_passes(graph: Graph, config: dict) -> tuple[Graph, dict[str, Spec]]:
 
 def lower(graph: Graph, specs: dict[str, Spec], config: dict, target: Target,
           force_conv: dict | None = None) -> lowering.Lowered:
-  rules = RULES if target.backend == "compiled" else {}
+  rules = {} if target.backend == "reference" else RULES
   return lowering.lower(graph, specs, config, {**target.lowering(), "force_conv": force_conv or {}}, rules)
 
 
@@ -226,7 +234,12 @@ def optimise(lowered: lowering.Lowered, target: Target, measure: bool = False) -
   consts = {n: bi.array for n, bi in lowered.bufs.items() if bi.role == "const"} if measure else {}
   out = []
   for k in lowered.kernels:
-    if isinstance(k, HostKernel):
+    if target.backend == "opencl":   # scalar loop nests: the work-item mapping is the renderer's (render_cl)
+      if not isinstance(k, LoopKernel):
+        render_cl.refuse(k, "not a loop kernel")
+      lk = opt.merge_axes(k)
+      out.append((lk, [(n, opt.loop_order(n)) for n in [lk] + list(lk.after)]))
+    elif isinstance(k, HostKernel):
       out.append((k, []))
     elif isinstance(k, LoopKernel):
       lk, sched = opt.optimise(k, target.vl)
@@ -247,6 +260,13 @@ def render_kernels(scheduled: list, target: Target, lowered: lowering.Lowered) -
       ins = [[p[0].name, int(p[1])] if p is not None else None for p in k.ins]
       outs = [[b.name, int(off)] for b, off in k.outs]
       specs.append(KernelSpec("host", k.node.op, [ins, outs], tags=dict(tags, fallback=True), node=k.node.to_json()))
+      continue
+    if target.backend == "opencl":
+      cls = render_cl.render_loop(k, [order for _, order in nests])
+      bufs = list(dict.fromkeys(b for c in cls for b in c.bufs))
+      specs.append(KernelSpec("cl", cls[0].name, [("buf", b) for b in bufs], "".join(c.source for c in cls),
+                              dict(tags, schedules=[c.schedule for c in cls],
+                                   cl=[[c.name, c.global_size, c.bufs] for c in cls])))
       continue
     if isinstance(k, LoopKernel):
       r = render.render_loop(k, nests[0][1], nests[0][1].vl)
