@@ -11,8 +11,9 @@ Invariants:
   `reopen()`. Memory allocated before a reopen is invalid afterwards (its generation is stale).
 - The CPU device runs commands inline (its timeline completes as submit returns); it has no asynchronous
   faults, and an exception inside a command propagates from `submit` unchanged.
-- A device names its compile backend: "compiled" (generated C, as on CPU and USB+AMD) or "reference" (the
-  numpy reference kernels, device REF: for parity tests and debugging, never a daemon's path). Programs are
+- A device names its compile backend: "compiled" (generated C, as on CPU and USB+AMD), "opencl" (generated
+  OpenCL C, device CL: runtime/cl_device.py) or "reference" (the numpy reference kernels, device REF: for
+  parity tests and debugging, never a daemon's path). Programs are
   built per device name, so each device's kernels have their own cache keys.
 """
 from __future__ import annotations
@@ -323,11 +324,11 @@ def _by_module(path: str) -> Callable[[str], Compiled]:
 
 
 class _Registry:
-  """Device["CPU"], Device["USB+AMD"], Device.DEFAULT (env DEV, default CPU)."""
+  """Device["CPU"], Device["USB+AMD"], Device["CL"], Device.DEFAULT (env DEV, default CPU)."""
 
   def __init__(self):
     self._factories: dict[str, Callable[[str], Compiled]] = {"CPU": CPUDevice, "USB+AMD": _by_module("runtime.usb_amd:USBAMDDevice"),
-                                                             "REF": ReferenceDevice}
+                                                             "REF": ReferenceDevice, "CL": _by_module("runtime.cl_device:CLDevice")}
     self._opened: dict[str, Compiled] = {}
     self._lock = threading.Lock()
 

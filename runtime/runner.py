@@ -146,6 +146,10 @@ class OnnxRunner:
     return self
 
   def _link(self):
+    if self.device.backend == "opencl":   # device memory the host never maps: the device links its own program
+      self.linked = self.device.link_program(self.program)
+      self.state, self._in_bufs, self._out_read = dict(self.linked.held), dict(self.linked.inputs), dict(self.linked.outputs)
+      return
     mem = LinkedMemory(self.device)
     self._memory = mem
     done = []
@@ -180,6 +184,10 @@ class OnnxRunner:
     if buffer.device is not self.device:
       raise BindError(f"input {name!r}: the buffer is on {buffer.device.name}, the program on {self.device.name} "
                       f"(copy_from it into a buffer there)")
+    if self.device.backend == "opencl":
+      self.linked.bind_input(name, buffer)
+      self.bound[name] = buffer
+      return
     array = buffer.bind_array() if self.device.host_visible else None
     if array is None:   # binding touches device memory: on a device queue it is a command
       got = []

@@ -137,12 +137,13 @@ def _compare(got, want, rtol, atol, what: str) -> str:
   return ""
 
 
-def load_runner(case: Case, input_shapes: dict | None = None) -> OnnxRunner:
+def load_runner(case: Case, input_shapes: dict | None = None, device: str | None = None) -> OnnxRunner:
   model = case.model.SerializeToString() if isinstance(case.model, onnx.ModelProto) else case.model
-  return OnnxRunner(model, cache=memory_cache(), input_shapes=input_shapes)
+  return OnnxRunner(model, device, cache=memory_cache(), input_shapes=input_shapes)
 
 
-def run_case(case: Case) -> Outcome:
+def run_case(case: Case, device: str | None = None) -> Outcome:
+  """The case on `device` (default: the runtime's default device)."""
   names = _feed_names(case.model)
   first_inputs = [_array(v) for v in case.data_sets[0][0]] if case.data_sets else []
   # dynamic dims are specialised from the case's own inputs (tensor inputs only; others must be refused)
@@ -150,7 +151,7 @@ def run_case(case: Case) -> Outcome:
   with warnings.catch_warnings(), np.errstate(all="ignore"):
     warnings.simplefilter("ignore")
     try:
-      runner = load_runner(case, shapes)
+      runner = load_runner(case, shapes, device)
     except RuntimeCoreError as e:
       msg = str(e)
       if not msg.strip():

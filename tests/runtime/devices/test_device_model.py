@@ -1,5 +1,6 @@
 """Compiled models on the USB+AMD simulator through OnnxRunner: bit-identical to CPU, faults surface as
-typed errors, and compiled artifacts are tied to their device target."""
+typed errors, and compiled artifacts are tied to their device target. The hang test runs on the OpenCL device
+too (see conftest's `dev`)."""
 import os
 
 import numpy as np
@@ -63,21 +64,21 @@ def test_each_run_moves_its_inputs_and_outputs_over_the_link(usb, tmp_path):
   assert usb.link.transfers - before_link == 2                    # each fits in one chunk
 
 
-def test_hang_during_a_run_times_out_and_a_relinked_runner_recovers(usb, tmp_path):
+def test_hang_during_a_run_times_out_and_a_relinked_runner_recovers(dev, tmp_path):
   path = _conv_model(tmp_path / "m.onnx")
-  runner = OnnxRunner(path, device="USB+AMD")
+  runner = OnnxRunner(path, device=dev.name)
   x = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype(np.float32)
   ref = runner(x=x)["y"]
-  usb.wait_timeout_ms = 200
-  usb.inject_fault("hang@after=1")
+  dev.wait_timeout_ms = 200
+  dev.inject_fault("hang@after=1")
   with pytest.raises(DeviceTimeout, match="within 200 ms"):
     runner(x=x)
   with pytest.raises(DeviceTimeout, match="error state"):
     runner(x=x)
-  usb.reopen()
+  dev.reopen()
   with pytest.raises(StaleBuffer):                                # its memory died with the reset
     runner(x=x)
-  assert OnnxRunner(path, device="USB+AMD")(x=x)["y"].tobytes() == ref.tobytes()
+  assert OnnxRunner(path, device=dev.name)(x=x)["y"].tobytes() == ref.tobytes()
 
 
 def test_nan_and_disconnect_faults_reach_the_runner(usb, tmp_path):

@@ -1,4 +1,6 @@
-"""Timeline semantics, bounded waits, sticky errors, reopen and every injected fault of the simulator."""
+"""Timeline semantics, bounded waits, sticky errors, reopen and every injected fault of the simulator. The tests
+taking `dev` state the contract of any device with an asynchronous queue and run on the simulator and on the
+OpenCL device (whose hang is a real stall of its OpenCL queue)."""
 import subprocess
 import sys
 import threading
@@ -14,19 +16,19 @@ from runtime.device import (Device, DeviceDisconnected, DeviceError, DeviceTimeo
                             TransferError)
 
 
-def _hang(usb, wait_ms=200):
-  usb.wait_timeout_ms = wait_ms
-  usb.inject_fault("hang")
-  return usb.submit(lambda: None)
+def _hang(dev, wait_ms=200):
+  dev.wait_timeout_ms = wait_ms
+  dev.inject_fault("hang")
+  return dev.submit(lambda: None)
 
 
-def test_submit_returns_before_the_command_completes(usb):
+def test_submit_returns_before_the_command_completes(dev):
   gate = threading.Event()
-  value = usb.submit(gate.wait)
-  assert value == usb.timeline_value and usb.completed_value < value
+  value = dev.submit(gate.wait)
+  assert value == dev.timeline_value and dev.completed_value < value
   gate.set()
-  usb.synchronize()
-  assert usb.completed_value >= value
+  dev.synchronize()
+  assert dev.completed_value >= value
 
 
 def test_readback_blocks_until_earlier_commands_are_done(usb):
@@ -50,35 +52,35 @@ def test_cpu_completes_inline_and_kernel_errors_propagate_unchanged():
   cpu.synchronize()
 
 
-def test_hang_raises_timeout_after_wait_timeout_and_calls_handler_once(usb):
+def test_hang_raises_timeout_after_wait_timeout_and_calls_handler_once(dev):
   calls = []
-  usb.hang_handler = lambda dev, err: calls.append((dev, type(err)))
-  _hang(usb, wait_ms=200)
+  dev.hang_handler = lambda dev, err: calls.append((dev, type(err)))
+  _hang(dev, wait_ms=200)
   t0 = time.monotonic()
   with pytest.raises(DeviceTimeout, match="within 200 ms"):
-    usb.synchronize()
+    dev.synchronize()
   elapsed = time.monotonic() - t0
   assert 0.2 <= elapsed < 10, elapsed                   # did not return early; generous on a loaded box
-  assert calls == [(usb, DeviceTimeout)]
+  assert calls == [(dev, DeviceTimeout)]
 
 
-def test_error_state_is_sticky_and_fails_fast_until_reopen(usb):
+def test_error_state_is_sticky_and_fails_fast_until_reopen(dev):
   calls = []
-  usb.hang_handler = lambda dev, err: calls.append(err)
-  buf = Buffer(usb, 64).allocate()
-  _hang(usb)
+  dev.hang_handler = lambda dev, err: calls.append(err)
+  buf = Buffer(dev, 64).allocate()
+  _hang(dev)
   with pytest.raises(DeviceTimeout):
-    usb.synchronize()
-  usb.wait_timeout_ms = 60_000                          # fail-fast must not wait at all
+    dev.synchronize()
+  dev.wait_timeout_ms = 60_000                          # fail-fast must not wait at all
   t0 = time.monotonic()
-  for call in (lambda: usb.submit(lambda: None), usb.synchronize, lambda: Buffer(usb, 8).allocate(),
+  for call in (lambda: dev.submit(lambda: None), dev.synchronize, lambda: Buffer(dev, 8).allocate(),
                lambda: buf.copyin(np.zeros(64, np.uint8)), buf.numpy):
     with pytest.raises(DeviceTimeout, match="error state.*reopen"):
       call()
   assert time.monotonic() - t0 < 30
   assert len(calls) == 1
-  usb.reopen()
-  fresh = Buffer(usb, 16, np.int32)
+  dev.reopen()
+  fresh = Buffer(dev, 16, np.int32)
   fresh.copyin(np.arange(4, dtype=np.int32))
   assert fresh.numpy().tolist() == [0, 1, 2, 3]
   with pytest.raises(StaleBuffer, match="reopened"):
@@ -146,22 +148,22 @@ def test_slow_fault_stretches_command_time(usb):
   assert t.compute_s >= 0.05 * 4 * 0.9
 
 
-def test_fault_fires_after_n_compute_submissions(usb):
-  usb.inject_fault("hang@after=2")
+def test_fault_fires_after_n_compute_submissions(dev):
+  dev.inject_fault("hang@after=2")
   for _ in range(2):
-    usb.submit(lambda: None)
-    usb.synchronize()
-  usb.wait_timeout_ms = 200
-  usb.submit(lambda: None)
+    dev.submit(lambda: None)
+    dev.synchronize()
+  dev.wait_timeout_ms = 200
+  dev.submit(lambda: None)
   with pytest.raises(DeviceTimeout):
-    usb.synchronize()
+    dev.synchronize()
 
 
-def test_kernel_exception_on_the_device_becomes_a_sticky_device_error(usb):
-  usb.submit(lambda: 1 / 0)
+def test_kernel_exception_on_the_device_becomes_a_sticky_device_error(dev):
+  dev.submit(lambda: 1 / 0)
   with pytest.raises(DeviceError, match="ZeroDivisionError"):
-    usb.synchronize()
-  assert isinstance(usb.error_state, DeviceError)
+    dev.synchronize()
+  assert isinstance(dev.error_state, DeviceError)
 
 
 def test_fault_file_from_another_process_is_armed_once(usb, namespace):
@@ -214,35 +216,35 @@ class _Payload:
   """Stands for what a caller's frames hold while the device fails (in modeld: the camera frames)."""
 
 
-def test_a_sticky_error_does_not_pin_the_frames_it_was_raised_through(usb):
+def test_a_sticky_error_does_not_pin_the_frames_it_was_raised_through(dev):
   def wait_holding(payload):
-    usb.synchronize()
+    dev.synchronize()
 
   payload = _Payload()
   alive = weakref.ref(payload)
-  _hang(usb)
+  _hang(dev)
   try:
     wait_holding(payload)
   except DeviceTimeout:
     pass
   del payload
   assert alive() is None, "the device's sticky error kept the caller's frames (and their locals) alive"
-  assert isinstance(usb.error_state, DeviceTimeout)
+  assert isinstance(dev.error_state, DeviceTimeout)
   with pytest.raises(DeviceTimeout, match="error state"):
-    usb.synchronize()
+    dev.synchronize()
 
 
-def test_an_error_raised_inside_a_device_command_does_not_pin_the_command(usb):
+def test_an_error_raised_inside_a_device_command_does_not_pin_the_command(dev):
   def kernel(payload):
     raise TransferError(f"link dropped while reading {len(payload.__dict__)} fields")
 
   payload = _Payload()
   alive = weakref.ref(payload)
-  usb.submit(lambda p=payload: kernel(p))
+  dev.submit(lambda p=payload: kernel(p))
   try:
-    usb.synchronize()
+    dev.synchronize()
   except TransferError:
     pass
   del payload
   assert alive() is None, "the stored fault's traceback kept the failed command's memory alive"
-  assert isinstance(usb.error_state, TransferError)
+  assert isinstance(dev.error_state, TransferError)

@@ -1,0 +1,140 @@
+"""The OpenCL device ("CL") on the device contract, and models on it through OnnxRunner. The timeline, hang and
+reopen contract tests shared with the simulator are in test_device_timeline.py (fixture `dev`); these are the ones
+only OpenCL has: opening without a driver, memory that is never host-mapped, the enqueue list a linked program is,
+and parity with the CPU target. Every test is skipped, saying why, where no OpenCL platform is found."""
+import os
+
+import numpy as np
+import pytest
+
+from rt_helpers import tiny_model
+from runtime import OnnxRunner, cl
+from runtime.buffer import Buffer, Lease
+from runtime.device import Device, DeviceError, DeviceUnavailable
+from runtime.errors import UnsupportedOpError
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+DM_MODEL = os.path.join(REPO, "daemons", "dmonitoringmodeld", "models", "dmonitoring_model.onnx")
+
+
+def test_cl_without_the_opencl_loader_is_unavailable_naming_the_install_line_and_not_cached(monkeypatch):
+  Device.close("CL")
+  monkeypatch.setattr(cl, "LIBRARY", "libOpenCL-that-does-not-exist.so.9")
+  with pytest.raises(DeviceUnavailable, match="install: apt-get install pocl-opencl-icd ocl-icd-libopencl1"):
+    Device["CL"]
+  assert "CL" not in Device.opened()
+
+
+def test_cl_with_a_loader_but_no_platform_is_unavailable_naming_the_install_line(monkeypatch):
+  class NoPlatforms:
+    def clGetPlatformIDs(self, n, ids, count):
+      return -1001  # CL_PLATFORM_NOT_FOUND_KHR: what the ICD loader returns with no driver installed
+
+  Device.close("CL")
+  monkeypatch.setattr(cl, "load_library", lambda name=None: NoPlatforms())
+  with pytest.raises(DeviceUnavailable, match="no OpenCL platform found.*install: apt-get"):
+    Device["CL"]
+
+
+def test_cl_memory_is_never_host_mapped_and_external_host_memory_is_refused(cl_dev):
+  buf = Buffer(cl_dev, 16, np.float32).allocate()
+  with pytest.raises(DeviceError, match="host-visible|host-mapped"):
+    buf.device_array()
+  with pytest.raises(DeviceError, match="cannot map host memory"):
+    Buffer.from_external(np.zeros(16, np.uint8), 16, Lease(), device=cl_dev)
+
+
+def test_uploads_device_copies_and_readbacks_move_the_bytes_and_are_recorded(cl_dev):
+  a, b = Buffer(cl_dev, 64, np.float32), Buffer(cl_dev, 64, np.float32)
+  a.copyin(np.arange(16, dtype=np.float32))
+  assert b.copy_from(a).kind == "direct"
+  assert b.view(16, 16, np.float32).numpy().tolist() == [4, 5, 6, 7]
+  host = Buffer("CPU", 64, np.float32)
+  assert host.copy_from(b).kind == "readback"
+  assert a.copy_from(host).kind == "upload"
+  assert a.numpy().tolist() == list(range(16))
+  assert cl_dev.transfers.by_kind["direct"] == 1 and cl_dev.transfers.by_kind["upload"] >= 2
+
+
+def test_a_readback_waits_for_every_command_submitted_before_it(cl_dev):
+  src, dst = Buffer(cl_dev, 16, np.int32), Buffer(cl_dev, 16, np.int32)
+  src.copyin(np.array([1, 2, 3, 4], np.int32))
+  dst.copyin(np.zeros(4, np.int32))
+  cl_dev.submit(lambda: __import__("time").sleep(0.2))
+  dst.copy_from(src)
+  assert dst.numpy().tolist() == [1, 2, 3, 4]
+  assert cl_dev.completed_value == cl_dev.timeline_value
+
+
+def test_freed_device_memory_is_released_to_the_driver_when_trimmed(cl_dev):
+  handles = []
+  for _ in range(4):
+    buf = Buffer(cl_dev, 1 << 20).allocate()
+    handles.append(buf._handle)
+    del buf
+  cl_dev.synchronize()
+  assert cl_dev.allocator.trim() > 0
+  assert all(h.ptr is None for h in handles)
+
+
+def test_an_op_without_a_generated_lowering_is_refused_at_load_naming_the_kernel_not_run_on_the_host(cl_dev):
+  model = tiny_model("Acos", {"x": np.zeros(4, np.float32)})
+  assert OnnxRunner(model, device="CPU").program.fallbacks == ["Acos"]   # the CPU target falls back to numpy
+  with pytest.raises(UnsupportedOpError, match=r"OpenCL: kernel k0 \(Acos\) has no generated lowering.*no host"):
+    OnnxRunner(model, device="CL")
+
+
+def test_a_gemm_the_cpu_hands_to_sgemm_is_a_loop_kernel_on_cl_with_the_same_result(cl_dev):
+  rng = np.random.default_rng(3)
+  a, b = rng.standard_normal((64, 48)).astype(np.float32), rng.standard_normal((48, 40)).astype(np.float32)
+  model = tiny_model("MatMul", {"a": a, "b": b})
+  cpu, gpu = OnnxRunner(model, device="CPU"), OnnxRunner(model, device="CL")
+  assert any(("extern", "sgemm") in k.params for k in cpu.program.kernels)
+  assert all(k.kind == "cl" and all(kind == "buf" for kind, _ in k.params) for k in gpu.program.kernels)
+  np.testing.assert_allclose(gpu(a=a, b=b)["y0"], cpu(a=a, b=b)["y0"], rtol=1e-5, atol=1e-5)
+
+
+def test_a_linked_program_is_an_enqueue_list_with_its_arguments_set_once(cl_dev):
+  x = np.arange(12, dtype=np.float32).reshape(3, 4) - 5
+  runner = OnnxRunner(tiny_model("Softmax", {"x": x}, {"axis": 1}), device="CL")
+  per_kernel = [entry for k in runner.program.kernels for entry in k.tags["cl"]]
+  assert len(runner.linked.calls) == len(per_kernel)
+  assert per_kernel[0][1] == 3                  # one work-item per row: the row's max and sum computed once
+  calls = []
+  enqueue = runner.linked.ctx.lib.clEnqueueNDRangeKernel
+  set_arg = runner.linked.ctx.set_arg
+  runner.linked.ctx.lib.clEnqueueNDRangeKernel = lambda *a: calls.append(a[1]) or enqueue(*a)
+  runner.linked.ctx.set_arg = lambda *a: pytest.fail("a run set a kernel argument")
+  try:
+    for _ in range(2):
+      y = runner(x=x)["y0"]
+  finally:
+    runner.linked.ctx.lib.clEnqueueNDRangeKernel, runner.linked.ctx.set_arg = enqueue, set_arg
+  assert calls == [k for k, _ in runner.linked.calls] * 2
+  e = np.exp(x - x.max(1, keepdims=True))
+  np.testing.assert_allclose(y, e / e.sum(1, keepdims=True), rtol=1e-6)
+
+
+def test_an_input_bound_to_a_device_buffer_is_read_from_it_without_a_copy(cl_dev):
+  x = np.arange(6, dtype=np.float32) - 3
+  runner = OnnxRunner(tiny_model("Relu", {"x": x}), device="CL")
+  frame = Buffer(cl_dev, x.nbytes, np.float32)
+  frame.copyin(x * 2)
+  runner.bind_input("x", frame)
+  assert runner.run({})["y0"].tolist() == np.maximum(x * 2, 0).tolist()
+  runner.unbind_input("x")
+  assert runner(x=x)["y0"].tolist() == np.maximum(x, 0).tolist()
+
+
+def test_the_driver_monitoring_model_on_cl_matches_the_cpu_target(cl_dev):
+  cpu, gpu = OnnxRunner(DM_MODEL, device="CPU"), OnnxRunner(DM_MODEL, device="CL")
+  rng = np.random.default_rng(0)
+  for _ in range(2):
+    feeds = {n: rng.integers(0, 256, s, dtype=np.uint8) if d == np.uint8 else rng.standard_normal(s).astype(d)
+             for n, (s, d) in cpu.input_specs.items()}
+    ref, out = cpu(**feeds), gpu(**feeds)
+    assert set(out) == set(ref)
+    for name in ref:
+      np.testing.assert_allclose(out[name], ref[name], rtol=1e-4, atol=1e-5, err_msg=name)
+  t = gpu.last_timings
+  assert t["upload_s"] > 0 and t["compute_s"] > 0 and t["readback_s"] > 0
