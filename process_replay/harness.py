@@ -12,8 +12,13 @@ Invariants:
   so that the chain can run daemons of different namespaces at the same time.
 - Resident daemons (`cfg.entry`): the process imports its module once (process_replay.resident) and runs its
   main() once per route. `launch()` starts the import early, so it overlaps with whatever the caller does
-  next; `finish_route()` ends main() (SIGTERM, then the gate until it returns) and drops what it published
-  while stopping. The next route starts main() from scratch in the same process.
+  next; the next route's start() ends main() (SIGINT, then the gate until it returns) and drops what it
+  published while stopping, then starts main() from scratch in the same process.
+- A daemon dies with the harness: every child starts through process_replay.resident, which asks the kernel to
+  SIGKILL it when the thread that launched it dies (PR_SET_PDEATHSIG; so launch from a thread that lives as long
+  as the runner), and SIGTERM ends a child at any time. A harness that is killed cannot remove its namespaces,
+  named replay<pid>_<hex> after it: the first launch of a later harness removes those whose harness is gone
+  (sweep_stale_namespaces).
 - Frames are decoded ahead, in send order, on one background thread (zstd releases the GIL), and the next
   step's frames are copied into free VisionIPC buffers right after a gate opens (announced only at their own
   step), so decoding and copying overlap with the daemon's work instead of adding to every step.
@@ -27,7 +32,10 @@ import contextlib
 import json
 import os
 import queue
+import re
+import secrets
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -44,13 +52,47 @@ from cereal.messaging import PubMaster, log_from_bytes, sub_sock
 from cereal.route import Route
 from msgq import EventTimeoutError, fake_event_handle, wait_for_one_event
 from msgq.env import MSGQ_ENV
-from msgq.namespace import PREFIX_ENV, Namespace
+from msgq.namespace import PREFIX_ENV, SHM_ROOT, Namespace, runtime_dir_path, shm_dir_path
 from process_replay.configs import VIPC_SERVER, VISION_STREAMS, ProcessConfig
 from visionipc import VisionIpcServer
 
 VIPC_BUFFERS = 4
 BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 _POLL_S = 0.05
+NAMESPACE_PREFIX = "replay"   # a runner's namespace: replay<harness pid>_<hex>
+_swept = False                # this process swept the namespaces of dead harnesses once
+
+
+def _running(pid: int) -> bool:
+  """False for a pid that is gone or a zombie (dead, not yet reaped: a killed harness whose parent, or init in a
+  container, has not collected it yet)."""
+  try:
+    with open(f"/proc/{pid}/stat") as f:
+      return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+  except (OSError, IndexError):
+    return False
+
+
+def sweep_stale_namespaces() -> list[str]:
+  """Remove the namespaces (shm and runtime dirs) of harnesses that are gone: a harness that was killed could
+  not remove its own, and its daemons died with it. A namespace whose harness pid is alive is never touched."""
+  name = rf"({NAMESPACE_PREFIX}(\d+)_[0-9a-f]+)"
+  found = set()
+  for root, pattern in ((SHM_ROOT, "msgq_" + name), (os.path.dirname(runtime_dir_path(f"{NAMESPACE_PREFIX}0_0")), name)):
+    try:
+      entries = os.listdir(root)
+    except OSError:
+      continue
+    for m in filter(None, (re.fullmatch(pattern, entry) for entry in entries)):
+      found.add((m.group(1), int(m.group(2))))
+  removed = []
+  for prefix, pid in sorted(found):
+    if _running(pid):
+      continue
+    for path in (shm_dir_path(prefix), runtime_dir_path(prefix)):
+      shutil.rmtree(path, ignore_errors=True)
+    removed.append(prefix)
+  return removed
 
 
 class ReplayError(Exception):
@@ -207,14 +249,19 @@ class ProcessRunner:
     """Start the process without waiting (a resident imports its daemon now); idempotent."""
     if self.proc is not None:
       return
+    global _swept
+    if not _swept:
+      _swept = True
+      sweep_stale_namespaces()
     cfg = self.cfg
-    self._ns = Namespace()
+    self._ns = Namespace(f"{NAMESPACE_PREFIX}{os.getpid()}_{secrets.token_hex(4)}")
     with in_namespace(self._ns.prefix):   # creates its dirs; the caller's namespace stays current
       self._ns.__enter__()
     self._log = tempfile.TemporaryFile()
     env = {**os.environ, PREFIX_ENV: self._ns.prefix, "CEREAL_FAKE": "1", "CEREAL_FAKE_PREFIX": cfg.name,
            "REPLAY": "1",
-           # an orphaned child (harness killed) gives up at its gate instead of waiting forever
+           # a child whose harness hangs gives up at its gate instead of waiting forever (one whose harness
+           # dies is killed by the kernel: process_replay.resident)
            "CEREAL_FAKE_TIMEOUT": str(max(cfg.timeout, cfg.startup_timeout) * 2),
            # one BLAS thread: the summation order (hence the last bits of float32 outputs) must not depend
            # on the caller's environment
@@ -226,11 +273,11 @@ class ProcessRunner:
     if self.resident:
       self._reply_r, reply_w = os.pipe2(os.O_CLOEXEC)
       os.set_inheritable(reply_w, True)
-      argv = [sys.executable, "-m", "process_replay.resident", cfg.entry, str(reply_w)]
+      argv = [sys.executable, "-m", "process_replay.resident", cfg.entry, str(reply_w), str(os.getpid())]
       pass_fds = (reply_w,)
       stdin = subprocess.PIPE
-    else:
-      argv = [sys.executable, *cfg.command, *self.extra_args]
+    else:   # the resident module only asks to die with us, then execs the daemon
+      argv = [sys.executable, "-m", "process_replay.resident", "--exec", str(os.getpid()), *cfg.command, *self.extra_args]
       stdin = subprocess.DEVNULL
     try:
       self.proc = subprocess.Popen(argv, env=env, stdin=stdin, stdout=self._log, stderr=subprocess.STDOUT,
@@ -322,9 +369,10 @@ class ProcessRunner:
       self._prefetch = None
 
   def _end_main(self) -> None:
-    """SIGTERM the daemon's main(), letting it round its loop at the gate until it returns."""
+    """SIGINT the daemon's main() (SIGTERM ends the resident itself), letting it round its loop at the gate until
+    it returns."""
     deadline = time.monotonic() + self.cfg.timeout
-    self.proc.send_signal(signal.SIGTERM)
+    self.proc.send_signal(signal.SIGINT)
     called, ready = self._handle.recv_called_event, self._handle.recv_ready_event
     while True:
       reply = self._read_reply(_POLL_S)
@@ -338,7 +386,7 @@ class ProcessRunner:
         called.clear()
         ready.set()
       if time.monotonic() >= deadline:
-        raise ReplayError(f"{self.cfg.name} hung: main() did not return within {self.cfg.timeout:g} s of SIGTERM; "
+        raise ReplayError(f"{self.cfg.name} hung: main() did not return within {self.cfg.timeout:g} s of SIGINT; "
                           f"its last output:\n{self.output_tail()}")
     self._running = False
     for sock in self._subs.values():   # what it published on the way out is no step's output

@@ -29,6 +29,7 @@ from process_replay.compare import compare_logs, format_diff, format_diff_long, 
 from process_replay.configs import CHAIN, CHAIN_NAME, get_config, owner_of
 from process_replay.harness import ProcessRunner, ReplayError, load_messages, replay
 from process_replay.references import RefMissingError, load_ref, save_ref, truncate
+from selfdrive_stub.process import die_with_parent
 
 ROUTES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "routes")
 PRELAUNCH_AHEAD = 1    # inline runs launch the daemons of this many next tasks early
@@ -210,6 +211,12 @@ def route_seconds(route_path: str) -> float:
     return 1.0
 
 
+def _pool_worker_init(parent_pid: int) -> None:
+  """A pool worker dies with the CLI that started it (a SIGKILLed CLI left workers waiting on their task queue
+  forever, their daemons with them); its daemons die with the worker (process_replay.resident)."""
+  die_with_parent(parent_pid)
+
+
 def execution_order(tasks) -> list[int]:
   """Task indices grouped by process (stable): consecutive tasks of one daemon reuse its resident."""
   first = {}
@@ -242,7 +249,8 @@ def run_tasks(tasks, jobs: int = 1, ray_address: str | None = None, seconds: flo
       on_step = (lambda step, total, label=label: progress.step(label, step, total)) if progress else None
       done(i, run_task(route, proc, seconds, env, on_step))
   else:
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"), initializer=_pool_worker_init,
+                             initargs=(os.getpid(),)) as pool:
       futures = {pool.submit(run_task, tasks[i][0], tasks[i][1], seconds, env): i for i in order}
       for fut in as_completed(futures):
         i = futures[fut]

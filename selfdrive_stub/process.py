@@ -234,19 +234,26 @@ class ManagedProcess:
       pass
 
 
-def _die_with_parent() -> None:
-  """Ask the kernel to SIGKILL us when the manager dies, so a killed manager leaves no orphans."""
-  manager_pid = SELFDRIVE_ENV.get(MANAGER_PID_ENV)
-  if not manager_pid:
-    return
+def die_with_parent(parent_pid: int) -> None:
+  """Ask the kernel to SIGKILL this process when its parent dies (PR_SET_PDEATHSIG), so a parent that is killed
+  leaves no orphans; exit at once if `parent_pid` already died before the request took effect. Shared by the
+  manager's children and the replay harness's. The kernel ties the request to the parent *thread* that started
+  this process, so a parent must start its children from a thread that lives as long as they should."""
   PR_SET_PDEATHSIG = 1
   try:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
   except (OSError, AttributeError):
     return
-  if os.getppid() != int(manager_pid):   # the manager died before prctl took effect
+  if os.getppid() != parent_pid:
     os._exit(1)
+
+
+def _die_with_parent() -> None:
+  """Die with the manager that started us (its pid is in the environment; none: started by hand)."""
+  manager_pid = SELFDRIVE_ENV.get(MANAGER_PID_ENV)
+  if manager_pid:
+    die_with_parent(int(manager_pid))
 
 
 def spawn_child(argv: list[str], **popen) -> subprocess.Popen:

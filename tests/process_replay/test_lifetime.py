@@ -1,0 +1,132 @@
+"""The replay CLI's processes live no longer than it does: a SIGKILLed harness takes its daemons with it (and the
+next run removes the namespaces it could not), a SIGTERMed daemon ends even while its harness cannot react, and
+Ctrl-C prints what finished, says it was interrupted and exits 130 with nothing left behind."""
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from msgq.namespace import SHM_ROOT, runtime_dir_path
+from procfs import proc_stats
+from repo_paths import REPO_ROOT
+
+
+
+def start_cli(*args, cwd) -> subprocess.Popen:
+  """The CLI in its own session (as a shell runs a foreground job), its output in files under cwd."""
+  with open(cwd / "stdout", "w") as out, open(cwd / "stderr", "w") as err:
+    return subprocess.Popen([sys.executable, "-m", "process_replay", *args], cwd=cwd, stdout=out, stderr=err,
+                            start_new_session=True, env={**os.environ, "PYTHONPATH": REPO_ROOT})
+
+
+def state(pid: int) -> str | None:
+  try:
+    with open(f"/proc/{pid}/stat") as f:
+      return f.read().rsplit(")", 1)[1].split()[0]
+  except OSError:
+    return None
+
+
+def alive(pid: int) -> bool:
+  return state(pid) not in (None, "Z")
+
+
+def cmdline(pid: int) -> str:
+  try:
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+      return f.read().replace(b"\0", b" ").decode(errors="replace")
+  except OSError:
+    return ""
+
+
+def descendants(root: int) -> dict[int, str]:
+  """pid -> command line of every live process below root."""
+  children: dict[int, list[int]] = {}
+  for pid, st, ppid, _ in proc_stats():
+    if st != "Z":
+      children.setdefault(ppid, []).append(pid)
+  out, todo = {}, [root]
+  while todo:
+    for pid in children.get(todo.pop(), []):
+      out[pid] = cmdline(pid)
+      todo.append(pid)
+  return out
+
+
+def in_main(pid: int) -> bool:
+  """True once a daemon runs its main(): it has mapped bus segments."""
+  try:
+    with open(f"/proc/{pid}/maps") as f:
+      return f"{SHM_ROOT}/msgq_" in f.read()
+  except OSError:
+    return False
+
+
+def namespaces_of(pids) -> list[str]:
+  """The shm and runtime dirs of replay namespaces named after any of these harness pids."""
+  names = re.compile(rf"(msgq_)?replay({'|'.join(map(str, pids))})_[0-9a-f]+")
+  out = []
+  for root in (SHM_ROOT, os.path.dirname(runtime_dir_path("x"))):
+    out += [os.path.join(root, e) for e in os.listdir(root) if names.fullmatch(e)]
+  return out
+
+
+def wait_for(predicate, timeout: float, what: str):
+  deadline = time.monotonic() + timeout
+  while not (value := predicate()):
+    if time.monotonic() > deadline:
+      raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+    time.sleep(0.02)
+  return value
+
+
+def daemons_of(root: int) -> dict[int, str]:
+  """The replayed daemons below root (not pool workers or multiprocessing's helper); a daemon's main() sets its
+  process title to its name."""
+  return {pid: cmd for pid, cmd in descendants(root).items() if "multiprocessing" not in cmd}
+
+
+@pytest.fixture
+def cleanup():
+  """Processes a failing test leaves are killed (their whole session)."""
+  started = []
+  yield started
+  for proc in started:
+    if proc.poll() is None:
+      os.killpg(proc.pid, signal.SIGCONT)
+      os.killpg(proc.pid, signal.SIGKILL)
+      proc.wait()
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_sigkilled_harness_takes_its_replay_children_with_it_and_the_next_run_removes_its_namespaces(
+    tici_route_path, tmp_path, cleanup, jobs):
+  cli = start_cli("--routes", tici_route_path, "--chain", "--procs", "dmonitoringd", "-j", jobs,
+                  "--refs-dir", str(tmp_path / "refs"), cwd=tmp_path)
+  cleanup.append(cli)
+  # every daemon of the chain runs its main(), parked at its gate or stepping
+  daemons = wait_for(lambda: (d := daemons_of(cli.pid)) and sum(map(in_main, d)) >= 4 and d, 90, "the chain's daemons")
+  harnesses = [cli.pid, *descendants(cli.pid)]   # the CLI, its pool workers and their daemons
+
+  # a daemon ends on SIGTERM even while its harness cannot open its gate (stopped here)
+  os.kill(cli.pid, signal.SIGSTOP)
+  dm = next(pid for pid in daemons if cmdline(pid).split()[0] == "dmonitoringd" and in_main(pid))
+  os.kill(dm, signal.SIGTERM)
+  wait_for(lambda: not alive(dm), 10, f"dmonitoringd (pid {dm}) to end on SIGTERM")
+
+  os.kill(cli.pid, signal.SIGKILL)
+  cli.wait()
+  for pid in harnesses:   # PR_SET_PDEATHSIG: the kernel kills every daemon and pool worker with the harness
+    wait_for(lambda: not alive(pid), 10, f"{cmdline(pid)} (pid {pid}) to die with the harness")
+  left = namespaces_of(harnesses)
+  assert left, "a SIGKILLed harness cannot remove its namespaces"
+
+  r = subprocess.run([sys.executable, "-m", "process_replay", "--routes", tici_route_path, "--procs", "dmonitoringd",
+                      "--seconds", "0.5"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                     env={**os.environ, "PYTHONPATH": REPO_ROOT})
+  assert r.returncode == 0, r.stdout + r.stderr
+  assert not [p for p in left if os.path.exists(p)], "the next run removes what the dead harness left"
