@@ -17,8 +17,8 @@ from .errors import RuntimeCoreError
 from .onnx_import import import_onnx
 from .program import Program, build_program
 
-# the devices whose program is generated C (REF has none: see refuse_device)
-CODE_DEVICES = ("CPU", "USB+AMD")
+# the devices whose program is generated code, and the backend each builds it with (REF has none: see code_device)
+CODE_DEVICES = {"CPU": "compiled", "USB+AMD": "compiled", "CL": "opencl"}
 
 
 class InspectError(Exception):
@@ -52,9 +52,10 @@ def describe_program(program: Program, title: str, model_ops: Counter | None = N
   if model_ops is not None:
     lines.append("model ops: " + ", ".join(f"{op}={c}" for op, c in sorted(model_ops.items())))
   lines.append("ops after passes: " + ", ".join(f"{op}={c}" for op, c in sorted(program.op_counts().items())))
-  n_c = sum(1 for k in program.kernels if k.kind == "c")
+  n_c = sum(1 for k in program.kernels if k.kind != "host")
   fb = program.fallbacks
-  lines.append(f"kernels: {len(program.kernels)} ({n_c} generated C, {len(fb)} fallback)")
+  lang = "OpenCL C" if program.backend == "opencl" else "C"
+  lines.append(f"kernels: {len(program.kernels)} ({n_c} generated {lang}, {len(fb)} fallback)")
   lines.append("fallback ops: " + (", ".join(f"{op}={c}" for op, c in sorted(Counter(fb).items())) if fb else "none"))
   for i, k in enumerate(program.kernels):
     ops = "+".join(k.tags.get("ops", [])) or "copy"
@@ -82,7 +83,8 @@ def kernel_source(program: Program, index: int) -> str:
 def describe(path: str, device: str = "CPU") -> str:
   graph = import_onnx(path)
   model_ops = Counter(n.op for n in graph.nodes)
-  return describe_program(build_program(graph, code_device(device)), f"model: {path}", model_ops)
+  device = code_device(device)
+  return describe_program(build_program(graph, device, backend=CODE_DEVICES[device]), f"model: {path}", model_ops)
 
 
 def main(argv=None) -> int:
@@ -95,7 +97,7 @@ def main(argv=None) -> int:
   try:
     device = code_device(args.device)   # before the model is read: a wrong flag is not worth a compile
     if args.source is not None:
-      print(kernel_source(build_program(import_onnx(args.model), device), args.source))
+      print(kernel_source(build_program(import_onnx(args.model), device, backend=CODE_DEVICES[device]), args.source))
     else:
       print(describe(args.model, device))
   except (OSError, RuntimeCoreError, InspectError) as e:

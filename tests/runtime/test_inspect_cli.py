@@ -78,6 +78,15 @@ def test_a_good_model_shows_its_program_and_the_c_of_a_kernel_on_cpu_and_usb_amd
   assert proc.returncode == 0 and "void" in proc.stdout, proc.stdout + proc.stderr
 
 
+def test_the_opencl_program_is_shown_with_its_work_items_and_its_kernels_are_opencl_c(relu_model):
+  proc = inspect_cli(relu_model, "--device", "cl")   # built without opening the device: no driver needed
+  assert proc.returncode == 0, proc.stderr
+  assert "target CL:OpenCL-C" in proc.stdout and "kernels: 1 (1 generated OpenCL C, 0 fallback)" in proc.stdout
+  assert "[work-items 16]" in proc.stdout
+  proc = inspect_cli(relu_model, "--device", "CL", "--source", "0")
+  assert proc.returncode == 0 and "__kernel void" in proc.stdout and "get_global_id(0)" in proc.stdout, proc.stderr
+
+
 def test_the_help_points_to_the_daemons_frame_programs():
   proc = inspect_cli("--help")
   assert proc.returncode == 0 and "python -m daemons.inspect" in proc.stdout
