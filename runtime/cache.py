@@ -12,6 +12,8 @@ is loaded as machine code, so it is treated as hostile:
   and rewritten, and never loaded;
 - verified bytes are written to an anonymous memory file (memfd) and loaded from there, so the cache entry
   cannot change between the check and the load, and nothing is left on a filesystem when the process dies.
+OpenCL program binaries (cl_device.py) are entries of the same kind, keyed by the program's source and the
+OpenCL platform, device and driver identity, and verified the same way before the driver is given them.
 Each layer counts its own hits and misses. Env PYMODELD_DISK_CACHE=0 turns the disk layer off. The disk entries of
 both caches together are bounded (PYMODELD_CACHE_MAX_MB): a hit refreshes an entry's mtime, and after a write the
 least recently used entries are removed until the total is under the bound. `python -m runtime.cache --clean`
@@ -258,6 +260,22 @@ class KernelCache:
         os.unlink(tmp)
       except OSError:
         pass
+
+  def blob(self, key: str) -> bytes | None:
+    """The verified payload of the disk entry for key that another loader runs (an OpenCL program binary, which
+    the driver loads), under the same checks as a kernel's entry; None on a miss, a rejected entry or no disk."""
+    d = self._dir()
+    payload = self._read(d, key) if d else None
+    if d:
+      self.stats.disk_hits += payload is not None
+      self.stats.disk_misses += payload is None
+    return payload
+
+  def store_blob(self, key: str, payload: bytes) -> None:
+    d = self._dir()
+    if d:
+      self._write(d, key, payload)
+      trim_disk(os.path.dirname(d))
 
   def get_many(self, sources: list[tuple[str, str]], target: str) -> tuple[list[LoadedKernel], str]:
     """sources: (C source, exported symbol). Returns the loaded kernels and where the slowest came from

@@ -29,6 +29,7 @@ CL_DEVICE_TYPE_GPU, CL_DEVICE_TYPE_ALL = 1 << 2, 0xFFFFFFFF
 CL_DEVICE_NAME, CL_DRIVER_VERSION, CL_DEVICE_VERSION = 0x102B, 0x102D, 0x102F
 CL_MEM_READ_WRITE = 1 << 0
 CL_PROGRAM_BUILD_LOG = 0x1183
+CL_PROGRAM_BINARY_SIZES, CL_PROGRAM_BINARIES = 0x1165, 0x1166
 CL_EVENT_COMMAND_EXECUTION_STATUS = 0x11D3
 CL_COMPLETE = 0
 
@@ -49,7 +50,10 @@ _SIGS = {  # name: (result, argument types)
   "clEnqueueReadBuffer": (c_int32, [_P, _P, c_uint32, c_size_t, c_size_t, _P, c_uint32, _PP, _PP]),
   "clEnqueueCopyBuffer": (c_int32, [_P, _P, _P, c_size_t, c_size_t, c_size_t, c_uint32, _PP, _PP]),
   "clCreateProgramWithSource": (_P, [_P, c_uint32, POINTER(c_char_p), POINTER(c_size_t), POINTER(c_int32)]),
+  "clCreateProgramWithBinary": (_P, [_P, c_uint32, _PP, POINTER(c_size_t), POINTER(c_char_p), POINTER(c_int32),
+                                     POINTER(c_int32)]),
   "clBuildProgram": (c_int32, [_P, c_uint32, _PP, c_char_p, _P, _P]),
+  "clGetProgramInfo": (c_int32, [_P, c_uint32, c_size_t, _P, POINTER(c_size_t)]),
   "clGetProgramBuildInfo": (c_int32, [_P, _P, c_uint32, c_size_t, _P, POINTER(c_size_t)]),
   "clReleaseProgram": (c_int32, [_P]),
   "clCreateKernel": (_P, [_P, c_char_p, POINTER(c_int32)]),
@@ -191,6 +195,31 @@ class Context:
       self.lib.clGetProgramBuildInfo(prog, self.device, CL_PROGRAM_BUILD_LOG, len(log), log, None)
       self.lib.clReleaseProgram(prog)
       raise CLError(f"clBuildProgram failed for {what}: {log.value.decode(errors='replace').strip()[:2000]}")
+    return prog
+
+  def binary(self, prog: int) -> bytes:
+    """The device binary of a built program (what from_binary takes back)."""
+    size = c_size_t(0)
+    _check(self.lib.clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, ctypes.sizeof(size), byref(size), None),
+           "clGetProgramInfo")
+    buf = ctypes.create_string_buffer(size.value)
+    ptrs = (c_void_p * 1)(ctypes.cast(buf, c_void_p))
+    _check(self.lib.clGetProgramInfo(prog, CL_PROGRAM_BINARIES, ctypes.sizeof(ptrs), ptrs, None), "clGetProgramInfo")
+    return buf.raw
+
+  def from_binary(self, data: bytes) -> int | None:
+    """A program from a binary this device produced, built; None when the driver refuses it (another driver
+    version wrote it, or it is damaged), so the caller builds from source instead."""
+    n, b, status, err = c_size_t(len(data)), c_char_p(data), c_int32(0), c_int32(0)
+    prog = self.lib.clCreateProgramWithBinary(self.ctx, 1, byref(c_void_p(self.device)), byref(n), byref(b),
+                                              byref(status), byref(err))
+    if err.value != CL_SUCCESS or status.value != CL_SUCCESS:
+      if prog:
+        self.lib.clReleaseProgram(prog)
+      return None
+    if self.lib.clBuildProgram(prog, 1, byref(c_void_p(self.device)), b"-cl-std=CL1.2", None, None) != CL_SUCCESS:
+      self.lib.clReleaseProgram(prog)
+      return None
     return prog
 
   def release_program(self, prog: int) -> None:

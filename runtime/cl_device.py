@@ -16,13 +16,16 @@ It keeps the device contract of runtime/device.py (README: the device layer) on 
   device is in its sticky error state, and reopen() completes the event (the stalled commands drain into memory
   nobody reuses: their buffers belong to the old generation and the commands hold their own references), drops
   the queue and all memory, and starts a new queue. Other fault kinds are refused: they are the simulator's.
-- Programs: a linked program's kernels are built as one OpenCL program from source (the first time in this
-  process; built programs are kept per source for the device's lifetime, across reopen(), since the context
-  stays). Binaries are not cached across processes (the driver may keep its own cache, as pocl does).
+- Programs: a linked program's kernels are one OpenCL program. Its binary (clGetProgramInfo) is kept in the
+  kernel cache's disk layer, keyed by the source and the platform, device and driver identity, verified like a C
+  kernel's entry; a miss, a rejected entry or a binary the driver refuses is built from source (and stored).
+  Built programs are kept per source for the device's lifetime (across reopen(): the context stays).
 """
 from __future__ import annotations
 
 import ctypes
+import hashlib
+import json
 import queue
 import re
 import threading
@@ -80,6 +83,7 @@ class CLDevice(Compiled):
   def __init__(self, name: str = "CL"):
     self.cl = cl.Context()
     self._programs: dict[str, int] = {}
+    self.last_build = ""                # where the last build() took its program from: memory, binary or source
     self._hang_at: list[int] = []       # compute-submission counts at which an injected hang fires
     self._compute_submitted = 0
     super().__init__(name, CLAllocator(self.cl, lambda: self.completed_value))
@@ -201,19 +205,29 @@ class CLDevice(Compiled):
     self.cl.close()   # the driver frees the context once the last buffer of it is released
 
   # ---- programs ----------------------------------------------------------------------------------------------
-  def build(self, source: str) -> int:
-    """The built OpenCL program of a source (built once per device); CompileError with the build log."""
+  def build(self, source: str, kernels=None) -> int:
+    """The built OpenCL program of a source: this device's, else the binary in `kernels` (a KernelCache), else
+    built from source (CompileError with the build log) and its binary stored there. `last_build` says which."""
     prog = self._programs.get(source)
+    self.last_build = "memory"
     if prog is None:
-      try:
-        prog = self.cl.build(source, f"a generated program on {self.cl.identity['device']}")
-      except cl.CLError as e:
-        raise CompileError(f"{self.name}: {e} (a code-generator bug)") from None
+      key = hashlib.sha256(json.dumps(["opencl-program-v1", self.cl.identity, source]).encode()).hexdigest()
+      data = kernels.blob(key) if kernels is not None else None
+      prog = self.cl.from_binary(data) if data is not None else None
+      self.last_build = "binary"
+      if prog is None:
+        try:
+          prog = self.cl.build(source, f"a generated program on {self.cl.identity['device']}")
+        except cl.CLError as e:
+          raise CompileError(f"{self.name}: {e} (a code-generator bug)") from None
+        self.last_build = "source"
+        if kernels is not None:
+          kernels.store_blob(key, self.cl.binary(prog))
       self._programs[source] = prog
     return prog
 
-  def link_program(self, program, held: dict | None = None) -> CLLinked:
-    return CLLinked(self, program)
+  def link_program(self, program, kernels=None) -> CLLinked:
+    return CLLinked(self, program, kernels)
 
 
 class CLLinked:
@@ -223,13 +237,13 @@ class CLLinked:
   Invariant: every cl_mem a kernel argument names is held by a Buffer this object references, at the byte offset
   the program's plan gives, until the argument is set again (bind_input) or the object is dropped."""
 
-  def __init__(self, device: CLDevice, program):
+  def __init__(self, device: CLDevice, program, kernels=None):
     self.device, self.program, self.ctx = device, program, device.cl
     if any(k.kind != "cl" for k in program.kernels):
       bad = next(k for k in program.kernels if k.kind != "cl")
       raise UnsupportedOpError(f"{device.name}: kernel {bad.name} is not an OpenCL kernel (built for {program.target})")
     sources = [part for k in program.kernels for part in re.split(r"(?m)^(?=__kernel )", k.source) if part]
-    prog = device.build(render_cl.program_source(sources))
+    prog = device.build(render_cl.program_source(sources), kernels)
     self.place: dict[str, tuple[Buffer, int]] = {}
     arena_bytes = program.plan.arena_bytes.get("arena", 0) + program.scratch_bytes
     self.arena = Buffer(device, max(arena_bytes, 1)).allocate()

@@ -147,7 +147,7 @@ class OnnxRunner:
 
   def _link(self):
     if self.device.backend == "opencl":   # device memory the host never maps: the device links its own program
-      self.linked = self.device.link_program(self.program)
+      self.linked = self.device.link_program(self.program, self.cache.kernels if self.cache is not None else None)
       self.state, self._in_bufs, self._out_read = dict(self.linked.held), dict(self.linked.inputs), dict(self.linked.outputs)
       return
     mem = LinkedMemory(self.device)

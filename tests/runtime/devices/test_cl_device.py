@@ -10,6 +10,8 @@ import pytest
 from rt_helpers import tiny_model
 from runtime import OnnxRunner, cl
 from runtime.buffer import Buffer, Lease
+from runtime.cache import KernelCache
+from runtime.codegen import render_cl
 from runtime.device import Device, DeviceError, DeviceUnavailable
 from runtime.errors import UnsupportedOpError
 
@@ -138,3 +140,24 @@ def test_the_driver_monitoring_model_on_cl_matches_the_cpu_target(cl_dev):
       np.testing.assert_allclose(out[name], ref[name], rtol=1e-4, atol=1e-5, err_msg=name)
   t = gpu.last_timings
   assert t["upload_s"] > 0 and t["compute_s"] > 0 and t["readback_s"] > 0
+
+
+def test_a_program_binary_is_kept_in_the_kernel_cache_and_a_damaged_one_is_rebuilt_from_source(cl_dev, tmp_path):
+  src = render_cl.program_source(["__kernel void twice(__global float* x) { x[get_global_id(0)] *= 2.0f; }\n"])
+  kernels = KernelCache(str(tmp_path / "cache"))
+  cl_dev.build(src, kernels)
+  assert cl_dev.last_build == "source" and kernels.stats.disk_misses == 1
+  Device.close("CL")                                  # a new device (as in a new process) has no program in memory
+  fresh = Device["CL"]
+  fresh.build(src, kernels)
+  assert fresh.last_build == "binary" and kernels.stats.disk_hits == 1
+  fresh.build(src, kernels)
+  assert fresh.last_build == "memory"
+  (entry,) = (tmp_path / "cache" / "kernels-v1").iterdir()
+  data = bytearray(entry.read_bytes())
+  data[-1] ^= 0xFF                                    # a flipped bit in the stored binary
+  entry.write_bytes(bytes(data))
+  Device.close("CL")
+  again = Device["CL"]
+  again.build(src, kernels)
+  assert again.last_build == "source" and "digest" in kernels.stats.rejected[0][1]
