@@ -16,20 +16,32 @@ read). --ignore-fields, --ignore-msgs and --tolerance change only the comparison
 replay flags of these names): dotted field paths and whole services left out, on top of each process's own, and
 a float tolerance that replaces each process's. Exits 1 on any difference, missing reference or replay error,
 2 on a usage mistake, 0 otherwise.
+
+Ctrl-C stops every daemon (and pool worker) and removes its namespace, then prints the summary of the tasks
+that finished and one line saying the run was interrupted, and exits 130; an interrupted --update-refs writes
+no reference (the finished tasks are compared with the references instead).
 """
 from __future__ import annotations
 
-import math
 import os
-import sys
-import time
+import signal
 
-from process_replay.cli import ArgParser, usage_exit
-from process_replay.compare import check_ignore_field, check_ignore_msg, format_diff
-from process_replay.configs import CHAIN_NAME, CONFIGS
-from process_replay.plot import plot_diffs
-from process_replay.references import REFS_DIR, current_commit, save_log, write_commit
-from process_replay.tasks import Progress, UsageError, judge, resolve_routes, route_seconds, run_tasks, summary_table, write_report
+if __name__ == "__main__":
+  # Ctrl-C while the imports below run (about a second): nothing was started yet, so a quiet exit instead of a
+  # KeyboardInterrupt traceback from the middle of an import
+  signal.signal(signal.SIGINT, lambda *_: (os.write(2, b"python -m process_replay: interrupted\n"), os._exit(130)))
+
+import math  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+from process_replay.cli import ArgParser, usage_exit  # noqa: E402
+from process_replay.compare import check_ignore_field, check_ignore_msg, format_diff  # noqa: E402
+from process_replay.configs import CHAIN_NAME, CONFIGS  # noqa: E402
+from process_replay.plot import plot_diffs  # noqa: E402
+from process_replay.references import REFS_DIR, current_commit, save_log, write_commit  # noqa: E402
+from process_replay.tasks import (Interrupted, Progress, UsageError, judge, resolve_routes, route_seconds, run_tasks,  # noqa: E402
+                                  summary_table, write_report)
 
 MAX_SUMMARY_LINES = 20   # per failing task on stdout; the report file has the rest
 REPORT_NAME = "process_replay_diff.txt"
@@ -107,8 +119,26 @@ def _check_report(path: str) -> None:
     raise UsageError(f"--report {path}: not writable")
 
 
+def _interrupt(signum, frame) -> None:
+  """The first Ctrl-C interrupts the run; later ones are ignored, so they cannot cut short the stopping of the
+  daemons and the summary that the first one started."""
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
+  raise KeyboardInterrupt
+
+
 def main(argv=None) -> int:
   args = parse_args(argv)
+  previous = signal.signal(signal.SIGINT, _interrupt)
+  try:
+    return _run(args)
+  except KeyboardInterrupt:   # outside the tasks (nothing runs there), e.g. while reading the routes' headers
+    print("python -m process_replay: interrupted", file=sys.stderr)
+    return 130
+  finally:
+    signal.signal(signal.SIGINT, previous)
+
+
+def _run(args) -> int:
   try:
     routes = resolve_routes(args.routes)
     out_dir = _make_dir("--out", args.out) if args.out else None
@@ -122,16 +152,22 @@ def main(argv=None) -> int:
   env = {"SEND_RAW_PRED": "1"} if args.send_raw_pred else None
   weights = [route_seconds(route) * (4 if proc == CHAIN_NAME else 1) for route, proc in tasks]
   t0 = time.monotonic()
+  progress = Progress(len(tasks), weights=weights)
+  interrupted = False
   try:
-    results = run_tasks(tasks, args.jobs, args.ray, args.seconds, env, Progress(len(tasks), weights=weights),
-                        args.ray_ship_routes)
+    results = run_tasks(tasks, args.jobs, args.ray, args.seconds, env, progress, args.ray_ship_routes)
   except UsageError as e:
     return usage_exit("python -m process_replay", e)
+  except Interrupted as e:
+    results, interrupted = e.results, True
+    if progress.tty:
+      sys.stderr.write("\n")   # end the bar's line
   wall = time.monotonic() - t0
+  update = args.update_refs and not interrupted   # references are written from complete runs only
   # the references are made without raw predictions: with --send-raw-pred they are not compared
-  outcomes = judge(results, args.refs_dir, args.update_refs, (*(RAW_PRED_FIELDS if args.send_raw_pred else ()), *args.ignore_fields),
+  outcomes = judge(results, args.refs_dir, update, (*(RAW_PRED_FIELDS if args.send_raw_pred else ()), *args.ignore_fields),
                    args.ignore_msgs, args.tolerance)
-  if args.update_refs and all(o.status == "UPDATED" for o in outcomes):
+  if update and all(o.status == "UPDATED" for o in outcomes):
     write_commit(args.refs_dir, current_commit())
   if out_dir:
     for r in results:
@@ -155,10 +191,14 @@ def main(argv=None) -> int:
         print(f"plot of the largest differences: {png}")
     elif o.status not in ("PASS", "UPDATED"):
       print(f"{name}: {o.status}: {o.detail.splitlines()[0] if o.detail else ''}")
-  if args.update_refs:
+  if update:
     print(f"{len(outcomes) - len(failed)}/{len(outcomes)} references written to {args.refs_dir}")
   else:
     print(f"{len(outcomes) - len(failed)}/{len(outcomes)} passed")
+  if interrupted:
+    print(f"interrupted: {len(results)} of {len(tasks)} tasks finished; the others were stopped"
+          + ("; no reference was written" if args.update_refs else ""))
+    return 130
   return 1 if failed else 0
 
 

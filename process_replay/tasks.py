@@ -9,18 +9,23 @@ Invariants:
 - Each worker (the inline runner, a pool worker, a Ray worker) keeps its daemons resident across tasks
   (`Worker`): a route resets a daemon by ending and restarting its main(), not its process. Inline, the
   daemons of the next tasks are launched while the current one replays, so their import overlaps it.
+- Ctrl-C (KeyboardInterrupt) in run_tasks stops every daemon of every worker and removes its namespace before
+  it raises Interrupted with the results of the tasks that finished. Pool workers never see a KeyboardInterrupt
+  of their own between tasks (it would end them with a traceback): SIGINT and SIGTERM interrupt a worker's
+  running task once, and its exit, at the pool's shutdown, stops its residents.
 """
 from __future__ import annotations
 
 import atexit
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from multiprocessing import get_context, util
+from multiprocessing import connection, get_context, util
 
 from cereal.messaging import log_from_bytes
 from cereal.route import Route, RouteError
@@ -33,6 +38,16 @@ from selfdrive_stub.process import die_with_parent
 
 ROUTES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "routes")
 PRELAUNCH_AHEAD = 1    # inline runs launch the daemons of this many next tasks early
+WORKER_STOP_S = 30.0   # an interrupted pool worker stops its daemons within this, else it is killed
+
+
+class Interrupted(Exception):
+  """Ctrl-C during run_tasks. Every daemon was stopped and its namespace removed; `results` are the tasks that
+  finished, in task order."""
+
+  def __init__(self, results: list):
+    super().__init__(f"interrupted after {len(results)} finished task(s)")
+    self.results = results
 
 
 class UsageError(ValueError):
@@ -211,10 +226,57 @@ def route_seconds(route_path: str) -> float:
     return 1.0
 
 
+_in_task = False    # a pool worker runs a task now
+_stopping = False   # a pool worker was told to stop: it starts no task
+
+
 def _pool_worker_init(parent_pid: int) -> None:
   """A pool worker dies with the CLI that started it (a SIGKILLed CLI left workers waiting on their task queue
-  forever, their daemons with them); its daemons die with the worker (process_replay.resident)."""
+  forever, their daemons with them); its daemons die with the worker (process_replay.resident). SIGINT (Ctrl-C
+  reaches the whole foreground process group) and SIGTERM (the driver's) stop it the quiet way: _worker_stop."""
   die_with_parent(parent_pid)
+  for sig in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(sig, _worker_stop)
+
+
+def _worker_stop(signum, frame) -> None:
+  """Interrupt the running task, once: the replay stops its daemons on the way out (a second signal must not
+  interrupt that cleanup). Between tasks nothing is interrupted; the pool's shutdown ends the worker, whose
+  exit stops its residents (Worker's finalizer)."""
+  global _stopping
+  first, _stopping = not _stopping, True
+  if first and _in_task:
+    raise KeyboardInterrupt
+
+
+def _pool_task(*args) -> TaskResult:
+  global _in_task
+  _in_task = True   # before the check: a signal in between then interrupts the task instead of being lost
+  try:
+    if _stopping:
+      raise KeyboardInterrupt
+    return run_task(*args)
+  finally:
+    _in_task = False
+
+
+def _stop_pool(pool: ProcessPoolExecutor) -> None:
+  """Cancel the queued tasks and interrupt the running ones; a worker that does not exit within WORKER_STOP_S
+  is killed (its daemons die with it; the next run removes their namespaces)."""
+  workers = list(getattr(pool, "_processes", {}).values())   # the executor has no public list of its processes
+  pool.shutdown(wait=False, cancel_futures=True)
+  for w in workers:
+    try:
+      os.kill(w.pid, signal.SIGTERM)
+    except ProcessLookupError:
+      pass
+  deadline = time.monotonic() + WORKER_STOP_S
+  pending = [w for w in workers if w.exitcode is None]
+  while pending and time.monotonic() < deadline:
+    connection.wait([w.sentinel for w in pending], timeout=max(deadline - time.monotonic(), 0))
+    pending = [w for w in pending if w.is_alive()]
+  for w in pending:
+    w.kill()
 
 
 def execution_order(tasks) -> list[int]:
@@ -238,20 +300,30 @@ def run_tasks(tasks, jobs: int = 1, ray_address: str | None = None, seconds: flo
       progress.update(f"{r.route}/{r.proc}" + (" ERROR" if r.error else ""), i)
 
   order = execution_order(tasks)
-  if ray_address is not None:
-    _run_on_ray(tasks, order, ray_address, jobs, seconds, env, done, ray_ship_routes)
-  elif jobs <= 1:
-    for n, i in enumerate(order):
-      route, proc = tasks[i]
-      for j in order[n + 1:n + 1 + PRELAUNCH_AHEAD]:
-        WORKER.prelaunch(tasks[j][1], env)
-      label = f"{os.path.basename(os.path.normpath(route))}/{proc}"
-      on_step = (lambda step, total, label=label: progress.step(label, step, total)) if progress else None
-      done(i, run_task(route, proc, seconds, env, on_step))
-  else:
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"), initializer=_pool_worker_init,
-                             initargs=(os.getpid(),)) as pool:
-      futures = {pool.submit(run_task, tasks[i][0], tasks[i][1], seconds, env): i for i in order}
+  try:
+    if ray_address is not None:
+      _run_on_ray(tasks, order, ray_address, jobs, seconds, env, done, ray_ship_routes)
+    elif jobs <= 1:
+      for n, i in enumerate(order):
+        route, proc = tasks[i]
+        for j in order[n + 1:n + 1 + PRELAUNCH_AHEAD]:
+          WORKER.prelaunch(tasks[j][1], env)
+        label = f"{os.path.basename(os.path.normpath(route))}/{proc}"
+        on_step = (lambda step, total, label=label: progress.step(label, step, total)) if progress else None
+        done(i, run_task(route, proc, seconds, env, on_step))
+    else:
+      _run_in_pool(tasks, order, jobs, seconds, env, done)
+  except KeyboardInterrupt:
+    WORKER.close()   # the inline daemons, the running task's and the prelaunched ones
+    raise Interrupted([results[i] for i in sorted(results)]) from None
+  return [results[i] for i in range(len(tasks))]
+
+
+def _run_in_pool(tasks, order, jobs: int, seconds, env, done) -> None:
+  with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"), initializer=_pool_worker_init,
+                           initargs=(os.getpid(),)) as pool:
+    futures = {pool.submit(_pool_task, tasks[i][0], tasks[i][1], seconds, env): i for i in order}
+    try:
       for fut in as_completed(futures):
         i = futures[fut]
         try:
@@ -261,7 +333,9 @@ def run_tasks(tasks, jobs: int = 1, ray_address: str | None = None, seconds: flo
           name = os.path.basename(os.path.normpath(route))
           r = TaskResult(name, proc, error=f"{name}/{proc}: worker failed: {type(e).__name__}: {e}")
         done(i, r)
-  return [results[i] for i in range(len(tasks))]
+    except KeyboardInterrupt:
+      _stop_pool(pool)
+      raise
 
 
 # ---- Ray

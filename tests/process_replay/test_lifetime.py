@@ -130,3 +130,27 @@ def test_a_sigkilled_harness_takes_its_replay_children_with_it_and_the_next_run_
                      env={**os.environ, "PYTHONPATH": REPO_ROOT})
   assert r.returncode == 0, r.stdout + r.stderr
   assert not [p for p in left if os.path.exists(p)], "the next run removes what the dead harness left"
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_ctrl_c_prints_what_finished_says_it_was_interrupted_and_exits_130_leaving_nothing_behind(
+    tici_route_path, tmp_path, cleanup, jobs):
+  cli = start_cli("--routes", tici_route_path, "--procs", "dmonitoringd", "--chain", "-j", jobs, cwd=tmp_path)
+  cleanup.append(cli)
+  # the chain cannot finish: its modeld is stopped, so Ctrl-C comes while the harness waits for it
+  is_modeld = lambda cmd: "daemons.modeld.daemon" in cmd or cmd.split()[:1] == ["modeld"]
+  modeld = wait_for(lambda: next((pid for pid, cmd in daemons_of(cli.pid).items() if is_modeld(cmd)), None), 90, "modeld")
+  os.kill(modeld, signal.SIGSTOP)
+  wait_for(lambda: "1/2 tici/dmonitoringd" in (tmp_path / "stderr").read_text(), 90, "the dmonitoringd task to finish")
+  started = [cli.pid, *descendants(cli.pid)]   # the CLI, its pool workers and their daemons
+
+  os.killpg(cli.pid, signal.SIGINT)   # what the terminal sends to its foreground job
+  assert cli.wait(60) == 130
+  out, err = (tmp_path / "stdout").read_text(), (tmp_path / "stderr").read_text()
+  assert "Traceback" not in out + err and "KeyboardInterrupt" not in out + err, out + err
+  assert re.search(r"^tici +dmonitoringd .* PASS ", out, re.M) and "chain" not in out.split("real-time factor")[0], out
+  assert out.rstrip().endswith("interrupted: 1 of 2 tasks finished; the others were stopped"), out
+  for pid in started:
+    wait_for(lambda: not alive(pid), 10, f"{cmdline(pid)} (pid {pid}) to be gone")
+  assert namespaces_of(started) == []
+  assert sorted(os.listdir(tmp_path)) == ["stderr", "stdout"]   # no report: nothing that finished failed
