@@ -77,6 +77,9 @@ def serve(target: str, reply_fd: int, commands=sys.stdin) -> int:
 
 def main(argv=None) -> int:
   argv = sys.argv[1:] if argv is None else argv
+  # a signal mask survives exec, and a harness may run where SIGINT is blocked (a Ray worker): the harness's
+  # SIGINT must reach the daemon's handler, and SIGTERM must end the daemon
+  signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
   if len(argv) >= 3 and argv[0] == "--exec" and argv[1].isdigit():
     die_with_parent(int(argv[1]))
     os.execv(sys.executable, [sys.executable, *argv[2:]])
