@@ -40,17 +40,18 @@ USER_ERRORS: tuple[tuple[str, str], ...] = (
   ("runtime.errors", "CacheError"),
 )
 
-# the fix, for errors whose own message names the value but not what to do about it: (hint, the setting it tells
-# the user to change). A message that already names that setting carries its own fix (a ZMQ port taken by another
-# program is not "another copy") and gets no hint.
+# the fix, for errors whose own message names the value but not what to do about it: (hint, words of a fix). A
+# message that already holds those words carries its own fix (a ZMQ port taken by another program is not "another
+# copy"; an OpenCL device that is missing names its install line, not --usb-gpu) and gets no hint.
 HINTS: dict[tuple[str, str], tuple[str, str]] = {
   ("msgq.errors", "MultiplePublishersError"):
     ("another copy already runs in this namespace: stop it, or use another OPENPILOT_PREFIX", "OPENPILOT_PREFIX"),
   ("cereal.messaging.errors", "ServiceOwnershipError"):
     ("run it under its own name: PYMODELD_PROCESS=<owner>, as the manager does", "PYMODELD_PROCESS="),
-  ("runtime.device", "DeviceUnavailable"): ("start the stack with `pymodeld-manager --usb-gpu` for the USB+AMD device", "--usb-gpu"),
+  ("runtime.device", "DeviceUnavailable"): ("start the stack with `pymodeld-manager --usb-gpu` for the USB+AMD device", "install: "),
   ("runtime.errors", "CacheError"):
-    ("set PYMODELD_CACHE_DIR to a new path of your own, e.g. under your home; never a shared dir such as /tmp", "PYMODELD_CACHE_DIR"),
+    ("set PYMODELD_CACHE_DIR to a new path of your own, e.g. under your home; never a shared dir such as /tmp",
+     "a new path of your own"),
 }
 
 

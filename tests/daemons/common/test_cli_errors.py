@@ -53,3 +53,10 @@ def test_a_message_that_names_its_own_fix_gets_no_generic_hint():
   assert "another copy" not in cli.one_line(taken)
   second = MultiplePublishersError("endpoint 'modelV2' already has a live publisher (pid 7)")
   assert cli.one_line(second).endswith("(another copy already runs in this namespace: stop it, or use another OPENPILOT_PREFIX)")
+
+
+def test_a_missing_opencl_device_is_told_its_install_line_not_the_usb_gpu_flag():
+  from runtime.device import DeviceUnavailable
+  text = cli.one_line(DeviceUnavailable("no OpenCL platform found (clGetPlatformIDs returned -1001); install: apt-get install pocl-opencl-icd"))
+  assert "--usb-gpu" not in text
+  assert "--usb-gpu" in cli.one_line(DeviceUnavailable("USB+AMD is not present: unplugged"))
