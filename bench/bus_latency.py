@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import time
+from bench.results import record
 from msgq.namespace import Namespace
 import msgq
 
@@ -81,8 +82,8 @@ def echo(backend: str, ipc_dir: str, tag: str) -> None:
 
 
 def measure(backend: str, ipc_dir: str, tag: str, sizes, count: int) -> dict:
-  child = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--echo", backend, "--ipc-dir", ipc_dir,
-                            "--tag", tag], env=dict(os.environ))
+  child = subprocess.Popen([sys.executable, "-m", "bench.bus_latency", "--echo", backend, "--ipc-dir", ipc_dir, "--tag", tag],
+                           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), env=dict(os.environ))
   try:
     end = open_ends(backend, ipc_dir, f"ping_{tag}", f"pong_{tag}")
     deadline = time.monotonic() + 60
@@ -153,6 +154,9 @@ def main() -> None:
       if ref:
         line += f"{p50 / ref[size][0]:>10.2f}x{p99 / ref[size][1]:>10.2f}x"
       print(line)
+  figures = {b: {str(size): {"p50_us": round(table[b][size][0], 2), "p99_us": round(table[b][size][1], 2)} for size in sizes}
+             for b in backends}
+  print(f"recorded in {record('bus_latency', figures)}")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import statistics
 import time
 
 
+from bench.results import record  # noqa: E402
 from cereal import log  # noqa: E402
 from cereal.messaging import log_from_bytes, new_message  # noqa: E402
 
@@ -90,11 +91,14 @@ def main() -> None:
   ways = [("pycapnp from_bytes", raw_from_bytes), ("log_from_bytes (ours)", log_from_bytes),
           ("to_dict", to_dict), ("str()", pretty)]
   print(f"{'message':<16}{'bytes':>7}  " + "".join(f"{name:>24}" for name, _ in ways) + "   µs median (ratio to ours)")
+  figures = {}
   for name, dat in (("modelV2", model_v2()), ("driverStateV2", driver_state_v2()), ("carState", car_state())):
     times = [median_us(fn, dat, args.count) for _, fn in ways]
     ours = times[1]
     cells = "".join(f"{f'{t:.1f} ({t / ours:.2f}x)':>24}" for t in times)
     print(f"{name:<16}{len(dat):>7}  {cells}")
+    figures[name] = {"bytes": len(dat), **{way: round(t, 2) for (way, _), t in zip(ways, times)}}
+  print(f"recorded in {record('cereal_decode', {'median_us': figures})}")
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from daemons.common.cameras import DEVICE_CAMERAS
 from daemons.common.dm_warp import BORDER_VALUE, dm_transform, plan_for_camera
 from daemons.common.realtime import stack_pins
 from msgq.namespace import Namespace
+from bench.results import record
 from bench.stacklib import REPO_ROOT, drain, pct, start
 from visionipc.nv12 import padded_nv12_layout
 
@@ -41,6 +42,7 @@ def bench_warp(rounds: int = 30) -> None:
     out[ok] = buf[sy[ok].astype(np.int64) * stride + sx[ok].astype(np.int64)]
     return out
 
+  figures = {}
   for name, dev in DEVICE_CAMERAS.items():
     cam = dev.cabin
     size, stride, _ = padded_nv12_layout(cam.width, cam.height)
@@ -58,6 +60,9 @@ def bench_warp(rounds: int = 30) -> None:
       peer.append((time.perf_counter() - t1) * 1e3)
     print(f"{name} {cam.width}x{cam.height} ({plan.kind}): plan p50 {pct(ours, 50):.3f} ms, naive numpy p50 "
           f"{pct(peer, 50):.2f} ms, {pct(peer, 50) / pct(ours, 50):.0f}x faster (target ≤ 1 ms)")
+    figures[name] = {"plan_p50_ms": round(pct(ours, 50), 4), "naive_numpy_p50_ms": round(pct(peer, 50), 3),
+                     "naive_over_plan": round(pct(peer, 50) / pct(ours, 50), 1)}
+  print(f"recorded in {record('dm_latency', {'warp': figures}, note='--warp: the 1440x960 warp alone')}")
 
 
 def latencies_ms(announced: dict, published: dict) -> list[float]:
@@ -129,8 +134,12 @@ def main(argv=None):
         f"max {max(lat, default=float('nan')):6.2f} ms   (target p50 ≤ 12, p99 ≤ 25)")
   for k, v in stages.items():
     print(f"  {k:<12} p50 {pct(v, 50):6.2f} ms   p99 {pct(v, 99):6.2f} ms")
-  print(f"  frames announced without a driverStateV2: {missed} of {len(announced)}; "
-        f"daemon framesDropped over the run: {daemon_dropped[-1] - daemon_dropped[0] if daemon_dropped else 0}")
+  dropped = daemon_dropped[-1] - daemon_dropped[0] if daemon_dropped else 0
+  print(f"  frames announced without a driverStateV2: {missed} of {len(announced)}; daemon framesDropped over the run: {dropped}")
+  figures = {"camera": args.camera, "with_modeld": with_modeld, "frames": len(lat), "p50_ms": round(pct(lat, 50), 3),
+             "p99_ms": round(pct(lat, 99), 3), "stages_p50_ms": {k: round(pct(v, 50), 3) for k, v in stages.items()},
+             "missed": missed, "daemon_frames_dropped": dropped}
+  print(f"recorded in {record('dm_latency', figures)}")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ import subprocess
 import sys
 import time
 
+from bench.results import record
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROPERTIES = {"decode": ("tests/cereal/fuzz_decode.py", 2000), "ring": ("tests/msgq/fuzz_ring.py", 200),
               "announce": ("tests/visionipc/fuzz_announce.py", 200)}
@@ -49,13 +51,19 @@ def main() -> None:
   unknown = [n for n in names if n not in PROPERTIES]
   if unknown or not names:
     ap.error(f"--only takes names from {','.join(PROPERTIES)}, got {args.only!r}")
-  deadline, rounds = time.monotonic() + 60 * args.minutes, 0
-  while time.monotonic() < deadline:
-    name = names[rounds % len(names)]
-    stats = run_round(name, args.examples or PROPERTIES[name][1])
-    rounds += 1
-    print(f"round {rounds:3d} {name:9s} {stats}", flush=True)
+  deadline, rounds, per_property = time.monotonic() + 60 * args.minutes, 0, {n: 0 for n in names}
+  try:
+    while time.monotonic() < deadline:
+      name = names[rounds % len(names)]
+      stats = run_round(name, args.examples or PROPERTIES[name][1])
+      rounds += 1
+      per_property[name] += 1
+      print(f"round {rounds:3d} {name:9s} {stats}", flush=True)
+  except SystemExit as failure:   # a failing round is recorded too, with what failed
+    record("fuzz_bus", {"rounds": rounds, "rounds_per_property": per_property, "failure": str(failure.code).splitlines()[0]})
+    raise
   print(f"{rounds} rounds, no failure")
+  print(f"recorded in {record('fuzz_bus', {'rounds': rounds, 'rounds_per_property': per_property, 'failure': None})}")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 
+from bench.results import record
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -23,7 +25,10 @@ def main() -> int:
     cmd += ["--seed", str(args.seed)]
   t0 = time.monotonic()
   r = subprocess.run(cmd, cwd=ROOT)
-  print(f"exit {r.returncode} after {time.monotonic() - t0:.0f} s")
+  seconds = time.monotonic() - t0
+  print(f"exit {r.returncode} after {seconds:.0f} s")
+  figures = {"examples": args.examples, "seed": args.seed, "exit": r.returncode, "seconds": round(seconds, 1)}
+  print(f"recorded in {record('fuzz_routes', figures)}")
   return 0 if r.returncode == 0 else 1
 
 

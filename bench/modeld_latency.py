@@ -34,6 +34,7 @@ from cereal.messaging import sub_sock  # noqa: E402
 from daemons.common.realtime import stack_pins  # noqa: E402
 from msgq.namespace import Namespace, runtime_dir  # noqa: E402
 from runtime import config as runtime_config  # noqa: E402
+from bench.results import record  # noqa: E402
 from bench.stacklib import drain, pct, start  # noqa: E402
 from daemons.modeld.model_state import MODEL_PATHS  # noqa: E402
 from daemons.common.runner import RuntimeRunner  # noqa: E402
@@ -138,7 +139,7 @@ def report(mode: str, res: dict) -> dict:
   return summary
 
 
-def interleaved(n: int) -> None:
+def interleaved(n: int) -> dict:
   """Model runs only (upload, compute, readback), small and big alternating, same inputs."""
   with Namespace():
     usb_amd.plug()
@@ -166,6 +167,7 @@ def interleaved(n: int) -> None:
     print(f"  {name:<20} p50 {pct(ts, 50):7.2f} ms  p99 {pct(ts, 99):7.2f} ms")
   small, big = (pct(ts, 50) for ts in times.values())
   print(f"  big / small p50: {big / small:.2f}x")
+  return {name: {"p50_ms": round(pct(ts, 50), 3), "p99_ms": round(pct(ts, 99), 3)} for name, ts in times.items()}
 
 
 def main(argv=None):
@@ -184,11 +186,13 @@ def main(argv=None):
   if summaries.get("small") and summaries.get("big"):
     print("\nbig / small (p50):", "  ".join(f"{k.replace('Ms', '')} {summaries['big'][k][0] / summaries['small'][k][0]:.2f}x"
                                             for k in ("e2e", "exec", "modelMs") if summaries["small"][k][0] > 0))
-  if args.interleaved > 0:
-    interleaved(args.interleaved)
+  alone = interleaved(args.interleaved) if args.interleaved > 0 else {}
   if summaries.get("small"):
     p50 = summaries["small"]["e2e"][0]
     print(f"small frame -> modelV2 p50 {p50:.2f} ms (target <= 25 ms): {'met' if p50 <= 25 else 'NOT met'}")
+  figures = {"camera": args.camera, "modes": {mode: {k: {"p50_ms": round(v[0], 3), "p99_ms": round(v[1], 3)} for k, v in s.items()}
+                                              for mode, s in summaries.items()}, "models_alone": alone}
+  print(f"recorded in {record('modeld_latency', figures)}")
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ import numpy as np
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+from bench.results import record  # noqa: E402
 from cereal import messaging  # noqa: E402
 from msgq.namespace import Namespace, runtime_dir  # noqa: E402
 from runtime import config as runtime_config  # noqa: E402
@@ -353,7 +354,15 @@ def main(argv=None) -> int:
   if args.json:
     with open(args.json, "w") as f:
       json.dump(report, f, indent=1)
+  print(f"recorded in {record('soak', summary_of(report))}")
   return 0 if report["ok"] else 1
+
+
+def summary_of(report: dict) -> dict:
+  """The report without its per-sample series (those go to --json): the history keeps figures, not samples."""
+  def rows(table):
+    return [{k: v for k, v in row.items() if not isinstance(v, list)} for row in table]
+  return {**{k: v for k, v in report.items() if k != "events"}, "rss": rows(report["rss"]), "latency": rows(report["latency"])}
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import os
 import secrets
 import subprocess
 import sys
+import tempfile
 import time
 
 
@@ -48,15 +49,13 @@ def main(argv=None) -> int:
   total = args.warmup + args.minutes * 60
   cmd = [sys.executable, "-m", "selfdrive_stub.manager", "--duration", f"{total + 3:.0f}", "--no-view",
          "--status-every", "60", "--camera", args.camera] + (["--usb-gpu"] if args.usb_gpu else [])
-  log_path = os.path.join(REPO_ROOT, "bench", "results", f".stack_latency_{prefix}.log")
-  os.makedirs(os.path.dirname(log_path), exist_ok=True)
   socks = {s: sub_sock(s, conflate=False) for s in OUTPUTS}
   lat = {s: [] for s in OUTPUTS}
   frames = {s: [] for s in OUTPUTS}
   models: dict[str, int] = {}
   print(f"manager in namespace {prefix}: warm-up {args.warmup:.0f} s, then {args.minutes:g} min"
         f"{' with the simulated USB GPU' if args.usb_gpu else ''}", flush=True)
-  with open(log_path, "w") as log:
+  with tempfile.TemporaryFile("w+") as log:   # unnamed: nothing is left behind if the bench is killed
     manager = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT)
     start = time.monotonic()
     next_report = start + args.warmup + 60
@@ -82,9 +81,8 @@ def main(argv=None) -> int:
       except subprocess.TimeoutExpired:
         manager.terminate()
         code = manager.wait(30)
-  with open(log_path) as f:
-    tail = f.read().splitlines()[-12:]
-  os.unlink(log_path)
+    log.seek(0)
+    tail = log.read().splitlines()[-12:]
 
   figures = {"manager_exit": code, "usb_gpu": args.usb_gpu, "camera": args.camera, "minutes": args.minutes,
              "model_names": models}

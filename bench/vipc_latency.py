@@ -49,6 +49,7 @@ import numpy as np
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+from bench.results import record  # noqa: E402
 from daemons.common.realtime import PRIORITIES, config_realtime_process  # noqa: E402
 from msgq import pub_sock  # noqa: E402
 from msgq.namespace import Namespace  # noqa: E402
@@ -291,9 +292,7 @@ def ab_run(mechanism: str, count: int, interval_s: float, lead_s: float) -> None
         f"median paired difference (on - off) {result['median_paired_diff_us']:+.1f} us "
         f"[95% {lo:+.1f}, {hi:+.1f}]; load average {load_before[0]:.2f} -> {result['loadavg_after'][0]:.2f} "
         f"on {os.cpu_count()} CPUs")
-  os.makedirs(os.path.join(REPO_ROOT, "bench", "results"), exist_ok=True)
-  with open(os.path.join(REPO_ROOT, "bench", "results", f"vipc_ab_{mechanism}.json"), "a") as f:
-    f.write(json.dumps(result) + "\n")
+  print(f"recorded in {record(f'vipc_ab_{mechanism}', result, note=f'--ab {mechanism}')}")
 
 
 def main() -> None:
@@ -385,6 +384,10 @@ def main() -> None:
     over_paired = (np.percentile(copying, 50) - np.percentile(peers, 50)) / 1000
     print(f"{kind:>15}: {over_paired:.1f} us | {np.median(copying - peers) / 1000:.1f} us | "
           f"{p50[copying_row] - memcpy:.1f} / {p50[copying_row] - shm:.1f} us; zero-copy {p50[zero_copy_row]:.1f} us")
+  figures = {"frame_bytes": size, "frames_per_path": args.count, "interval_ms": args.interval_ms,
+             "paths": {name: dict(zip(("p50_us", "p99_us"), map(lambda v: round(v, 2), percentiles(values)))) for name, values in rows.items()},
+             "left_out": left_out}
+  print(f"recorded in {record('vipc_latency', figures)}")
 
 
 if __name__ == "__main__":
