@@ -11,7 +11,9 @@ It keeps the device contract of runtime/device.py (README: the device layer) on 
   signals the command's timeline value. So a value is signalled only once the device has finished everything
   queued up to it, and a command's host memory (an upload's staging copy, a readback's destination) is
   referenced until then.
-- Faults: `hang` (in process, or `hang@after=N`) puts a user event in front of the command's work that nothing
+- Faults: `hang` (in process, `hang@after=N`, or from the namespace's `cl.fault` file, picked up between
+  submissions by the same faults.ArmedFaults the simulator uses, so `python -m runtime.faults --device CL inject
+  hang` and the manager's `--inject cl-hang@S` reach a running daemon) puts a user event in front of the command's work that nothing
   completes, so the real OpenCL queue stalls; the next wait passes wait_timeout_ms and raises DeviceTimeout, the
   device is in its sticky error state, and reopen() completes the event (the stalled commands drain into memory
   nobody reuses: their buffers belong to the old generation and the commands hold their own references), drops
@@ -84,7 +86,7 @@ class CLDevice(Compiled):
     self.cl = cl.Context()
     self._programs: dict[str, int] = {}
     self.last_build = ""                # where the last build() took its program from: memory, binary or source
-    self._hang_at: list[int] = []       # compute-submission counts at which an injected hang fires
+    self._faults = faults.ArmedFaults("CL")   # hangs armed in process or by the runtime dir's cl.fault
     self._compute_submitted = 0
     super().__init__(name, CLAllocator(self.cl, lambda: self.completed_value))
     self._boot()
@@ -103,15 +105,12 @@ class CLDevice(Compiled):
 
   # ---- faults and the queue ----------------------------------------------------------------------------------
   def inject_fault(self, fault: faults.Fault | str) -> None:
-    """Arm a hang of the OpenCL queue; it fires once `fault.after` more compute submissions have been made."""
-    f = faults.parse_fault(fault) if isinstance(fault, str) else fault
-    if f.kind != "hang":
-      raise ValueError(f"{self.name} injects only 'hang' (a user event its queue waits on), not {f.kind!r}")
-    self._hang_at.append(self._compute_submitted + f.after)
+    """Arm a hang of the OpenCL queue; it fires once `fault.after` more compute submissions have been made.
+    Any other kind is a ValueError: they are the simulator's."""
+    self._faults.arm(fault, self._compute_submitted)
 
   def _execute(self, cmd: Command) -> None:
-    if any(self._compute_submitted >= at for at in self._hang_at):
-      self._hang_at = [at for at in self._hang_at if self._compute_submitted < at]
+    if self._faults.due(self._compute_submitted):
       cmd.fault = "hang"
     if cmd.stage == "compute":
       self._compute_submitted += 1
@@ -193,7 +192,7 @@ class CLDevice(Compiled):
       self.completed_value = self.timeline_value
       self.error_state = None
       self._cv.notify_all()
-    self._hang_at = []
+    self._faults.clear()
     self.allocator = CLAllocator(self.cl, lambda: self.completed_value)
     self._boot()
 

@@ -140,8 +140,7 @@ class USBAMDDevice(Compiled):
       raise DeviceUnavailable(f"{name} is not present: {why}")
     self.link = link or UsbLink.from_env()
     self.vram_bytes = vram_bytes or config.usb_vram_bytes()
-    self._fault_watch = faults.FaultFileWatcher()
-    self._armed: list[tuple[Any, int, bool]] = []      # (fault, compute count when armed, from file)
+    self._faults = faults.ArmedFaults("USB+AMD")
     self._compute_submitted = 0
     super().__init__(name, self._new_allocator())
     self._boot()
@@ -166,15 +165,7 @@ class USBAMDDevice(Compiled):
   # ---- faults ------------------------------------------------------------------------------------
   def inject_fault(self, fault: faults.Fault | str) -> None:
     """Arm a fault; it fires once `fault.after` more compute submissions have been made."""
-    f = faults.parse_fault(fault) if isinstance(fault, str) else fault
-    self._armed.append((f, self._compute_submitted, False))
-
-  def _poll_fault_file(self) -> None:
-    new = self._fault_watch.poll()
-    if new is None:
-      return
-    self._armed = [a for a in self._armed if not a[2]]       # a removed/replaced file disarms its faults
-    self._armed += [(f, self._compute_submitted, True) for f in new]
+    self._faults.arm(fault, self._compute_submitted)
 
   def _device_fault(self) -> DeviceError | None:
     return self._fault_error
@@ -205,11 +196,9 @@ class USBAMDDevice(Compiled):
 
   # ---- queue -------------------------------------------------------------------------------------
   def _execute(self, cmd: Command) -> None:
-    self._poll_fault_file()
-    due = [a for a in self._armed if self._compute_submitted - a[1] >= a[0].after]
+    due = self._faults.due(self._compute_submitted)
     if due:
-      self._armed = [a for a in self._armed if a not in due]
-      cmd.fault = [a[0] for a in due]
+      cmd.fault = due
     if cmd.stage == "compute":
       self._compute_submitted += 1
     self._queue.put(cmd)
@@ -305,7 +294,7 @@ class USBAMDDevice(Compiled):
       self.completed_value = self.timeline_value     # abandoned commands will never touch memory again
       self.error_state = None
       self._cv.notify_all()
-    self._armed = []
+    self._faults.clear()
     self.allocator = self._new_allocator()
     self._boot()
 

@@ -1,4 +1,5 @@
-"""`python -m runtime.faults`: plug or unplug the simulated USB+AMD device, arm or clear a fault, show status.
+"""`python -m runtime.faults`: plug or unplug the simulated USB+AMD device, arm or clear a fault of it or of the
+OpenCL device (--device CL: `hang` only), show status.
 
 The files live in the runtime dir: --runtime-dir DIR, else env PYMODELD_RUNTIME_DIR; DIR is the run's namespace
 runtime dir ($XDG_RUNTIME_DIR/pymodeld/$OPENPILOT_PREFIX, else /tmp/pymodeld-$UID/$OPENPILOT_PREFIX), created
@@ -6,6 +7,8 @@ owner-only when it does not exist yet. A user mistake is one line on stderr and 
 
 Invariants:
 - Without a runtime dir the one line names the flag and the variable to give it with, never a Python call.
+- --device names whose fault file is written (USB+AMD's `usb_amd.fault` by default, CL's `cl.fault`); a kind
+  the device cannot take, or plug/unplug for CL (present when an OpenCL driver is installed), is one line.
 - A runtime dir that does not exist yet is created, owner-only (0700, and so is each missing parent), as the
   bus's namespace creates it: the device can be plugged or a fault armed before any piece of the run started.
   An existing path is used only if it is a directory of this user (not a symlink); its mode is left alone.
@@ -17,7 +20,8 @@ import os
 import stat
 import sys
 
-from runtime import config, faults, usb_amd
+from runtime import cl, config, faults, usb_amd
+from runtime.device import DeviceUnavailable
 
 SPEC_HELP = """fault SPEC grammar: KIND[@PARAM[,PARAM]] with PARAM after=N or factor=F; several specs joined by ';'
   KIND   hang            the queue stops; the next wait raises DeviceTimeout after wait_timeout_ms
@@ -26,7 +30,9 @@ SPEC_HELP = """fault SPEC grammar: KIND[@PARAM[,PARAM]] with PARAM after=N or fa
          nan             float readbacks become NaN
          transfer_error  the next transfer raises TransferError
   after=N  fire once N more model runs (compute submissions) were made after arming (default 0: next command)
-examples: hang   disconnect@after=3   slow@factor=4,after=2   nan;transfer_error@after=10"""
+  --device CL takes only hang (a user event the real OpenCL queue waits on)
+examples: hang   disconnect@after=3   slow@factor=4,after=2   nan;transfer_error@after=10
+          --device CL inject hang@after=20"""
 
 
 PROG = "python -m runtime.faults"
@@ -49,6 +55,8 @@ def parse(argv):
   ap.add_argument("--runtime-dir", metavar="DIR",
                   help=f"directory of the presence and fault files: the run's namespace runtime dir ({NAMESPACE_DIRS}; "
                        f"default env {config.RUNTIME_DIR_ENV}); created owner-only when missing")
+  ap.add_argument("--device", choices=sorted(faults.FAULT_FILES), default="USB+AMD",
+                  help="the device whose fault file inject, clear and status address (default USB+AMD; CL: hang only)")
   sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND", parser_class=Parser)
   sub.add_parser("plug", help="make the simulated device present")
   sub.add_parser("unplug", help="make it absent")
@@ -105,19 +113,29 @@ def main(argv: list[str] | None = None) -> int:
   except RuntimeDirError as e:
     print(f"{NAME}: {e}", file=sys.stderr)
     return USAGE_EXIT
+  if args.device != "USB+AMD" and args.cmd in ("plug", "unplug"):
+    print(f"{NAME}: {args.cmd} is the USB+AMD simulator's; {args.device} is present when its OpenCL driver is installed "
+          f"({cl.INSTALL_LINE})", file=sys.stderr)
+    return USAGE_EXIT
   try:
     if args.cmd == "inject":
-      print(faults.inject(args.spec))
+      print(faults.inject(args.spec, args.device))
     elif args.cmd == "clear":
-      faults.clear()
+      faults.clear(args.device)
     elif args.cmd == "plug":
       print(usb_amd.plug())
     elif args.cmd == "unplug":
       usb_amd.unplug()
     else:
-      present, why = usb_amd.presence()
-      print(f"USB+AMD {'present' if present else 'absent'}: {why}")
-      path = faults.fault_file_path()
+      if args.device == "CL":
+        try:
+          print(f"CL present: OpenCL platform {', '.join(cl.platform_names())}")
+        except DeviceUnavailable as e:
+          print(f"CL absent: {e}")
+      else:
+        present, why = usb_amd.presence()
+        print(f"USB+AMD {'present' if present else 'absent'}: {why}")
+      path = faults.fault_file_path(args.device)
       text = open(path).read().strip() if os.path.exists(path) else "(none)"
       print(f"fault file {path}: {text}")
   except ValueError as e:  # a bad SPEC

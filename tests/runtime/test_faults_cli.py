@@ -55,3 +55,15 @@ def test_a_runtime_dir_that_is_a_file_or_a_symlink_is_one_line_and_exit_2(tmp_pa
 def test_a_bad_flag_is_one_line_and_exit_2():
   r = _faults("--runtime-dir")
   assert r.returncode == 2 and r.stderr.count("\n") == 1 and "see python -m runtime.faults -h" in r.stderr, r.stderr
+
+
+def test_device_cl_arms_its_own_fault_file_and_refuses_the_simulators_kinds_and_plug_in_one_line(tmp_path):
+  where = tmp_path / "run"
+  r = _faults("--runtime-dir", str(where), "--device", "CL", "inject", "hang@after=2")
+  assert r.returncode == 0 and r.stdout.strip() == str(where / "cl.fault"), r.stdout + r.stderr
+  assert (where / "cl.fault").read_text().strip() == "hang@after=2" and not (where / "usb_amd.fault").exists()
+  for args, said in [(("inject", "nan"), "CL takes only hang"), (("plug",), "present when its OpenCL driver is installed")]:
+    r = _faults("--runtime-dir", str(where), "--device", "CL", *args)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and said in r.stderr, r.stderr
+  r = _faults("--runtime-dir", str(where), "--device", "CL", "clear")
+  assert r.returncode == 0 and not (where / "cl.fault").exists(), r.stderr

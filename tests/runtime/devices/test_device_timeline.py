@@ -166,28 +166,53 @@ def test_kernel_exception_on_the_device_becomes_a_sticky_device_error(dev):
   assert isinstance(dev.error_state, DeviceError)
 
 
-def test_fault_file_from_another_process_is_armed_once(usb, namespace):
-  cli = [sys.executable, "-m", "runtime.faults", "--runtime-dir", namespace.runtime_dir]
+def test_a_hang_from_another_processs_fault_file_is_armed_once(dev, namespace):
+  cli = [sys.executable, "-m", "runtime.faults", "--runtime-dir", namespace.runtime_dir, "--device", dev.name]
   subprocess.run(cli + ["inject", "hang"], check=True, timeout=60)
-  usb.wait_timeout_ms = 200
-  usb.submit(lambda: None)
+  dev.wait_timeout_ms = 200
+  dev.submit(lambda: None)
   with pytest.raises(DeviceTimeout):
-    usb.synchronize()
-  usb.reopen()                                          # the same file version does not fire again
-  usb.submit(lambda: None)
-  usb.synchronize()
+    dev.synchronize()
+  dev.reopen()                                          # the same file version does not fire again
+  dev.submit(lambda: None)
+  dev.synchronize()
   subprocess.run(cli + ["clear"], check=True, timeout=60)
 
 
-def test_removing_the_fault_file_disarms_a_pending_file_fault(usb):
+def test_one_devices_fault_file_never_reaches_the_other_device(dev):
   from runtime import faults
-  faults.inject("hang@after=1")
-  usb.submit(lambda: None)
-  usb.synchronize()
-  faults.clear()
+  other = "CL" if dev.name == "USB+AMD" else "USB+AMD"
+  faults.inject("hang", other)
+  dev.wait_timeout_ms = 2000
   for _ in range(3):
-    usb.submit(lambda: None)
-    usb.synchronize()
+    dev.submit(lambda: None, stage="compute")
+    dev.synchronize()
+  faults.clear(other)
+
+
+def test_the_opencl_device_takes_only_hangs_in_process_and_ignores_other_kinds_in_its_fault_file(cl_dev):
+  from runtime import faults
+  with pytest.raises(ValueError, match="CL takes only hang"):
+    cl_dev.inject_fault("nan")
+  with pytest.raises(ValueError, match="CL takes only hang"):
+    faults.inject("disconnect", "CL")
+  with open(faults.fault_file_path("CL"), "w") as f:   # written by hand: nothing checked it
+    f.write("nan;slow@factor=2\n")
+  cl_dev.submit(lambda: None, stage="compute")
+  cl_dev.synchronize()
+  assert cl_dev.error_state is None
+  faults.clear("CL")
+
+
+def test_removing_the_fault_file_disarms_a_pending_file_fault(dev):
+  from runtime import faults
+  faults.inject("hang@after=1", dev.name)
+  dev.submit(lambda: None)
+  dev.synchronize()
+  faults.clear(dev.name)
+  for _ in range(3):
+    dev.submit(lambda: None)
+    dev.synchronize()
 
 
 def test_env_fault_is_armed_at_open(monkeypatch):
