@@ -20,7 +20,7 @@ DAEMONS_ENV = EnvTable("daemons", {
   "SEND_RAW_PRED": "1/true/yes puts the raw float32 model output into rawPredictions",
   "PYMODELD_ROAD_MODEL_SMALL": "another small road model file",
   "PYMODELD_ROAD_MODEL_BIG": "another big road model file",
-  "MODELD_WAIT_TIMEOUT_MS": "modeld's USB+AMD wait timeout",
+  "MODELD_WAIT_TIMEOUT_MS": "modeld's wait timeout on the big model's device (USB+AMD, or CL with MODEL_DEV=CL)",
   "DM_RUNTIME": "dmonitoringmodeld's engine: runtime (default) or onnxruntime",
   "PYMODELD_REALTIME": "SCHED_FIFO frame loops",
   "PYMODELD_CORES": "per-process CPU pinning",

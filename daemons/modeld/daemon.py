@@ -6,11 +6,12 @@ Startup (openpilot's order, reshaped so that no frame waits on the big model; ea
 1. load (compile) the small model on the CPU (always: it is the standby), before any camera is needed;
 2. discover camerad's streams; main = narrow if served, else wide; extra = wide when both are served (while
    none is served, say so every WAITING_LOG_S);
-3. if the USB+AMD device opens and the big model file exists, set the device's wait timeout (3000 ms) and load
-   the big model on it in a worker thread with a time limit (60 s); meanwhile frames run on the small model and
-   are published valid=False with "big model loading"; a load error or timeout leaves the small model active
-   with the reason in `fallbackReason`; without the device the log says how to get it
-   (`pymodeld-manager --usb-gpu`);
+3. if the big model's device (the `modeld.big` table's model part: USB+AMD, or CL with MODEL_DEV=CL) opens and
+   the big model file exists, set that device's wait timeout (3000 ms) and load the big model on it in a worker
+   thread with a time limit (60 s); meanwhile frames run on the small model and are published valid=False with
+   "big model loading"; a load error or timeout leaves the small model active with the reason in
+   `fallbackReason`; without the device the log says how to get it (`pymodeld-manager --usb-gpu`, or
+   `--model-device CL`);
 4. loop: pair main/extra frames by timestamp_sof (main waits until extra is within 25 ms), read the bus
    without blocking, step, publish (the first frame is logged, then a status line every --status-every
    seconds: frame rate, p50 latency frame end to publish, valid share). SIGINT/SIGTERM finish the current frame,
@@ -51,7 +52,7 @@ PAIR_WINDOW_NS = 25_000_000
 WAITING_LOG_S = 10.0
 STATUS_EVERY_S = 10.0   # the status line's default period (--status-every)
 USB_GPU_HINT = "start the stack with `pymodeld-manager --usb-gpu` to run it"
-BIG_DEVICE = "USB+AMD"
+USB_GPU = "USB+AMD"
 SUBSCRIPTIONS = ["deviceState", "carState", "narrowRoadCameraState", "extrinsicsCalibration",
                  "driverMonitoringState", "carControl", "lateralDelay"]
 
@@ -83,17 +84,26 @@ class BigModelLoader:
     return ("loaded", self.result) if self.result is not None else ("failed", self.error or "unknown error")
 
 
+def big_device() -> str:
+  """The device the big model runs on: the `modeld.big` table's model part (USB+AMD; MODEL_DEV moves it)."""
+  return device_table("modeld.big")["model"]
+
+
 def big_model_available(wait_timeout_ms: int) -> tuple[bool, str]:
-  """Whether to try the big model: its file exists and the USB+AMD device opens. Sets the wait timeout."""
+  """Whether to try the big model: its file exists and its device opens. Sets that device's wait timeout, so a
+  hang of it (USB+AMD or CL alike) is a fallback after wait_timeout_ms, not the device's 30 s default; the CPU,
+  which the small standby shares, keeps its own."""
   if not os.path.isfile(model_path("big")):
     return False, f"big model file missing: {model_path('big')}"
+  name = big_device()
   try:
-    dev = Device[BIG_DEVICE]
-  except DeviceUnavailable:   # the device's own hint is for a tool; the running stack is started with the flag
-    return False, f"the {BIG_DEVICE} device is not plugged in ({USB_GPU_HINT})"
+    dev = Device[name]
+  except DeviceUnavailable as e:   # the simulator's own hint is for a tool; the running stack is started with the flag
+    return False, f"the {USB_GPU} device is not plugged in ({USB_GPU_HINT})" if name == USB_GPU else f"{name} unavailable: {e}"
   except DeviceError as e:
-    return False, f"{BIG_DEVICE} unavailable: {e}"
-  dev.wait_timeout_ms = wait_timeout_ms
+    return False, f"{name} unavailable: {e}"
+  if name != device_table("modeld.small")["model"]:
+    dev.wait_timeout_ms = wait_timeout_ms
   return True, ""
 
 
@@ -156,7 +166,8 @@ def main(argv=None) -> int:
   parser = Parser(prog="python -m daemons.modeld", description="road driving model daemon (README.md beside it)",
                   epilog=SCHEDULING_HELP)
   parser.add_argument("--wait-timeout-ms", type=int, default=int(DAEMONS_ENV.number("MODELD_WAIT_TIMEOUT_MS", 3000)),
-                      help="USB+AMD wait timeout before the big model is declared failed (default 3000)")
+                      help="wait timeout of the big model's device (USB+AMD, or CL with MODEL_DEV=CL) before the big model "
+                           "is declared failed (default 3000)")
   parser.add_argument("--big-load-limit-s", type=float, default=60.0, help="time limit for loading the big model (default 60)")
   parser.add_argument("--no-big", action="store_true", help="never try the big model")
   parser.add_argument("--status-every", type=status_every, default=STATUS_EVERY_S, metavar="S",
@@ -200,6 +211,7 @@ def main(argv=None) -> int:
   modeld = Modeld(small, cameras, _geometry(vipc_main), _geometry(vipc_extra) if vipc_extra else None, main_is_wide)
   geometry = _program_geometry(modeld, vipc_main, vipc_extra)
   loader = None
+  big_on = big_device()
   if not args.no_big:
     ok, why = big_model_available(args.wait_timeout_ms)
     if ok:
@@ -207,7 +219,7 @@ def main(argv=None) -> int:
       loader = BigModelLoader(args.big_load_limit_s, geometry)
     else:
       modeld.big_unavailable(why)
-    log(f"big model {'loading on ' + BIG_DEVICE if ok else 'not used: ' + why}")
+    log(f"big model {'loading on ' + big_on if ok else 'not used: ' + why}")
 
   if args.no_big:
     modeld.big_unavailable("disabled (--no-big)")
@@ -250,7 +262,7 @@ def main(argv=None) -> int:
       if status != "loading":
         state["loader"] = None
         took = f"{time.monotonic() - loader.started:.1f} s"
-        log(f"big model loaded on {BIG_DEVICE} in {took}; it takes over from the small model" if status == "loaded"
+        log(f"big model loaded on {big_on} in {took}; it takes over from the small model" if status == "loaded"
             else f"big model load failed after {took}: {value}; the small model stays on")
     return car_reader.read(sm, camera_time(frames[0].frame_id))
 

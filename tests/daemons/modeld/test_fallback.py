@@ -166,3 +166,20 @@ def test_missing_big_model_file_means_small_only(usb_amd, monkeypatch, tmp_path)
   monkeypatch.setenv("PYMODELD_ROAD_MODEL_BIG", str(tmp_path / "absent.onnx"))
   ok, why = big_model_available(3000)
   assert not ok and why == f"big model file missing: {tmp_path / 'absent.onnx'}"
+
+
+def test_with_model_dev_cl_the_big_model_device_is_opencl_and_gets_modelds_wait_timeout(monkeypatch):
+  from runtime.device import DeviceUnavailable
+  Device.close("CL")
+  try:
+    Device["CL"]
+  except DeviceUnavailable as e:
+    pytest.skip(f"no OpenCL device here: {e}")
+  monkeypatch.setenv("MODEL_DEV", "CL")
+  cpu_timeout = Device["CPU"].wait_timeout_ms
+  try:
+    ok, why = big_model_available(3000)
+    assert ok and why == "" and Device["CL"].wait_timeout_ms == 3000
+    assert Device["CPU"].wait_timeout_ms == cpu_timeout   # the small standby's device keeps its own
+  finally:
+    Device.close("CL")
