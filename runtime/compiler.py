@@ -20,7 +20,6 @@ import platform
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -123,14 +122,15 @@ def _native_vector_bytes() -> int:
 
 
 def compile_one(source: str, timeout: float = COMPILE_TIMEOUT_S) -> bytes:
+  """Machine code of one source. The source goes in on stdin and the shared object comes out into a memfd the
+  compiler writes through /dev/fd, so no file of ours is named anywhere: a process killed mid-compile leaves
+  nothing behind (the compiler, orphaned, finishes and removes its own temporaries)."""
   path, _ = compiler()
-  with tempfile.TemporaryDirectory(prefix="pymodeld-cc-") as d:
-    os.chmod(d, 0o700)
-    src, out = os.path.join(d, "k.c"), os.path.join(d, "k.so")
-    with open(src, "w") as f:
-      f.write(source)
+  out = os.memfd_create("pymodeld-cc", os.MFD_CLOEXEC)
+  try:
     try:
-      r = subprocess.run([path, *flags(), "-o", out, src], capture_output=True, text=True, timeout=timeout)
+      r = subprocess.run([path, *flags(), "-pipe", "-x", "c", "-o", f"/dev/fd/{out}", "-"], input=source, capture_output=True,
+                         text=True, timeout=timeout, pass_fds=(out,))
     except subprocess.TimeoutExpired:
       raise CompileError(f"{path} did not finish compiling a kernel within {timeout:.0f} s") from None
     except OSError as e:
@@ -138,8 +138,12 @@ def compile_one(source: str, timeout: float = COMPILE_TIMEOUT_S) -> bytes:
     if r.returncode != 0:
       first = next((ln for ln in source.splitlines() if ln.startswith("void k_")), "?")
       raise CompileError(f"{path} failed on generated kernel {first[:60]!r}: {r.stderr.strip()[:2000]}")
-    with open(out, "rb") as f:
-      return f.read()
+    size = os.fstat(out).st_size
+    if not size:
+      raise CompileError(f"{path} reported success but wrote no shared object")
+    return os.pread(out, size, 0)
+  finally:
+    os.close(out)
 
 
 def compile_many(sources: list[str], label: str = "kernels") -> list[bytes]:

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import tempfile
 
 from runtime import cache, compiler
@@ -47,6 +48,26 @@ def test_a_process_killed_after_loading_kernels_leaves_nothing_in_its_temp_dir_o
   assert r.returncode == -signal.SIGKILL and "loaded" in r.stdout, r.stderr
   assert os.listdir(tmp_path) == []
   assert sorted(n for n in set(os.listdir("/dev/shm")) - shm_before if n.startswith("pymodeld")) == []
+
+
+def test_a_process_killed_while_compiling_leaves_nothing_in_its_temp_dir(tmp_path):
+  """The compiler reads stdin and writes into a memfd: nothing of ours is named, and the orphaned compiler
+  removes its own temporaries when it finishes (a named pymodeld-cc-* dir stayed behind after every kill)."""
+  big = "".join(f"float f{i}(const float* a) {{ float s = 0; for (int j = 0; j < {i + 64}; j++) s += a[j] * {i}.5f; return s; }}\n"
+                for i in range(200))
+  code = ("import os, sys, threading, time\n"
+          "from runtime import compiler\n"
+          "threading.Thread(target=compiler.compile_one, args=(sys.stdin.read(),), daemon=True).start()\n"
+          "time.sleep(0.5)\n"
+          "print('compiling', flush=True)\n"
+          "os.kill(os.getpid(), 9)\n")
+  env = {**os.environ, "TMPDIR": str(tmp_path)}
+  r = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, input=big, capture_output=True, text=True, timeout=120)
+  assert r.returncode == -signal.SIGKILL and "compiling" in r.stdout, r.stderr
+  deadline = time.monotonic() + 90   # the orphaned compiler finishes on its own and cleans up after itself
+  while os.listdir(tmp_path) and time.monotonic() < deadline:
+    time.sleep(0.2)
+  assert os.listdir(tmp_path) == []
 
 
 def test_every_load_gets_a_name_of_its_own_that_resolves_to_the_same_fd():
