@@ -251,7 +251,9 @@ def _blas_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, stra
       base = xview.index([nvar, ir.mul(gvar, Cg)] + [ir.const(0)] * len(S))
       b_op = (xb, ir.add(base, ir.mul(o0, rest)), O, False)
     a_op = (wb, ir.mul(gvar, Mg * kred), kred, False)
-    direct_c = view.mask is None and tuple(view.strides[2:]) == ir.contiguous_strides(out_sp) and \
+    # sgemm writes float32: straight into the output only when the epilogue keeps that dtype (a Cast in the
+    # epilogue would read its float32 results back as the wider type, half of them bytes sgemm never wrote)
+    direct_c = lazy.dtype == dt and view.mask is None and tuple(view.strides[2:]) == ir.contiguous_strides(out_sp) and \
         (view.strides[1] == O or M == 1)
     if direct_c:
       c_base = view.index([nvar, ir.mul(gvar, Mg)] + [ir.const(0)] * len(out_sp))
@@ -360,7 +362,8 @@ def _matmul(ctx, a: Lazy, b: Lazy, shape, alpha: float, tags) -> Lazy:
       return b_, v.index(bidx + [ir.const(0), ir.const(0)]), ld, tr
     a_op = opnd_at(ops[0], a.shape)
     b_op = opnd_at(ops[1], b.shape)
-    direct_c = view.mask is None and view.strides[-1] == 1 and (view.strides[-2] >= Nn or M == 1)
+    # sgemm writes float32: straight into the output only when the epilogue keeps that dtype (see the Conv case)
+    direct_c = lazy.dtype == dt and view.mask is None and view.strides[-1] == 1 and (view.strides[-2] >= Nn or M == 1)
     scratch = []
     if direct_c:
       c_op = (buf, view.index(bvars + [ir.const(0), ir.const(0)]), max(view.strides[-2], Nn))

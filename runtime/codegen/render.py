@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from . import ir
 from .cfamily import BIN_C, LoopEmitter, Writer, _collect, ctype, helpers, kernel_name, literal, vname
 from .ir import BOOL, F32, INDEX, E, LoopKernel
@@ -578,10 +580,15 @@ class TileEmitter:
 
   def _store_vec(self, em, ve, bname, index, value, lane):
     dt = value.dtype
-    v = ve.get(value) if ve.is_vec(value) else f"((vf){{}} + {em.expr(value)})"
     c = ir.coef(index, lane)
     base = em.expr(ir.substitute(index, {lane: ir.const(0)}))
-    if c == 1 and dt == F32:
+    if dt == BOOL:  # a vector comparison is a vi mask of 0 / -1 lanes; a bool buffer holds 0 / 1 bytes
+      m = ve.get(value) if ve.is_vec(value) else f"((vi){{}} - ({em.expr(value)} != 0))"
+      self.w(f"{{ const vi _o = {m}; for (int _j = 0; _j < {self.s.vl}; _j++) {bname}[{base} + _j * {c}] = _o[_j] != 0; }}")
+      return
+    assert dt == F32, f"the vector path stores float32 or bool, not {dt.name}"
+    v = ve.get(value) if ve.is_vec(value) else f"((vf){{}} + {em.expr(value)})"
+    if c == 1:
       self.w(f"vf_store({bname} + {base}, {v});")
     else:
       self.w(f"{{ const vf _o = {v}; for (int _j = 0; _j < {self.s.vl}; _j++) {bname}[{base} + _j * {c}] = _o[_j]; }}")
@@ -724,6 +731,8 @@ def _plain_order(k: LoopKernel) -> list[E]:
 def render_gemm(k, nests: list, vl: int, blas_int: str) -> Rendered:
   """A GemmKernel; nests: (LoopKernel, Schedule) for its packs then its epilogue (None entries skipped)."""
   g = k.gemm
+  for opnd in (g.a, g.b, g.c):  # sgemm reads and writes float32 through float pointers, whatever the buffer's type
+    assert opnd[0].dtype == np.float32, f"sgemm operand {opnd[0].name} is {opnd[0].dtype}, not float32"
   extra = [(g.a[0], False), (g.b[0], False), (g.c[0], True)] + [(b, True) for b in k.scratch]
   loop_ks = [lk for lk, _ in nests]
   bufs, written = _collect(loop_ks, extra)

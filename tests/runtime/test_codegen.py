@@ -487,3 +487,35 @@ def test_a_bad_search_cache_is_ignored(tmp_path, monkeypatch):
   parity(model, {"x": x}, rtol=1e-4, atol=1e-4)
   open(path, "wb").write(b"\x00garbage")
   parity(model, {"x": x}, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("rows", [4, 13, 40])
+def test_a_bool_computed_from_a_vector_reduction_is_stored_as_zero_or_one_bytes(rows):
+  """A comparison on the accumulator of a vector-tiled reduction is a mask of 0 / -1 lanes: it is stored to the
+  bool output as 0 / 1 (it was stored through a float vector, which the C compiler refused)."""
+  x = f32(rows, 6)
+  x[::3] = -np.inf   # every third row's max is -inf: both outcomes occur
+  nodes = [helper.make_node("ReduceMax", ["x", "a"], ["m"], keepdims=0),
+           helper.make_node("Equal", ["m", "ninf"], ["y0"])]
+  model = node_model(nodes, {"x": x}, {"a": np.array([1], np.int64), "ninf": np.array(-np.inf, np.float32)}, opset=18)
+  r = OnnxRunner(model, cache=CompileCache(use_disk=False))
+  got = r(x=x)["y0"]
+  assert any(s.startswith("tile") for s in schedules(r)), schedules(r)
+  np.testing.assert_array_equal(got, x.max(axis=1) == -np.inf)
+  assert got.view(np.uint8).max() == 1
+
+
+@pytest.mark.parametrize("to", [np.float64, np.float16])
+def test_a_blas_matmul_whose_epilogue_casts_writes_the_cast_values(to):
+  """sgemm writes float32; with a Cast in the fused epilogue the output buffer has another element type, so the
+  product goes through a float32 scratch (written straight into the float64 output, the epilogue read each pair of
+  float32 results, and bytes sgemm never wrote, as one float64: the answer changed with the arena's contents)."""
+  a, b = f32(2, 8, 16), f32(2, 16, 6)
+  nodes = [helper.make_node("MatMul", ["a", "b"], ["p"]),
+           helper.make_node("Cast", ["p"], ["c"], to=int(helper.np_dtype_to_tensor_dtype(np.dtype(to)))),
+           helper.make_node("Tanh", ["c"], ["y0"])]
+  r = OnnxRunner(node_model(nodes, {"a": a, "b": b}, {}), cache=CompileCache(use_disk=False))
+  assert any(k.tags.get("strategy") == "blas" for k in r.program.kernels)
+  got = r(a=a, b=b)["y0"]
+  assert got.dtype == to
+  np.testing.assert_allclose(got, np.tanh((a @ b).astype(to)), rtol=2e-3 if to == np.float16 else 1e-5, atol=1e-6)
