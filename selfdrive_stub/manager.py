@@ -57,8 +57,9 @@ from msgq.env import MSGQ_ENV
 from msgq.namespace import PREFIX_ENV, SHM_ROOT, runtime_dir, runtime_dir_path, shm_dir, shm_dir_path
 from msgq.namespace import prefix as namespace_prefix
 from runtime import config as runtime_config
-from runtime import faults, usb_amd
-from runtime.faults import FAULT_KINDS
+from runtime import cl, faults, usb_amd
+from runtime.device import DeviceUnavailable
+from runtime.faults import DEVICE_KINDS, FAULT_KINDS
 from selfdrive_stub.car import SCENARIOS
 from selfdrive_stub.liveview import CLEAR, VALID_OK, CpuMeter, ServiceMonitor, render_line, render_screen
 from selfdrive_stub.owner import NamespaceBusy, NamespaceOwner, clean, holder, label, publishers
@@ -92,6 +93,11 @@ def _car_args(o) -> list[str]:
   return args + (["--chestnut"] if o.usb_gpu else [])
 
 
+def _modeld_env(o) -> dict[str, str]:
+  """--model-device moves modeld's big model (MODEL_DEV; the small standby stays on the CPU) and nothing else."""
+  return {"MODEL_DEV": o.model_device} if o.model_device else {}
+
+
 def _logger_args(o) -> list[str]:
   return ["--out", o.record, "--camera", o.camera, "--seed", str(o.seed), "--cameras", o.record_cameras]
 
@@ -102,7 +108,7 @@ PROCESSES = [
                 ready_check=lambda o: os.path.exists(os.path.join(o.record, "header.json"))),
   ProcessConfig("camerad", "selfdrive_stub.camerad", args=_camerad_args, after=("logger",)),
   ProcessConfig("car", "selfdrive_stub.car", args=_car_args, after=("logger",)),
-  ProcessConfig("modeld", "daemons.modeld", after=("camerad",)),
+  ProcessConfig("modeld", "daemons.modeld", env=_modeld_env, after=("camerad",)),
   ProcessConfig("dmonitoringmodeld", "daemons.dmonitoringmodeld", after=("camerad",)),
   ProcessConfig("dmonitoringd", "selfdrive_stub.dmonitoringd"),
   ProcessConfig("selfdrived", "selfdrive_stub.selfdrived"),
@@ -112,16 +118,17 @@ PROCESSES = [
 @dataclass(frozen=True)
 class Injection:
   at: float
-  kind: str          # "amd", "restart" or "kill"
-  target: str        # fault kind for amd, a process name otherwise
+  kind: str          # "amd", "cl", "restart" or "kill"
+  target: str        # fault kind for amd and cl, a process name otherwise
 
   def describe(self) -> str:
-    return {"amd": f"USB+AMD fault {self.target}", "restart": f"restart {self.target}",
+    return {"amd": f"USB+AMD fault {self.target}", "cl": f"OpenCL fault {self.target}", "restart": f"restart {self.target}",
             "kill": f"SIGKILL {self.target}"}[self.kind] + f" at {self.at:g} s"
 
 
 def parse_injection(spec: str, names: list[str]) -> Injection:
-  """amd-hang@10, camerad-restart@5, kill:dmonitoringmodeld@8 -> Injection; anything else is a ValueError."""
+  """amd-hang@10, cl-hang@10, camerad-restart@5, kill:dmonitoringmodeld@8 -> Injection; anything else is a
+  ValueError."""
   what, sep, when = spec.rpartition("@")
   try:
     at = float(when)
@@ -134,12 +141,18 @@ def parse_injection(spec: str, names: list[str]) -> Injection:
     if kind not in FAULT_KINDS:
       raise ValueError(f"bad --inject {spec!r}: unknown USB+AMD fault {kind!r}; known: {', '.join(FAULT_KINDS)}")
     return Injection(at, "amd", kind)
+  if what.startswith("cl-"):
+    kind = what[3:]
+    if kind not in DEVICE_KINDS["CL"]:
+      raise ValueError(f"bad --inject {spec!r}: the OpenCL device takes only {', '.join(DEVICE_KINDS['CL'])} "
+                       f"(cl-hang@S), not {kind!r}")
+    return Injection(at, "cl", kind)
   if what.startswith("kill:") or what.endswith("-restart"):
     kind, name = ("kill", what[5:]) if what.startswith("kill:") else ("restart", what[:-len("-restart")])
     if name not in names:
       raise ValueError(f"bad --inject {spec!r}: unknown process {name!r}; known: {', '.join(names)}")
     return Injection(at, kind, name)
-  raise ValueError(f"bad --inject {spec!r}: expected amd-<fault>@S, <process>-restart@S or kill:<process>@S")
+  raise ValueError(f"bad --inject {spec!r}: expected amd-<fault>@S, cl-hang@S, <process>-restart@S or kill:<process>@S")
 
 
 def sweep_stale_namespaces() -> list[str]:
@@ -262,8 +275,8 @@ class Manager:
 
   def _inject(self, inj: Injection, elapsed: float) -> None:
     self.note(f"inject: {inj.describe()}", elapsed)
-    if inj.kind == "amd":
-      faults.inject(inj.target)
+    if inj.kind in ("amd", "cl"):
+      faults.inject(inj.target, "USB+AMD" if inj.kind == "amd" else "CL")
       return
     p = self.by_name[inj.target]
     if not p.running:
@@ -627,12 +640,15 @@ scheduling: camerad is pinned to the first CPU and modeld to the last (with 2 or
 fault injection (--inject, repeatable; the time must fall inside --duration):
   amd-hang@10             arm a USB+AMD fault at 10 s (also amd-disconnect, amd-nan, amd-transfer_error,
                           amd-slow); needs --usb-gpu; modeld falls back to the small model
+  cl-hang@10              hang the OpenCL queue at 10 s (its only fault); needs --model-device CL; modeld falls
+                          back to the small model within --wait-timeout-ms (3000 ms)
   camerad-restart@5       stop and restart camerad at 5 s (any process name works)
   kill:dmonitoringmodeld@8  SIGKILL a process at 8 s; the manager restarts it
 
 examples:
   pymodeld-manager --duration 30                  headless run, summary, exit 0 if all is well
   pymodeld-manager --camera mici --usb-gpu --inject amd-hang@10
+  pymodeld-manager --model-device CL --inject cl-hang@20
   pymodeld-manager --duration 20 --record /tmp/route1
   pymodeld-manager --route /tmp/route1 --png view.png
   pymodeld-manager --clean demo                   remove what pieces run by hand left in namespace demo""")
@@ -645,6 +661,10 @@ examples:
                  help="the car stub's drive: default, or lane-change (a scripted left lane change at 2 s)")
   p.add_argument("--route", metavar="DIR", help="camerad plays the frames of this recorded route")
   p.add_argument("--usb-gpu", action="store_true", help="plug the simulated USB+AMD device: modeld runs the big model")
+  p.add_argument("--model-device", choices=["CL"], default=None,
+                 help="run modeld's big model on this device: CL is the OpenCL device (pocl's CPU device here; a real "
+                      "GPU's OpenCL driver works the same way, the runtime takes the first GPU the loader finds). The "
+                      "warp and the small standby model stay on the CPU. Refused at once without an OpenCL platform")
   p.add_argument("--inject", action="append", default=[], metavar="FAULT@SECONDS", help="inject a fault (see below)")
   p.add_argument("--record", metavar="DIR", help="run the logger: record a route (messages and frames) into DIR")
   p.add_argument("--record-cameras", default="road,wide,cabin", metavar="CAMS",
@@ -698,6 +718,15 @@ examples:
             "inject earlier or run longer")
   if any(i.kind == "amd" for i in injections) and not opts.usb_gpu:
     p.error("a USB+AMD fault (--inject amd-...) needs --usb-gpu: without the device modeld never uses it")
+  if any(i.kind == "cl" for i in injections) and opts.model_device != "CL":
+    p.error("an OpenCL fault (--inject cl-hang@S) needs --model-device CL: without it modeld never uses the device")
+  if opts.model_device and opts.usb_gpu:
+    p.error(f"--model-device {opts.model_device} and --usb-gpu both choose the big model's device; give one")
+  if opts.model_device == "CL":
+    try:
+      cl.platform_names()
+    except DeviceUnavailable as e:
+      p.error(f"--model-device CL: {e}")
   opts.cores = stack_pins()
   try:  # the camera daemons would each refuse a bad value at their start; say it once, before starting any
     for process in PRIORITIES:
@@ -729,10 +758,11 @@ def check_record_dir(p: argparse.ArgumentParser, opts) -> None:
 def check_model_files(opts) -> None:
   """The model files the daemons of this run will load meet their contracts (ModelMetadataError otherwise),
   so a bad model is one line before anything starts, not a crash loop. With --usb-gpu the big model is asked
-  for, so a missing one is refused like a wrong one (modeld alone would run small-only and the run say OK)."""
+  for, so a missing one is refused like a wrong one (modeld alone would run small-only and the run say OK); so it
+  is with --model-device."""
   if "modeld" not in opts.block:
     load_metadata(model_path("small"), contract=ROAD_CONTRACT)
-    if opts.usb_gpu:
+    if opts.usb_gpu or opts.model_device:
       load_metadata(model_path("big"), contract=ROAD_CONTRACT)
   if "dmonitoringmodeld" not in opts.block:
     load_metadata(DM_MODEL_PATH, contract=DM_CONTRACT)

@@ -64,6 +64,7 @@ class ProcessConfig:
   name: str
   module: str
   args: Callable[[object], list[str]] = lambda ctx: []
+  env: Callable[[object], dict[str, str]] = lambda ctx: {}   # variables of this process only, over the manager's
   enabled: bool = True
   should_run: Callable[[object], bool] = always_run
   after: tuple[str, ...] = ()           # start only once these are ready (or given up on)
@@ -114,7 +115,7 @@ class ManagedProcess:
         self.log.append(f"{self.name}: module {self.cfg.module!r} not found; not started")
       self.state = "missing"
       return False
-    child_env = dict(env)
+    child_env = {**env, **self.cfg.env(ctx)}
     child_env["PYMODELD_PROCESS"] = self.name
     child_env[MANAGER_PID_ENV] = str(os.getpid())
     child_env["PYTHONUNBUFFERED"] = "1"

@@ -134,6 +134,7 @@ def test_sigint_stops_a_manager_that_was_started_with_sigint_ignored(namespace, 
   ("kill:nobody@3", "unknown process 'nobody'"),
   ("reboot@3", "expected amd-<fault>@S"),
   ("kill:car@-1", "expected FAULT@SECONDS"),
+  ("cl-nan@3", "the OpenCL device takes only hang"),
 ])
 def test_bad_injection_is_refused(spec, error):
   with pytest.raises(ValueError, match=error):
@@ -144,12 +145,15 @@ def test_injections_parse():
   assert mgr.parse_injection("amd-hang@10", []) == mgr.Injection(10.0, "amd", "hang")
   assert mgr.parse_injection("camerad-restart@5", ["camerad"]) == mgr.Injection(5.0, "restart", "camerad")
   assert mgr.parse_injection("kill:car@8.5", ["car"]) == mgr.Injection(8.5, "kill", "car")
+  assert mgr.parse_injection("cl-hang@4", []) == mgr.Injection(4.0, "cl", "hang")
 
 
 def test_cli_rejects_bad_options(capsys):
   for argv, error in [(["--block", "nope"], "unknown process nope"), (["--duration", "0"], "must be > 0"),
                       (["--route", "/nonexistent-route-dir"], "is not a route"),
-                      (["--inject", "amd-hang@3"], "needs --usb-gpu")]:
+                      (["--inject", "amd-hang@3"], "needs --usb-gpu"),
+                      (["--inject", "cl-hang@3"], "needs --model-device CL"),
+                      (["--model-device", "CL", "--usb-gpu"], "give one")]:
     with pytest.raises(SystemExit):
       mgr.parse_args(argv)
     assert error in capsys.readouterr().err

@@ -65,3 +65,12 @@ def test_route_without_camera_frames_is_refused_before_anything_starts(namespace
   with RouteWriter(str(tmp_path / "r"), camera="tici", generator="test"):
     pass
   _one_line_refusal(_run("--duration", "1", "--route", str(tmp_path / "r")), "--route", "no camera frames")
+
+
+def test_model_device_cl_without_an_opencl_platform_is_refused_in_one_line_with_the_install_line(namespace, tmp_path):
+  no_vendors = tmp_path / "vendors"    # the ICD loader reads its platforms from here: none
+  no_vendors.mkdir()
+  r = _run("--model-device", "CL", "--duration", "1", env={"OCL_ICD_VENDORS": str(no_vendors)})
+  lines = (r.stdout + r.stderr).strip().splitlines()
+  assert r.returncode == 2 and len(lines) == 1, lines
+  assert "--model-device CL" in lines[0] and "apt-get install pocl-opencl-icd ocl-icd-libopencl1" in lines[0], lines
