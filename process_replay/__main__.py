@@ -163,6 +163,7 @@ def _run(args) -> int:
     if progress.tty:
       sys.stderr.write("\n")   # end the bar's line
   wall = time.monotonic() - t0
+  late = _defer_interrupts()   # every task has ended: a Ctrl-C now must not cut the judging, the references or the summary
   update = args.update_refs and not interrupted   # references are written from complete runs only
   # the references are made without raw predictions: with --send-raw-pred they are not compared
   outcomes = judge(results, args.refs_dir, update, (*(RAW_PRED_FIELDS if args.send_raw_pred else ()), *args.ignore_fields),
@@ -199,7 +200,23 @@ def _run(args) -> int:
     print(f"interrupted: {len(results)} of {len(tasks)} tasks finished; the others were stopped"
           + ("; no reference was written" if args.update_refs else ""))
     return 130
+  if late:
+    print("interrupted after every task had finished: the summary above is complete")
+    return 130
   return 1 if failed else 0
+
+
+def _defer_interrupts() -> list:
+  """From here on SIGINT only marks the run as interrupted (the list becomes non-empty); main answers it with 130
+  once the summary is out. Further Ctrl-Cs are ignored."""
+  late: list = []
+
+  def mark(signum, frame):
+    late.append(signum)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+  signal.signal(signal.SIGINT, mark)
+  return late
 
 
 if __name__ == "__main__":

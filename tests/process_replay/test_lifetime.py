@@ -154,3 +154,23 @@ def test_ctrl_c_prints_what_finished_says_it_was_interrupted_and_exits_130_leavi
     wait_for(lambda: not alive(pid), 10, f"{cmdline(pid)} (pid {pid}) to be gone")
   assert namespaces_of(started) == []
   assert sorted(os.listdir(tmp_path)) == ["stderr", "stdout"]   # no report: nothing that finished failed
+
+
+def test_a_ctrl_c_after_every_task_finished_still_prints_the_whole_summary_and_exits_130(tici_route_path, tmp_path, monkeypatch,
+                                                                                        capsys):
+  """The interrupt lands while the results are judged (the tasks are over): nothing is cut short, the summary is
+  whole, and the exit status still says the run was interrupted."""
+  from process_replay import __main__ as cli_main
+  real_judge = cli_main.judge
+
+  def judge_interrupted(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGINT)
+    return real_judge(*args, **kwargs)
+
+  monkeypatch.setattr(cli_main, "judge", judge_interrupted)
+  monkeypatch.chdir(tmp_path)
+  code = cli_main.main(["--routes", tici_route_path, "--procs", "selfdrived", "-j", "1"])
+  out, err = capsys.readouterr()
+  assert code == 130, out + err
+  assert re.search(r"^tici +selfdrived .* PASS ", out, re.M) and "1/1 passed" in out, out + err
+  assert out.rstrip().endswith("interrupted after every task had finished: the summary above is complete"), out
