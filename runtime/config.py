@@ -26,6 +26,10 @@ MEMORY_BUDGET_ENV = "PYMODELD_MEMORY_BUDGET_BYTES"
 DEFAULT_MEMORY_BUDGET = 4 << 30
 CPU_TARGET_ENV = "PYMODELD_CPU_TARGET"
 CACHE_MAX_ENV = "PYMODELD_CACHE_MAX_MB"
+ARENA_CHECK_ENV = "PYMODELD_ARENA_CHECK"
+# link-time arena layouts for finding reads of bytes a kernel never wrote and buffers that share bytes while both
+# are live: the planned layout with every fresh byte 0x00, or each planned buffer in bytes of its own, all 0xFF
+ARENA_CHECKS = ("zero", "spread")
 DEFAULT_CACHE_MAX_MB = 512
 # the x86-64 ISA levels a CPU target may name -> the width in bytes of their widest float vector register
 CPU_TARGETS = {"x86-64": 16, "x86-64-v2": 16, "x86-64-v3": 32, "x86-64-v4": 64}
@@ -33,7 +37,7 @@ CPU_TARGETS = {"x86-64": 16, "x86-64-v2": 16, "x86-64-v3": 32, "x86-64-v4": 64}
 # every variable read below (tests/test_env.py checks README.md's table against this)
 VARIABLES = ("DEV", "JIT", "CC", CACHE_DIR_ENV, DISK_CACHE_ENV, THREADS_ENV, SEARCH_ENV, RUNTIME_DIR_ENV, CPU_LRU_ENV,
              USB_PRESENT_ENV, USB_FAULT_ENV, USB_VRAM_ENV, USB_LRU_ENV, USB_BANDWIDTH_ENV, USB_LATENCY_ENV,
-             MEMORY_BUDGET_ENV, CPU_TARGET_ENV, CACHE_MAX_ENV)
+             MEMORY_BUDGET_ENV, CPU_TARGET_ENV, CACHE_MAX_ENV, ARENA_CHECK_ENV)
 
 _runtime_dir: str | Callable[[], str] | None = None
 
@@ -120,6 +124,17 @@ def cpu_target() -> str | None:
   v = _get(CPU_TARGET_ENV)
   if v is not None and v not in CPU_TARGETS:
     raise ValueError(f"{CPU_TARGET_ENV} must be one of {', '.join(CPU_TARGETS)}, got {v!r}")
+  return v
+
+
+def arena_check() -> str | None:
+  """How link() lays out and fills a program's arena, for checking that outputs do not depend on it (None: the
+  planned layout, its bytes as the allocator hands them over). "zero": the planned layout, every byte zeroed.
+  "spread": no two planned buffers share a byte, whatever their lifetimes, and every byte is 0xFF (a NaN in
+  every float type, -1 in every signed integer). A correct program gives bit-identical outputs under both."""
+  v = _get(ARENA_CHECK_ENV)
+  if v is not None and v not in ARENA_CHECKS:
+    raise ValueError(f"{ARENA_CHECK_ENV} must be one of {', '.join(ARENA_CHECKS)}, got {v!r}")
   return v
 
 

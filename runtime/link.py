@@ -14,6 +14,10 @@ Invariants:
 - Every address handed to a kernel lies inside memory the Linked object keeps alive (the arena, staging
   buffers, consts, held arrays, scratch), at the offset and size the program's buffer table says.
 - A replay allocates nothing (the runner walks a fixed list).
+- Outputs depend on the inputs only, never on the arena's layout or its bytes before the first run: the same
+  program linked with env PYMODELD_ARENA_CHECK=zero (the planned layout, zeroed) and =spread (no two buffers
+  sharing a byte, every byte 0xFF) gives bit-identical outputs. A difference is a kernel reading bytes no kernel
+  wrote, or two buffers live at once in the same bytes.
 - `bind_input(name, array)` points one input's address slots at the caller's array instead of its staging
   buffer (external memory, e.g. a camera frame, read without a host copy). The array is checked first (dtype,
   byte length, contiguity, alignment, writability where the program writes the input; an input a reference
@@ -29,11 +33,11 @@ import numpy as np
 
 from . import blas, config
 from .cache import DEFAULT_KERNELS, KernelCache
-from .errors import InputError
+from .errors import ConfigError, InputError
 from .graph import Node, Spec
 from .kernels import build_kernel
 from .limits import check_arena
-from .memory_plan import ALIGN
+from .memory_plan import ALIGN, align
 from .program import Program, compile_program
 
 RUNNER_SOURCE = r"""#include <stdint.h>
@@ -227,9 +231,22 @@ def link(program: Program, alloc=None, held: dict | None = None, kernels: Kernel
   """Compile (or fetch) the program's machine code, allocate its memory and write its call list.
   `held` maps each held name to the caller's array (referenced, never copied)."""
   loaded, _ = compile_program(program, kernels)
+  try:
+    check = config.arena_check()
+  except ValueError as e:
+    raise ConfigError(str(e)) from None
+  offsets = {b: off for b, (_, off) in program.plan.offsets.items()}
   planned = program.plan.arena_bytes.get("arena", 0)
+  if check == "spread":   # each buffer in bytes of its own, in the plan's order
+    top = 0
+    for b in sorted(offsets, key=lambda b: (offsets[b], b)):
+      info = program.bufs[b]
+      offsets[b], top = top, top + align(info["size"] * np.dtype(info["dtype"]).itemsize)
+    planned = top
   check_arena(planned, program.scratch_bytes, sum(s.nbytes for s in program.inputs.values()))
   arena = aligned_bytes(planned + program.scratch_bytes, alloc)
+  if check is not None:   # memory from the allocator may hold an earlier program's bytes
+    arena[...] = 0xFF if check == "spread" else 0
   scratch = arena[planned:]
   addr: dict[str, int] = {}
   arrays: dict[str, np.ndarray] = {}   # root buffers seen as typed 1-D arrays (host kernels bind these)
@@ -248,7 +265,7 @@ def link(program: Program, alloc=None, held: dict | None = None, kernels: Kernel
     arrays[program.held_bufs[name]] = a.reshape(-1).view(np.uint8)
   for name, a in program.consts.items():  # an empty constant still gets a (never read) address
     arrays[name] = np.ascontiguousarray(a).reshape(-1).view(np.uint8) if a.size else np.zeros(16, np.uint8)
-  for b, (_, off) in program.plan.offsets.items():
+  for b, off in offsets.items():
     info = program.bufs[b]
     arrays[b] = arena[off:off + info["size"] * np.dtype(info["dtype"]).itemsize]
   for b, off in program.scratch_offsets.items():

@@ -12,7 +12,10 @@ are compared with the stored ones by position: same shape, same dtype, values wi
 
 The contract each case must meet (`Outcome.ok`): it passes, or it is refused while loading with one of the
 runtime's typed errors (a RuntimeCoreError subclass) whose message names the reason. A wrong value, an error
-at run time, or any other exception class at load breaks it."""
+at run time, or any other exception class at load breaks it. With `layouts=True` a passing case on the CPU must
+also give bit-identical outputs with its program linked twice, over a zeroed planned arena and over a spread one
+filled with 0xFF (PYMODELD_ARENA_CHECK): an output that depends on the arena's layout or earlier bytes (a read of
+bytes no kernel wrote, two live buffers in the same bytes) is a "layout-dependent" outcome, which breaks it."""
 from __future__ import annotations
 
 import glob
@@ -26,6 +29,8 @@ import onnx
 from onnx import numpy_helper
 
 from runtime import OnnxRunner, RuntimeCoreError
+from runtime.config import ARENA_CHECK_ENV
+from runtime.link import Linked, link
 
 from rt_helpers import memory_cache
 
@@ -48,7 +53,7 @@ class Case:
 @dataclass
 class Outcome:
   case: str
-  kind: str       # "pass" | "refused" | "untyped-load" | "run-error" | "wrong"
+  kind: str       # "pass" | "refused" | "untyped-load" | "run-error" | "wrong" | "layout-dependent"
   detail: str = ""
 
   @property
@@ -142,8 +147,42 @@ def load_runner(case: Case, input_shapes: dict | None = None, device: str | None
   return OnnxRunner(model, device, cache=memory_cache(), input_shapes=input_shapes)
 
 
-def run_case(case: Case, device: str | None = None) -> Outcome:
-  """The case on `device` (default: the runtime's default device)."""
+def _linked_outputs(runner: OnnxRunner, data_sets: list, check: str) -> list[list[bytes]]:
+  """Each data set's output bytes from the runner's program linked anew with PYMODELD_ARENA_CHECK=check."""
+  p = runner.program
+  old = os.environ.get(ARENA_CHECK_ENV)
+  os.environ[ARENA_CHECK_ENV] = check
+  try:
+    lk = link(p, held={n: np.zeros(s.shape, s.dtype) for n, s in p.held.items()}, kernels=runner.cache.kernels)
+  finally:
+    if old is None:
+      del os.environ[ARENA_CHECK_ENV]
+    else:
+      os.environ[ARENA_CHECK_ENV] = old
+  got = []
+  for inputs, _ in data_sets:
+    for name, a in zip(p.inputs, inputs):
+      lk.inputs[name][...] = _array(a)
+    lk.run()
+    got.append([np.ascontiguousarray(lk.outputs[o]).tobytes() for o in p.outputs])
+  return got
+
+
+def layout_difference(runner: OnnxRunner, data_sets: list) -> str:
+  """'' when the runner's program gives bit-identical outputs linked over a zeroed planned arena and over a
+  spread arena of 0xFF bytes, else the first output that differs."""
+  zero, spread = (_linked_outputs(runner, data_sets, c) for c in ("zero", "spread"))
+  for k, (a, b) in enumerate(zip(zero, spread)):
+    for name, x, y in zip(runner.program.outputs, a, b):
+      if x != y:
+        n = sum(p != q for p, q in zip(x, y))
+        return f"data set {k} output {name!r}: {n} of {len(x)} bytes differ between the zeroed and the spread arena"
+  return ""
+
+
+def run_case(case: Case, device: str | None = None, layouts: bool = False) -> Outcome:
+  """The case on `device` (default: the runtime's default device); layouts: a pass must also be independent of
+  the arena's layout and earlier bytes (see the module's docstring; CPU programs only)."""
   names = _feed_names(case.model)
   first_inputs = [_array(v) for v in case.data_sets[0][0]] if case.data_sets else []
   # dynamic dims are specialised from the case's own inputs (tensor inputs only; others must be refused)
@@ -178,6 +217,13 @@ def run_case(case: Case, device: str | None = None) -> Outcome:
         diff = _compare(got[name], want, case.rtol, case.atol, f"data set {k} output {name!r}")
         if diff:
           return Outcome(case.name, "wrong", diff)
+    if layouts and isinstance(runner.linked, Linked):
+      try:
+        diff = layout_difference(runner, [(list(map(_array, i)), o) for i, o in case.data_sets])
+      except Exception as e:  # noqa: BLE001
+        return Outcome(case.name, "run-error", f"linked again: {type(e).__name__}: {e}")
+      if diff:
+        return Outcome(case.name, "layout-dependent", diff)
   return Outcome(case.name, "pass")
 
 
