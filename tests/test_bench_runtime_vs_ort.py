@@ -1,0 +1,55 @@
+"""The runtime-vs-onnxruntime bench: which rows enter its geomeans, how a refusal and a wrong output are reported,
+and that the nets it builds itself are valid and byte-for-byte reproducible."""
+import argparse
+
+import numpy as np
+import onnx
+import pytest
+
+from bench import runtime_vs_ort as rvo
+from bench.make_nets import BUILT_STANDARD, lstm_op_net
+
+
+def _row(model, group="standard", status="ok", r1=1.0, rb=1.0, ov=None):
+  row = {"model": model, "group": group, "status": status}
+  if status == "ok":
+    row.update({"ratio_ort_1": r1, "ratio_ort_best": rb})
+    if ov is not None:
+      row.update({"ratio_ov_1": ov, "ratio_ov_best": ov})
+  return row
+
+
+def test_geomeans_cover_only_the_standard_rows_that_ran_and_count_what_was_left_out():
+  rows = [_row("a", r1=2.0, rb=1.0, ov=0.5), _row("b", r1=0.5, rb=4.0), _row("dm", group="daemons", r1=100.0),
+          _row("shaped", group="daemon_shaped", r1=0.01), _row("lstm_op", status="refused"), _row("bad", status="wrong")]
+  s = rvo.summarise(rows)
+  assert s["geomean_ort_1"] == pytest.approx(1.0) and s["geomean_ort_best"] == pytest.approx(2.0)
+  assert s["geomean_ov_1"] == pytest.approx(0.5) and s["geomean_ov_1_models"] == 1
+  assert (s["standard_models"], s["geomean_models"], s["refused"], s["failed"]) == (4, 2, ["lstm_op"], ["bad"])
+  assert (s["worst_ort_1"], s["max_ort_1"], s["worst_ort_best"]) == ("a", 2.0, "b")
+
+
+def test_rel_err_calls_a_wrong_shape_or_a_nan_infinitely_wrong():
+  ref = [np.array([1.0, -2.0], np.float32)]
+  assert rvo.rel_err([np.array([1.0, -2.002], np.float32)], ref) == pytest.approx(1e-3, rel=1e-3)
+  assert rvo.rel_err([np.array([1.0], np.float32)], ref) == np.inf
+  assert rvo.rel_err([np.array([np.nan, -2.0], np.float32)], ref) == np.inf
+
+
+def test_a_model_our_runtime_refuses_is_a_refused_row_with_the_typed_errors_first_line(tmp_path):
+  p = tmp_path / "lstm_op.onnx"
+  onnx.save(lstm_op_net(), p)
+  args = argparse.Namespace(threads="1", no_openvino=True, tol=1e-3, iters=1, block=1, per_kernel=0)
+  row = rvo.bench("standard", "lstm_op", str(p), args)
+  assert row["status"] == "refused" and row["error"].startswith("UnsupportedOpError:") and "LSTM" in row["error"]
+  assert "\n" not in row["error"]
+
+
+@pytest.mark.parametrize("name,build", BUILT_STANDARD, ids=[n for n, _ in BUILT_STANDARD])
+def test_each_built_net_is_valid_onnx_and_the_same_bytes_every_time(name, build):
+  m = build()
+  onnx.checker.check_model(m, full_check=True)
+  assert m.SerializeToString() == build().SerializeToString()
+  consts = [onnx.numpy_helper.to_array(t) for t in m.graph.initializer if t.data_type == onnx.TensorProto.FLOAT]
+  assert not any(n.op_type == "ConstantOfShape" for n in m.graph.node)
+  assert any(c.size > 64 and np.unique(c).size > c.size // 2 for c in consts), "weights must be random, not constant"
