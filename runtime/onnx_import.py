@@ -18,7 +18,7 @@ import os
 import onnx
 from onnx import numpy_helper
 
-from .errors import InputError, ModelError, UnsupportedOpError
+from .errors import InputError, ModelError, UnsupportedDtypeError, UnsupportedOpError
 from .graph import Graph, Node, Spec, dtype_from_onnx
 from .kernels import supported_ops
 from .limits import LoadTotal, check_tensor
@@ -118,6 +118,11 @@ def _check_tensor_type(vi: onnx.ValueInfoProto, what: str):
     raise UnsupportedOpError(f"{what} {vi.name!r} is a {kind or 'value of no type'}, not a tensor "
                              f"(sequences, maps and optionals are not supported)")
   return vi.type.tensor_type
+
+
+def _readers(g: onnx.GraphProto, name: str) -> str:
+  ops = sorted({n.op_type for n in g.node if name in n.input})
+  return f" (read by {', '.join(ops)})" if ops else " (read by no node)"
 
 
 def value_spec(vi: onnx.ValueInfoProto) -> Spec:
@@ -232,10 +237,13 @@ def import_onnx(model, input_shapes: dict | None = None) -> Graph:
       continue
     if not vi.name or vi.name in inputs:
       raise ModelError(f"graph input name {vi.name!r} is empty or given twice")
-    if vi.name in input_shapes:
-      inputs[vi.name] = _given_spec(vi, input_shapes[vi.name], f"graph input {vi.name!r}")
-    else:
-      inputs[vi.name] = value_spec(vi)
+    try:
+      if vi.name in input_shapes:
+        inputs[vi.name] = _given_spec(vi, input_shapes[vi.name], f"graph input {vi.name!r}")
+      else:
+        inputs[vi.name] = value_spec(vi)
+    except (UnsupportedOpError, UnsupportedDtypeError) as e:   # the ops a user would have to change are named
+      raise type(e)(f"{e}{_readers(g, vi.name)}") from None
   if not len(g.output):
     raise ModelError("the graph has no outputs")
   for vi in g.output:

@@ -539,8 +539,11 @@ def resize(op, attrs, specs, consts):
         sc = need_const(consts, 2, "Resize scales")
         if sc.size:
           scales = [float(v) for v in sc]
+      if sizes is None and scales is None and opt(specs, 3) is not None and consts[3] is None:
+        # a valid model (sizes computed at run time, e.g. from Shape): our limitation, not the model's fault
+        raise UnsupportedOpError("Resize sizes computed at run time are not supported (they must fold to a constant)")
       if sizes is None and scales is None:
-        raise ModelError("Resize needs constant scales or sizes")
+        raise ModelError("Resize needs non-empty scales or sizes")
       if int(attrs.get("antialias", 0)):
         raise UnsupportedOpError("Resize antialias=1")
       if attrs.get("keep_aspect_ratio_policy", "stretch") != "stretch":
@@ -558,8 +561,8 @@ def resize(op, attrs, specs, consts):
     if len(scales) != rank or not all(np.isfinite(f) and f > 0 for f in scales):
       raise ModelError(f"{op} scales {scales} must be {rank} finite positive values")
     out = [int(np.floor(s * f)) for s, f in zip(x.shape, scales)]
-    if any(o < 1 for o in out):
-      raise ModelError(f"{op} scales {scales} shrink {x.shape} to an empty output {out}")
+    if any(o < 1 for o in out):   # a valid model (an empty output): not supported, like an empty input above
+      raise UnsupportedOpError(f"{op} scales {scales} shrink {x.shape} to an empty output {out}")
   check_tensor(out, x.dtype, f"{op} output")  # the index arrays below are built at load, one per output dim
   if mode == "bilinear":
     mode = "linear"
