@@ -553,3 +553,40 @@ def test_absurd_attribute_values_are_refused_or_run_like_onnxs_reference_evaluat
 def test_every_refusal_class_is_a_runtime_error():
   for err in (ModelError, UnsupportedOpError, UnsupportedDtypeError, MemoryBudgetError, ConfigError, InputError):
     assert issubclass(err, RuntimeCoreError)
+
+
+def _c64(name, values) -> TensorProto:
+  return numpy_helper.from_array(np.array(values, np.int64), name)
+
+
+# operands computed from Shape and constants: folded at load, so the lowering sees constants (node cases that take
+# these operands as graph inputs are refused: their values exist only at run time)
+FOLDED = {
+    "Reshape": ([helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Slice", ["s", "z", "o"], ["s0"]),
+                 helper.make_node("Concat", ["s0", "m1"], ["t"], axis=0), helper.make_node("Reshape", ["x", "t"], ["y"])],
+                [_c64("z", [0]), _c64("o", [1]), _c64("m1", [-1])], lambda x: x.reshape(1, -1)),
+    "ReduceSum axes": ([helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Size", ["s"], ["r"]),
+                        helper.make_node("Sub", ["r", "one"], ["a0"]), helper.make_node("Unsqueeze", ["a0", "z"], ["a"]),
+                        helper.make_node("ReduceSum", ["x", "a"], ["y"])],
+                       [_c64("one", 1), _c64("z", [0])], lambda x: x.sum(axis=-1, keepdims=True)),
+    "Pad pads": ([helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Div", ["s", "s"], ["p0"]),
+                  helper.make_node("Concat", ["p0", "p0"], ["p"], axis=0), helper.make_node("Pad", ["x", "p"], ["y"])],
+                 [], lambda x: np.pad(x, 1)),
+    "Resize sizes": ([helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Mul", ["s", "two"], ["sz"]),
+                      helper.make_node("Resize", ["x", "", "", "sz"], ["y"], mode="nearest")],
+                     [_c64("two", [1, 1, 2, 2])], lambda x: x.repeat(2, axis=2).repeat(2, axis=3)),
+    "Tile repeats": ([helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Tile", ["x", "s"], ["y"])], [],
+                     lambda x: np.tile(x, x.shape)),
+    "Expand shape": ([helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Concat", ["two", "s"], ["t"], axis=0),
+                      helper.make_node("Expand", ["x", "t"], ["y"])],
+                     [_c64("two", [2])], lambda x: np.broadcast_to(x, (2,) + x.shape)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FOLDED))
+def test_an_operand_computed_from_shape_arithmetic_and_constants_is_folded_at_load(name):
+  nodes, inits, ref = FOLDED[name]
+  x = np.random.default_rng(3).standard_normal((1, 3, 4, 4)).astype(np.float32)
+  r = _load(_graph_model(nodes, [_vi("x", [1, 3, 4, 4])], [_vi("y", None)], inits, opset=18))
+  np.testing.assert_allclose(r(x=x)["y"], ref(x), rtol=1e-6)
+  assert not r.program.fallbacks
