@@ -23,7 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 OPSET = 17
 LIGHT_DIR = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
-NETS_DIR = os.path.join(os.path.expanduser("~"), ".cache", "pymodeld", "bench-nets")  # ~1.3 GB, outside the tree
+NETS_DIR = os.path.join(os.path.expanduser("~"), ".cache", "pymodeld", "bench-nets")  # ~0.9 GB, outside the tree
 
 
 class _Net:
