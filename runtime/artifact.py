@@ -65,7 +65,7 @@ def save(program: Program, path: str, *, model_hash: str = "", entry_key: str = 
       z.writestr("header.json", json.dumps(header))
       for i, n in enumerate(names):
         bio = io.BytesIO()
-        np.lib.format.write_array(bio, np.ascontiguousarray(g.consts[n]), allow_pickle=False)
+        np.lib.format.write_array(bio, np.asarray(g.consts[n], order="C"), allow_pickle=False)
         z.writestr(f"c{i}.npy", bio.getvalue())
     os.replace(tmp, path)  # readers never see a half-written artifact
   except BaseException:

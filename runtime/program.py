@@ -189,9 +189,9 @@ def program_key(p: Program) -> str:
 def weights_digest(consts: dict[str, np.ndarray]) -> str:
   h = hashlib.sha256()
   for name in sorted(consts):
-    a = np.ascontiguousarray(consts[name])
+    a = np.asarray(consts[name], order="C")   # not ascontiguousarray: it makes a 0-d array (1,)
     h.update(f"{name}:{a.dtype.str}:{list(a.shape)}\0".encode())
-    h.update(a.view(np.uint8).reshape(-1).tobytes() if a.size else b"")
+    h.update(a.reshape(-1).view(np.uint8).tobytes() if a.size else b"")
   return h.hexdigest()
 
 
@@ -208,9 +208,9 @@ def graph_key(graph: Graph, config: dict, target: str) -> str:
   for n in graph.nodes:
     put([n.op, n.inputs, n.outputs, n.attrs])
   for name in sorted(graph.consts):
-    a = np.ascontiguousarray(graph.consts[name])
+    a = np.asarray(graph.consts[name], order="C")
     put([name, list(a.shape), a.dtype.str])
-    h.update(hashlib.sha256(a.view(np.uint8).reshape(-1) if a.size else b"").digest())
+    h.update(hashlib.sha256(a.reshape(-1).view(np.uint8) if a.size else b"").digest())
   put({n: [list(s.shape), s.dtype.str] for n, s in sorted(graph.held.items())})
   return h.hexdigest()
 

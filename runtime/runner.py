@@ -237,7 +237,7 @@ class OnnxRunner:
         raise InputError(f"input {n!r} has dtype {a.dtype}, the model expects {spec.dtype}")
       if tuple(a.shape) != spec.shape:
         raise InputError(f"input {n!r} has shape {tuple(a.shape)}, the model expects {spec.shape}")
-      out[n] = np.ascontiguousarray(a)
+      out[n] = np.asarray(a, order="C")
       for op, size in self._index_ranges.get(n, ()):
         if a.size and (int(a.min()) < -size or int(a.max()) >= size):
           bad = a[(a < -size) | (a >= size)].reshape(-1)[0]

@@ -121,3 +121,22 @@ def test_two_models_entries_exchanged_each_model_still_runs_its_own_program(cach
   np.testing.assert_array_equal(got0, want0)
   np.testing.assert_array_equal(got1, want1)
   assert _run(_model(0), cache_dir)[0].program_source == "program cache"   # rebuilt and stored under its own key
+
+
+def test_a_scalar_output_keeps_its_shape_through_the_program_cache(cache_dir):
+  """A 0-d constant (Size's answer) is stored and keyed as 0-d: np.ascontiguousarray would make it (1,), so a
+  start from the cache answered array([24]) where a cold one answered array(24)."""
+  model = node_model([helper.make_node("Size", ["x"], ["y0"])], {"x": np.zeros((2, 3, 4), np.float32)}, {})
+  cold = OnnxRunner(model, cache=CompileCache(disk_dir=str(cache_dir)))
+  warm = OnnxRunner(model, cache=CompileCache(disk_dir=str(cache_dir)))
+  assert warm.program_source == "program cache"
+  x = np.ones((2, 3, 4), np.float32)
+  assert cold(x=x)["y0"].shape == warm(x=x)["y0"].shape == ()
+  assert warm(x=x)["y0"] == 24
+
+
+def test_a_scalar_and_a_one_element_constant_are_different_graphs():
+  from runtime.graph import Graph
+  from runtime.program import graph_key
+  keys = {graph_key(Graph({}, ["c"], [], {"c": np.array(c, np.float32)}, {}, 17), {}, "cpu") for c in (1.0, [1.0])}
+  assert len(keys) == 2
