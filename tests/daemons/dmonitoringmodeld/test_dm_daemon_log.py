@@ -6,36 +6,15 @@ import re
 import signal
 import subprocess
 import sys
-import threading
-import time
 
 import onnx
 
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH
 from repo_paths import REPO_ROOT
+from stderr_lines import follow, wait_for_line
 
 DM = [sys.executable, "-m", "daemons.dmonitoringmodeld"]
 STATUS = re.compile(r"status: \d+\.\d fps, p50 latency \d+\.\d ms \(frame end to publish\), \d+% valid \(last 0\.5 s")
-
-
-def _reader(stream, into: list) -> threading.Thread:
-  def read():
-    for line in stream:
-      into.append(line.rstrip())
-  t = threading.Thread(target=read, daemon=True)
-  t.start()
-  return t
-
-
-def _wait_for(lines, pattern, proc, timeout=180):
-  deadline = time.monotonic() + timeout
-  while time.monotonic() < deadline:
-    if any(re.search(pattern, line) for line in lines):
-      return
-    if proc.poll() is not None:
-      break
-    time.sleep(0.1)
-  raise AssertionError(f"no {pattern!r} in dmonitoringmodeld's stderr:\n" + "\n".join(lines))
 
 
 def test_dmonitoringmodeld_says_loading_compiling_ready_status_and_exiting_in_order_on_stderr():
@@ -43,13 +22,13 @@ def test_dmonitoringmodeld_says_loading_compiling_ready_status_and_exiting_in_or
                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   camerad = None
   err: list[str] = []
-  reader = _reader(dm.stderr, err)
+  reader = follow(dm.stderr, err)
   try:
-    _wait_for(err, "waiting for the cabin stream", dm)
+    wait_for_line(err, "waiting for the cabin stream", dm, "dmonitoringmodeld")
     camerad = subprocess.Popen([sys.executable, "-m", "selfdrive_stub.camerad", "--camera", "tici"], cwd=REPO_ROOT,
                                env={**os.environ, "PYMODELD_PROCESS": "camerad"}, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
-    _wait_for(err, STATUS.pattern, dm)
+    wait_for_line(err, STATUS.pattern, dm, "dmonitoringmodeld")
   finally:
     for proc in (dm, camerad):
       if proc is not None and proc.poll() is None:

@@ -6,30 +6,9 @@ import re
 import signal
 import subprocess
 import sys
-import threading
-import time
 
 from repo_paths import REPO_ROOT
-
-
-def _lines_of(proc, into: list) -> threading.Thread:
-  def read():
-    for line in proc.stderr:
-      into.append(line.rstrip())
-  t = threading.Thread(target=read, daemon=True)
-  t.start()
-  return t
-
-
-def _wait_for(lines, text, proc, timeout=180):
-  deadline = time.monotonic() + timeout
-  while time.monotonic() < deadline:
-    if any(text in line for line in lines):
-      return
-    if proc.poll() is not None:
-      break
-    time.sleep(0.1)
-  raise AssertionError(f"no {text!r} in modeld's stderr:\n" + "\n".join(lines))
+from stderr_lines import follow, wait_for_line
 
 
 def test_modeld_logs_loading_waiting_compiling_ready_first_frame_status_and_exiting_on_stderr(namespace):
@@ -38,14 +17,14 @@ def test_modeld_logs_loading_waiting_compiling_ready_first_frame_status_and_exit
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   camerad = None
   lines: list[str] = []
-  reader = _lines_of(modeld, lines)
+  reader = follow(modeld.stderr, lines)
   try:
-    _wait_for(lines, "waiting for cameras", modeld)        # with no camerad it says so, rather than nothing
+    wait_for_line(lines, "waiting for cameras", modeld, "modeld")        # with no camerad it says so, rather than nothing
     assert any("loading the small model" in line for line in lines), lines
     camerad = subprocess.Popen([sys.executable, "-m", "selfdrive_stub.camerad", "--camera", "tici"], cwd=REPO_ROOT,
                                env={**os.environ, "PYMODELD_PROCESS": "camerad"}, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
-    _wait_for(lines, "status: ", modeld)
+    wait_for_line(lines, "status: ", modeld, "modeld")
   finally:
     for proc in (modeld, camerad):
       if proc is not None and proc.poll() is None:
