@@ -24,7 +24,7 @@ from .cache import DEFAULT_KERNELS, safe_dir
 from .codegen import render
 from .codegen.ir import LoopKernel
 from .codegen.optimise import MAX_ACCUMULATORS
-from .codegen.render import Schedule
+from .codegen.optimise import Schedule
 
 DB_NAME = "search-v1.json"
 RUNS = 5

@@ -12,17 +12,115 @@ Deterministic heuristics, in this order:
    reduction axis when the loads are contiguous in it ("inner": a global pool, a row reduction, a GEMV).
 4. Everything else is scalar C, which the C compiler vectorises where it can (plain elementwise loops).
 The measured search (search.py) may replace a schedule by a measured better one; its choice is cached.
+This stage owns the Schedule type and the facts it decides from (what the vector path computes, which gates
+bound a tile); render.py, the later stage, reads them from here.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from . import ir
-from .ir import F32, INDEX, E, LoopKernel, Store
-from .render import Schedule, vectorizable
-from .render import _bound as render_bound
-from .render import _gate_conjuncts as render_gates
+from .ir import BOOL, F32, INDEX, E, LoopKernel, Store
+
 
 MAX_ACCUMULATORS = 16      # vector accumulators kept in registers per tile (AVX-512 has 32 vector registers)
 VECTOR_MATH = ("exp", "tanh", "log", "sqrt", "erf", "sin", "cos", "tan", "floor", "ceil", "rint", "log1p")
+
+
+@dataclass
+class Schedule:
+  """How a LoopKernel's loops are arranged (the optimise stage's decision)."""
+  order: list            # output vars, outermost first
+  mode: str = "scalar"   # "scalar", "tile" (vector over an output var) or "inner" (vector over a reduction var)
+  tile_var: E | None = None
+  tile: int = 0          # lanes per tile along tile_var (a multiple of vl)
+  up_var: E | None = None
+  up: int = 1
+  vl: int = 16
+  overlap_ok: bool = False  # the store's buffer is not read by the kernel: tiles may overlap (idempotent)
+
+  def describe(self) -> str:
+    if self.mode == "scalar":
+      return "scalar"
+    s = f"{self.mode} {self.tile_var.arg[0]}x{self.tile}"
+    return s + (f" up {self.up_var.arg[0]}x{self.up}" if self.up_var is not None and self.up > 1 else "")
+
+
+# what the C vector path computes lane by lane (render.py's VecEmitter emits exactly these)
+VEC_TYPES = {"float32": "vf", "uint8": "vu8", "int8": "vi8", "int32": "vi"}
+VEC_ARITH = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+VEC_LANEWISE = {"log": "logf", "sqrt": "__builtin_sqrtf", "sin": "sinf", "cos": "cosf",
+                "tan": "tanf", "erf": "erff", "floor": "floorf", "ceil": "ceilf", "rint": "rintf", "log1p": "log1pf"}
+
+
+def vectorizable(value: E, t: E) -> bool:
+  """Whether the vector path can compute value with lanes along variable t: every node that depends on t
+  is a float32 op it knows, a load whose index is affine in t, or an int64 comparison affine in t (a gate)."""
+  for n in ir.walk(value):
+    if t not in ir.free_vars(n) or n.op in ("VAR",):
+      continue
+    if n.op == "REDUCE":
+      continue
+    if n.dtype == INDEX:
+      if n.op in ("ADD_I", "MUL_I"):
+        continue
+      return False
+    if n.op == "LOAD":
+      if n.dtype.name not in VEC_TYPES or ir.coef(n.srcs[0], t) is None:
+        return False
+      continue
+    if n.dtype == BOOL:
+      if n.op in ir.COMPARE and n.srcs[0].dtype == INDEX:
+        if ir.coef(ir.add(n.srcs[0], ir.mul(n.srcs[1], -1)), t) is None:
+          return False
+        continue
+      if n.op in ir.COMPARE and n.srcs[0].dtype == F32 or n.op in ("and", "or"):
+        continue
+      return False
+    if n.dtype != F32:
+      return False
+    if n.op == "cast" and n.srcs[0].dtype.name in VEC_TYPES:
+      continue
+    if n.op in VEC_ARITH or n.op in VEC_LANEWISE or n.op in ("max", "min", "neg", "abs", "recip", "exp", "tanh",
+                                                              "WHERE", "ACC") or (n.op == "pow" and n.dtype == F32):
+      continue
+    return False
+  return True
+
+
+def gate_conjuncts(e: E, t: E) -> list[E]:
+  out = []
+  for n in ir.walk(e):
+    if n.op == "LOAD" and len(n.srcs) > 1:
+      out += [x for x in ir.conjuncts(n.srcs[1]) if t in ir.free_vars(x)]
+    if n.op == "WHERE" and n.srcs[0].dtype == BOOL and all(
+            x.op in ir.COMPARE and x.srcs[0].dtype == INDEX for x in ir.conjuncts(n.srcs[0])):
+      out += [x for x in ir.conjuncts(n.srcs[0]) if t in ir.free_vars(x)]
+  return list(dict.fromkeys(out))
+
+
+def t_conjuncts(value: E, t: E) -> list[E]:
+  """Every gate conjunct (reduction gates and load gates) that depends on t."""
+  out = []
+  for n in ir.walk(value):
+    if n.op == "REDUCE" and len(n.srcs) > 1:
+      out += [x for x in ir.conjuncts(n.srcs[1]) if t in ir.free_vars(x)]
+  return list(dict.fromkeys(out + gate_conjuncts(value, t)))
+
+
+def bound(c: E, t: E) -> tuple[int, int] | None:
+  """[lo, hi) of t where `e >= K` or `e < K` holds whatever the other variables of e are (e affine in t)."""
+  if c.op not in ("ge", "lt") or not c.srcs[1].is_const or c.srcs[0].dtype != INDEX:
+    return None
+  e, k = c.srcs[0], c.srcs[1].arg
+  a = ir.coef(e, t)
+  if not a:
+    return None
+  rmin, rmax = ir.rng(ir.add(e, ir.mul(t, -a)))
+  need = k - rmin if c.op == "ge" else k - rmax - 1  # ge: a*t >= need; lt: a*t <= need
+  if (c.op == "ge") == (a > 0):
+    return -((-need) // a), 1 << 62
+  return -(1 << 62), need // a + 1
 
 
 def merge_axes(k: LoopKernel) -> LoopKernel:
@@ -123,7 +221,7 @@ def schedule(k: LoopKernel, vl: int, narrow: bool = True) -> Schedule:
       _upcast(k, sched, r, sched.order, chunks, shrink=False)
       return sched
   epilogue = ir.substitute(st.value, {r: ir.E("ACCR", F32, (), 0)})
-  epilogue_ok = all(render_bound(c, t) is not None for c in render_gates(epilogue, t))
+  epilogue_ok = all(bound(c, t) is not None for c in gate_conjuncts(epilogue, t))
   n = 0 if k.tags.get("vector_reduce") else lanes_for(t.arg[1], vl, narrow)  # the lowering asked for "inner"
   if t not in k.dyn and ir.coef(st.index, t) == 1 and n and vectorizable(st.value, t) and epilogue_ok:
     chunks = max(1, min(4, t.arg[1] // n))

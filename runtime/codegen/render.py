@@ -21,7 +21,8 @@ import numpy as np
 
 from . import ir
 from .cfamily import BIN_C, LoopEmitter, Writer, _collect, ctype, helpers, kernel_name, literal, vname
-from .ir import BOOL, F32, INDEX, E, LoopKernel
+from .ir import BOOL, F32, E, LoopKernel
+from .optimise import VEC_ARITH, VEC_LANEWISE, VEC_TYPES, Schedule, bound, gate_conjuncts, t_conjuncts
 
 VTYPE = {"float32": "vf", "int32": "vi", "uint8": "vu8", "int8": "vi8"}
 
@@ -80,67 +81,7 @@ def vector_prelude(vl: int) -> str:
           "static inline vf vmin(vf a, vf b) { return vsel((a < b) | (a != a), a, b); }\n")
 
 
-@dataclass
-class Schedule:
-  """How a LoopKernel's loops are arranged (the optimise stage's decision)."""
-  order: list            # output vars, outermost first
-  mode: str = "scalar"   # "scalar", "tile" (vector over an output var) or "inner" (vector over a reduction var)
-  tile_var: E | None = None
-  tile: int = 0          # lanes per tile along tile_var (a multiple of vl)
-  up_var: E | None = None
-  up: int = 1
-  vl: int = 16
-  overlap_ok: bool = False  # the store's buffer is not read by the kernel: tiles may overlap (idempotent)
-
-  def describe(self) -> str:
-    if self.mode == "scalar":
-      return "scalar"
-    s = f"{self.mode} {self.tile_var.arg[0]}x{self.tile}"
-    return s + (f" up {self.up_var.arg[0]}x{self.up}" if self.up_var is not None and self.up > 1 else "")
-
-
 # ------------------------------------------------------------------------------------------- vector path
-
-VEC_TYPES = {"float32": "vf", "uint8": "vu8", "int8": "vi8", "int32": "vi"}
-VEC_ARITH = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
-VEC_LANEWISE = {"log": "logf", "sqrt": "__builtin_sqrtf", "sin": "sinf", "cos": "cosf",
-                "tan": "tanf", "erf": "erff", "floor": "floorf", "ceil": "ceilf", "rint": "rintf", "log1p": "log1pf"}
-
-
-def vectorizable(value: E, t: E) -> bool:
-  """Whether the vector path can compute value with lanes along variable t: every node that depends on t
-  is a float32 op it knows, a load whose index is affine in t, or an int64 comparison affine in t (a gate)."""
-  for n in ir.walk(value):
-    if t not in ir.free_vars(n) or n.op in ("VAR",):
-      continue
-    if n.op == "REDUCE":
-      continue
-    if n.dtype == INDEX:
-      if n.op in ("ADD_I", "MUL_I"):
-        continue
-      return False
-    if n.op == "LOAD":
-      if n.dtype.name not in VEC_TYPES or ir.coef(n.srcs[0], t) is None:
-        return False
-      continue
-    if n.dtype == BOOL:
-      if n.op in ir.COMPARE and n.srcs[0].dtype == INDEX:
-        if ir.coef(ir.add(n.srcs[0], ir.mul(n.srcs[1], -1)), t) is None:
-          return False
-        continue
-      if n.op in ir.COMPARE and n.srcs[0].dtype == F32 or n.op in ("and", "or"):
-        continue
-      return False
-    if n.dtype != F32:
-      return False
-    if n.op == "cast" and n.srcs[0].dtype.name in VEC_TYPES:
-      continue
-    if n.op in VEC_ARITH or n.op in VEC_LANEWISE or n.op in ("max", "min", "neg", "abs", "recip", "exp", "tanh",
-                                                              "WHERE", "ACC") or (n.op == "pow" and n.dtype == F32):
-      continue
-    return False
-  return True
-
 
 class VecEmitter:
   """Vector C code for expressions over the special variable `lane` (VL lanes); nodes not depending on lane
@@ -300,41 +241,6 @@ def _lane_conds(conds: list[E], t: E) -> list[E]:
   return conds
 
 
-def _gate_conjuncts(e: E, t: E) -> list[E]:
-  out = []
-  for n in ir.walk(e):
-    if n.op == "LOAD" and len(n.srcs) > 1:
-      out += [x for x in ir.conjuncts(n.srcs[1]) if t in ir.free_vars(x)]
-    if n.op == "WHERE" and n.srcs[0].dtype == BOOL and all(
-            x.op in ir.COMPARE and x.srcs[0].dtype == INDEX for x in ir.conjuncts(n.srcs[0])):
-      out += [x for x in ir.conjuncts(n.srcs[0]) if t in ir.free_vars(x)]
-  return list(dict.fromkeys(out))
-
-
-def _t_conjuncts(value: E, t: E) -> list[E]:
-  """Every gate conjunct (reduction gates and load gates) that depends on t."""
-  out = []
-  for n in ir.walk(value):
-    if n.op == "REDUCE" and len(n.srcs) > 1:
-      out += [x for x in ir.conjuncts(n.srcs[1]) if t in ir.free_vars(x)]
-  return list(dict.fromkeys(out + _gate_conjuncts(value, t)))
-
-
-def _bound(c: E, t: E) -> tuple[int, int] | None:
-  """[lo, hi) of t where `e >= K` or `e < K` holds whatever the other variables of e are (e affine in t)."""
-  if c.op not in ("ge", "lt") or not c.srcs[1].is_const or c.srcs[0].dtype != INDEX:
-    return None
-  e, k = c.srcs[0], c.srcs[1].arg
-  a = ir.coef(e, t)
-  if not a:
-    return None
-  rmin, rmax = ir.rng(ir.add(e, ir.mul(t, -a)))
-  need = k - rmin if c.op == "ge" else k - rmax - 1  # ge: a*t >= need; lt: a*t <= need
-  if (c.op == "ge") == (a > 0):
-    return -((-need) // a), 1 << 62
-  return -(1 << 62), need // a + 1
-
-
 def upcast_widths(extent: int, U: int) -> list[int]:
   """Block widths covering an upcast axis: U, then halves (rounded down) for what a full block leaves."""
   out, rem, w = [U], extent % U, U
@@ -403,11 +309,11 @@ class TileEmitter:
     `tile` lanes, then of one vector, then a scalar remainder."""
     s, w, vl = self.s, self.w, self.s.vl
     t, T = s.tile_var, s.tile
-    conj = _t_conjuncts(value, t)
-    static = [c for c in conj if _bound(c, t) is not None]
+    conj = t_conjuncts(value, t)
+    static = [c for c in conj if bound(c, t) is not None]
     lo, hi = 0, t.arg[1]
     for c in static:
-      a, b = _bound(c, t)
+      a, b = bound(c, t)
       lo, hi = max(lo, a), min(hi, b)
     true = ir.const(True, BOOL)
     fast = {c: true for c in static}
@@ -470,7 +376,7 @@ class TileEmitter:
     gconj = [x for x in ir.conjuncts(gate) if x not in fast]
     on_t = [x for x in gconj if t in ir.free_vars(x)]
     off_t = [x for x in gconj if t not in ir.free_vars(x)]
-    load_t = [x for x in _gate_conjuncts(body, t) if x not in fast]
+    load_t = [x for x in gate_conjuncts(body, t) if x not in fast]
     rem = LoopEmitter(w, self.buf_name, {}, self.dyn)
     rem.names = dict(em.names)
     for rv in rvars:
@@ -544,7 +450,7 @@ class TileEmitter:
     w, vl = self.w, self.s.vl
     chunks = T // vl
     lane = ir.var("lane", vl)
-    conj = [c for c in _gate_conjuncts(value, t) if c not in fast]
+    conj = [c for c in gate_conjuncts(value, t) if c not in fast]
     checks = []
     for cnd in conj:
       for cc in self._ucopies(cnd, u0, U):
@@ -612,7 +518,7 @@ class TileEmitter:
     for rv in outer_r:
       rem.open_loop(rv)
     gconj = ir.conjuncts(gate)
-    on_t = [x for x in gconj if rt in ir.free_vars(x)] + _gate_conjuncts(body, rt)
+    on_t = [x for x in gconj if rt in ir.free_vars(x)] + gate_conjuncts(body, rt)
     for cnd in [x for x in gconj if rt not in ir.free_vars(x)]:
       if s.up_var is None or s.up_var not in ir.free_vars(cnd):
         w(f"if (!({rem.expr(cnd)})) continue;")
