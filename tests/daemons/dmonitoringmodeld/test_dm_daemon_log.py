@@ -3,13 +3,13 @@ frame's geometry in words, compiling, ready, a status line every --status-every 
 does not fit is one line naming every mismatch, exit 2. Each case drives the real command."""
 import os
 import re
-import signal
 import subprocess
 import sys
 
 import onnx
 
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH
+from hand_run import start_camerad, stop
 from repo_paths import REPO_ROOT
 from stderr_lines import follow, wait_for_line
 
@@ -25,15 +25,10 @@ def test_dmonitoringmodeld_says_loading_compiling_ready_status_and_exiting_in_or
   reader = follow(dm.stderr, err)
   try:
     wait_for_line(err, "waiting for the cabin stream", dm, "dmonitoringmodeld")
-    camerad = subprocess.Popen([sys.executable, "-m", "selfdrive_stub.camerad", "--camera", "tici"], cwd=REPO_ROOT,
-                               env={**os.environ, "PYMODELD_PROCESS": "camerad"}, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+    camerad = start_camerad()
     wait_for_line(err, STATUS.pattern, dm, "dmonitoringmodeld")
   finally:
-    for proc in (dm, camerad):
-      if proc is not None and proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(30)
+    stop(dm, camerad)
     reader.join(10)
   out = dm.stdout.read()
   assert dm.returncode == 0, err

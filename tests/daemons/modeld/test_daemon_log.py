@@ -3,10 +3,10 @@ are none), the cameras' geometry in words, the big model's fate with a hint that
 the standby's frame program and ready, first frame, a status line every --status-every seconds, exiting."""
 import os
 import re
-import signal
 import subprocess
 import sys
 
+from hand_run import start_camerad, stop
 from repo_paths import REPO_ROOT
 from stderr_lines import follow, wait_for_line
 
@@ -21,15 +21,10 @@ def test_modeld_logs_loading_waiting_compiling_ready_first_frame_status_and_exit
   try:
     wait_for_line(lines, "waiting for cameras", modeld, "modeld")        # with no camerad it says so, rather than nothing
     assert any("loading the small model" in line for line in lines), lines
-    camerad = subprocess.Popen([sys.executable, "-m", "selfdrive_stub.camerad", "--camera", "tici"], cwd=REPO_ROOT,
-                               env={**os.environ, "PYMODELD_PROCESS": "camerad"}, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+    camerad = start_camerad()
     wait_for_line(lines, "status: ", modeld, "modeld")
   finally:
-    for proc in (modeld, camerad):
-      if proc is not None and proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(30)
+    stop(modeld, camerad)
     reader.join(10)
   order = ["loading the small model", "waiting for cameras",
            "cameras: main narrow 1928x1208 NV12, stride 2048, extra wide 1928x1208 NV12, stride 2048", "big model not used",
