@@ -68,6 +68,7 @@ class ServiceStats:
   window_count: int = 0
   window_valid: int = 0
   last_recv: float = 0.0
+  last_sent_ns: int = 0               # the newest logMonoTime seen (CLOCK_MONOTONIC ns, the publisher's clock)
   latest: object = None
   last_valid: bool = True
   last_reason: str = ""
@@ -125,6 +126,7 @@ class ServiceMonitor:
     st.total += 1
     st.arrivals.append(now)
     st.last_recv = now
+    st.last_sent_ns = max(st.last_sent_ns, evt.logMonoTime)
     ok = bool(evt.valid)
     st.valid += ok
     st.last_valid, st.last_reason = ok, "" if ok else str(evt.invalidReason)[:200]
@@ -220,7 +222,10 @@ class ServiceMonitor:
     return valid / count if count else None
 
   def seen_since(self, name: str, t: float) -> bool:
-    return self.stats[name].last_recv > t
+    """A message of `name` was sent after monotonic time t (seconds). By send time, not by when it was drained:
+    a message the previous incarnation of a restarted process sent, drained after the restart, is not a sign
+    that the new one is up."""
+    return self.stats[name].last_sent_ns > t * 1e9
 
   def latest(self, name: str):
     st = self.stats.get(name)

@@ -236,3 +236,21 @@ def test_off_a_tty_the_runtimes_progress_lines_say_which_process_printed_them(na
   out = io.StringIO()
   mgr.Manager(mgr.parse_args(["--duration", "2"]), processes=[ProcessConfig("modeld", "fake_compiler")], out=out).run()
   assert "\nmodeld: runtime: compiled 13/34 kernels (4.6 s)\n" in out.getvalue(), out.getvalue()
+
+
+def test_a_message_sent_before_a_restart_but_drained_after_it_does_not_make_the_new_process_ready():
+  """Readiness counts a message by when it was sent (logMonoTime), not when the monitor drained it: on a slow
+  machine the previous incarnation's last message is often drained after the restart."""
+  mon = ServiceMonitor({"driverStateV2": 20.0})
+  pm = messaging.PubMaster(["driverStateV2"], allow_foreign=True)
+  try:
+    pm.send("driverStateV2", new_message("driverStateV2", valid=True))   # the old process, just before it stopped
+    restarted_at = time.monotonic()
+    mon.update()                                                          # drained only now
+    assert not mon.seen_since("driverStateV2", restarted_at)
+    pm.send("driverStateV2", new_message("driverStateV2", valid=True))   # the new process
+    mon.update()
+    assert mon.seen_since("driverStateV2", restarted_at)
+  finally:
+    pm.close()
+    mon.close()
