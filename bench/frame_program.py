@@ -4,8 +4,9 @@
 
 For the DM model (cabin luma warp) and the small road model (road + wide warps, image history), per frame:
 - program: FrameProgram.run (frames bound as external memory, the warps compiled into the model's program);
-- peer: the numpy warp (dm_warp plan / road_warp RoadWarp, built once), ModelHistory.push for the road model,
-  then OnnxRunner on the same device.
+- peer: the numpy warp (the cabin plan selfdrive_stub/cabin_warp.py, the tests' road oracle tests/warp_oracles.py,
+  built once), a ring of the last five warped frames for the road model's image pair, then OnnxRunner on the
+  same device.
 The two are interleaved frame by frame (so a busy neighbour slows both alike) and checked bit-identical on
 the first frame. Reported: p50 and p90 ms of each and the ratio of the p50s (program / peer; < 1 is faster).
 Results go to bench/results/frame_program.json (bench/results.py).
@@ -20,11 +21,11 @@ import numpy as np
 from bench.results import record
 from daemons.common import frame_program as fp
 from daemons.common.cameras import DEVICE_CAMERAS
-from daemons.common.dm_warp import dm_transform, plan_for_camera
-from daemons.common.road_warp import RoadWarp
+from daemons.common.dm_warp import dm_transform
+from selfdrive_stub.cabin_warp import plan_for_camera
+from tests.warp_oracles import RoadWarp
 from daemons.common.transforms import get_warp_matrix
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH as DM_MODEL
-from daemons.modeld.history import ModelHistory
 from daemons.modeld.model_state import MODEL_PATHS
 from runtime import OnnxRunner
 from visionipc.nv12 import padded_nv12_layout
@@ -85,18 +86,21 @@ def road_case(cam, rounds: int) -> dict:
     warps[c].set_transform(ms[c])
   specs = runner.input_specs
   other = {n: np.zeros(specs[n][0], np.float32) for n in ("features_buffer", "desire_pulse", "traffic_convention", "action_t")}
-  hist = ModelHistory()
-  outs = {c: np.zeros((6, 128, 256), np.uint8) for c in fp.ROAD_CAMERAS}
+  rings = {c: np.zeros((fp.RING, 6, 128, 256), np.uint8) for c in fp.ROAD_CAMERAS}
+  pushed = [0]
 
   def program():
     return prog.run({f"{c}_frame": frames[c] for c in fp.ROAD_CAMERAS},
                     {**{f"{c}_transform": ms[c] for c in fp.ROAD_CAMERAS}, **other})[0]
 
   def peer():
+    slot, old = pushed[0] % fp.RING, (pushed[0] - fp.PAIR_HISTORY) % fp.RING
+    pushed[0] += 1
+    pairs = {}
     for c in fp.ROAD_CAMERAS:
-      warps[c].warp(frames[c], out=outs[c])
-    pushed = hist.push(outs["road"], outs["wide"], np.zeros(8, np.float32))
-    return runner(img=pushed["img"], big_img=pushed["big_img"], **other)
+      warps[c].warp(frames[c], out=rings[c][slot])
+      pairs[fp.ROAD_MODEL_INPUTS[c]] = np.concatenate([rings[c][old], rings[c][slot]])[None]
+    return runner(**pairs, **other)
   return compare("road", program, peer, rounds)
 
 

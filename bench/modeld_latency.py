@@ -37,8 +37,7 @@ from runtime import config as runtime_config  # noqa: E402
 from bench.results import record  # noqa: E402
 from bench.stacklib import drain, pct, start  # noqa: E402
 from daemons.modeld.model_state import MODEL_PATHS  # noqa: E402
-from daemons.common.runner import RuntimeRunner  # noqa: E402
-from runtime import usb_amd  # noqa: E402
+from runtime import OnnxRunner, usb_amd  # noqa: E402
 from runtime.device import Device  # noqa: E402
 
 runtime_config.set_runtime_dir(runtime_dir)  # the simulator's presence file, in the bench's namespace
@@ -144,8 +143,8 @@ def interleaved(n: int) -> dict:
   with Namespace():
     usb_amd.plug()
     try:
-      runners = {"small (CPU)": RuntimeRunner(MODEL_PATHS["small"], "CPU"),
-                 "big (USB+AMD sim)": RuntimeRunner(MODEL_PATHS["big"], "USB+AMD")}
+      runners = {"small (CPU)": OnnxRunner(MODEL_PATHS["small"], "CPU"),
+                 "big (USB+AMD sim)": OnnxRunner(MODEL_PATHS["big"], "USB+AMD")}
       rng = np.random.default_rng(0)
       feeds = {"img": rng.integers(0, 256, (1, 12, 128, 256), dtype=np.uint8),
                "big_img": rng.integers(0, 256, (1, 12, 128, 256), dtype=np.uint8),
@@ -156,7 +155,7 @@ def interleaved(n: int) -> dict:
       for i in range(n + 5):
         for name, run in runners.items():
           t0 = time.perf_counter()
-          run(feeds)
+          run(**feeds)
           if i >= 5:
             times[name].append((time.perf_counter() - t0) * 1e3)
     finally:

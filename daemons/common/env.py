@@ -6,9 +6,9 @@ Invariants:
 - `set_blas_threads()` runs before numpy is first imported (each daemon's __main__ calls it first): OpenBLAS,
   OpenMP and MKL read their thread count once, when the library loads, so a later setting only changes what
   numpy has not loaded yet. The count is the runtime's own (runtime.config: PYMODELD_RUNTIME_THREADS, default
-  1), which OnnxRunner also applies before each run, so BLAS, the generated kernels and the onnxruntime peer
-  agree. Why 1 by default: several processes share 2 cores, and BLAS worker threads spinning against each other
-  made a 7 ms model take hundreds of ms under load; the reference likewise pins modeld to one core.
+  1), which OnnxRunner also applies before each run, so BLAS and the generated kernels agree. Why 1 by default:
+  several processes share 2 cores, and BLAS worker threads spinning against each other made a 7 ms model take
+  hundreds of ms under load; the reference likewise pins modeld to one core.
 """
 import os
 import sys
@@ -21,7 +21,6 @@ DAEMONS_ENV = EnvTable("daemons", {
   "PYMODELD_ROAD_MODEL_SMALL": "another small road model file",
   "PYMODELD_ROAD_MODEL_BIG": "another big road model file",
   "MODELD_WAIT_TIMEOUT_MS": "modeld's wait timeout on the big model's device (USB+AMD, or CL with MODEL_DEV=CL)",
-  "DM_RUNTIME": "dmonitoringmodeld's engine: runtime (default) or onnxruntime",
   "PYMODELD_REALTIME": "SCHED_FIFO frame loops",
   "PYMODELD_CORES": "per-process CPU pinning",
   "WARP_DEV": "device of the camera warp part of each frame program (frame_program.device_table)",
@@ -35,11 +34,6 @@ def send_raw_pred(value: str | None = None) -> bool:
   reference turns it on for any non-empty string, '0' included."""
   value = DAEMONS_ENV.get("SEND_RAW_PRED") if value is None else value
   return value.strip().lower() in TRUE_WORDS
-
-
-def dm_runtime() -> str:
-  """DM_RUNTIME: the engine dmonitoringmodeld runs its model on (daemons.common.runner.BACKENDS)."""
-  return DAEMONS_ENV.get("DM_RUNTIME", "").strip() or "runtime"
 
 
 def set_blas_threads(environ=None) -> int:

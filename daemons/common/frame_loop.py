@@ -4,21 +4,20 @@ The loop (`run_frame_loop`): receive frames -> read the bus -> step -> publish e
 The step (`FrameStep.step`), for each received frame (or main/extra pair):
   1. the frame is received: the step's clock starts (modelExecutionTime counts from here);
   2. `check`: the daemon's input rules (calibration in camera time, dropped frames, sync, malformed inputs);
-  3. `prepare`: the daemon's warp of the frames into its model inputs (host wall clock: stage `warp`);
-  4. still_valid: every frame read in 3 is checked after its pixels were last read; an overwritten one makes
-     the step invalid ("frame 1258 overwritten while it was warped", naming each such frame). A step whose
-     warp runs inside `run` (a captured frame program: `warps_in_run(frames)` is True) does this check from
-     the program's after-warp hook instead (`check_overwritten`), after the program last read the frames;
-  5. `run`: the daemon's model(s) through the runner protocol (daemons/common/runner.py) and the parse of the
-     flat output; the daemon adds its own reasons (non-finite output, failure, history filling). The
-     outputs are parsed when it returns: modelExecutionTime ends here;
-  6. `build`: the daemon's messages (daemons/common/messages.model_event), then the skeleton stamps the
+  3. `run`: the daemon's model on the frames through its captured frame program (daemons/common/frame_runner.py:
+     the program warps the frame's own memory and runs the model), then the parse of the flat output; the daemon
+     adds its own reasons (non-finite output, failure, history filling). The program calls the daemon's
+     after-warp hook after it last read the frames: `check_overwritten` asks every frame still_valid there, and
+     an overwritten one makes the step invalid ("frame 1258 overwritten while it was warped", naming each such
+     frame). The outputs are parsed when it returns: modelExecutionTime ends here;
+  4. `build`: the daemon's messages (daemons/common/messages.model_event), then the skeleton stamps the
      timing fields on every one of them (messages.stamp_timings).
-Per-daemon code supplies only check / prepare / run / build (and the loop's receive and bus reading).
+Per-daemon code supplies only check / run / build (and the loop's receive and bus reading). There is one
+per-frame path: no host warp, no second engine.
 
 Invariants: `valid` is False exactly when a reason was given; reasons keep this order (inputs, overwrite,
-model); a runner that measured the warp itself (a captured frame program: `warp` in its on_device) keeps its
-device time, otherwise the warp is the host wall time of `prepare`.
+model); every stage time is the program's own (device timeline; in one fused program the warp's seconds are
+inside `model` and `warp` is 0), the parse is host wall clock.
 
 The status line (`FrameStatus`, `run_frame_loop(status_every=S)`): every S seconds of the loop's clock after the
 first published step, one line with that window's frame rate, its p50 latency from the frame's end of exposure
@@ -29,7 +28,9 @@ is said before the first step (the daemons say what they wait for), and S = 0 sa
 from __future__ import annotations
 
 import collections
+import signal
 import statistics
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -37,9 +38,34 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from daemons.common.messages import stamp_timings
-from daemons.common.runner import StageTimes
+from daemons.common.stage_times import StageTimes
 
 REASON_CHARS = 100   # a status line quotes the window's most frequent invalid reason up to this long
+STATUS_EVERY_S = 10.0   # the status line's default period (--status-every)
+
+
+def status_every(text: str) -> float:
+  """--status-every's value: seconds >= 0 (0: no status line)."""
+  value = float(text)
+  if not value >= 0:   # also NaN
+    raise ValueError(text)
+  return value
+
+
+def add_status_every(parser, service: str) -> None:
+  """Both daemons' --status-every option (the status line of `service`'s messages)."""
+  parser.add_argument("--status-every", type=status_every, default=STATUS_EVERY_S, metavar="S",
+                      help="print a status line every S seconds: frame rate, p50 latency from the frame's end to its "
+                           f"{service}, share published valid (default {STATUS_EVERY_S:g}; 0: never)")
+
+
+def stop_on_signals() -> threading.Event:
+  """The daemons' one stop idiom: SIGINT or SIGTERM sets the event; the loop finishes its current frame, then
+  the daemon says `exiting` and returns 0."""
+  stop = threading.Event()
+  for sig in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(sig, lambda *_: stop.set())
+  return stop
 
 
 def overwritten_reason(frames) -> str:
@@ -89,18 +115,11 @@ class FrameStep:
   def check(self, frames: Sequence[Frame], inputs) -> list[str]:
     raise NotImplementedError
 
-  def prepare(self, frames: Sequence[Frame], inputs) -> Any:
-    raise NotImplementedError
-
-  def run(self, model_inputs, inputs, reasons: list[str]) -> ModelOutcome:
+  def run(self, frames: Sequence[Frame], inputs, reasons: list[str]) -> ModelOutcome:
     raise NotImplementedError
 
   def build(self, frames: Sequence[Frame], inputs, outcome: ModelOutcome, reasons: list[str]) -> list:
     raise NotImplementedError
-
-  def warps_in_run(self, frames: Sequence[Frame]) -> bool:
-    """True when `run` warps these frames itself (and calls check_overwritten after its last read of them)."""
-    return False
 
   def check_overwritten(self, frames: Sequence[Frame], reasons: list[str]) -> bool:
     """Ask every frame still_valid; an overwritten one adds the reason naming it. True when all are valid."""
@@ -112,16 +131,10 @@ class FrameStep:
   def step(self, frames: Sequence[Frame], inputs=None) -> StepResult:
     t0 = self.clock()
     reasons = list(self.check(frames, inputs))
-    t1 = self.clock()
-    model_inputs = self.prepare(frames, inputs)
-    warp_s = self.clock() - t1
-    if not self.warps_in_run(frames):
-      self.check_overwritten(frames, reasons)
-    outcome = self.run(model_inputs, inputs, reasons)
+    outcome = self.run(frames, inputs, reasons)
     execution_s = self.clock() - t0
-    times = outcome.times if "warp" in outcome.times.on_device else outcome.times.host(warp=warp_s)
     events = self.build(frames, inputs, outcome, reasons)
-    stamp_timings(events, times, execution_s)
+    stamp_timings(events, outcome.times, execution_s)
     return StepResult(events, outcome.model_name, not reasons, reasons)
 
 

@@ -18,7 +18,7 @@ Invariants:
 - The road warp's per-pixel homography is its own small program (the index program: transforms -> source byte
   index tables), run only when a transform differs from the last one; its tables stay bound in the frame
   runner's input buffers on the warp device, and each frame's warp is one gather through them. Bit-exact with
-  the one-graph warp and the numpy oracle (RoadWarp.index is the same table).
+  the one-graph warp and the tests' numpy oracle (tests/warp_oracles.py: the same table).
 - A frame whose length or dtype does not match the capture raises JitError; other inputs are checked by the
   runner (InputError).
 - modeld's 12-channel image pairs (frames t-4 and t) are assembled inside the model program from a ring of the
@@ -39,7 +39,7 @@ import numpy as np
 
 from daemons.common import warp_program as wp
 from daemons.common.env import DAEMONS_ENV
-from daemons.common.runner import last_stage_times
+from daemons.common.stage_times import last_stage_times
 from runtime import OnnxRunner
 from runtime.buffer import Buffer, Lease
 from runtime.device import Device

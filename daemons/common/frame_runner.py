@@ -7,10 +7,9 @@ Invariants:
   program binds them as leased external memory, with no host copy before the warp, and releases the lease after
   the readback. `after_warp` (the daemon's still_valid check) runs after the program last read the frames and
   before the release; its result is returned as the third element.
-- Stage times come from the device timeline. When the warp is a program of its own (the device table splits the
-  warp and the model) its seconds are `warp` and it is on_device; in one fused program the warp's device seconds
-  are inside `model`, and `warp` is left to the caller (the skeleton's host time of its prepare, which does no
-  warping on this path).
+- Stage times come from the device timeline, every stage but the parse on_device. When the warp is a program of
+  its own (the device table splits the warp and the model) its seconds are `warp`; in one fused program the
+  warp's device seconds are inside `model` and `warp` is 0.
 """
 from __future__ import annotations
 
@@ -19,7 +18,10 @@ from typing import Callable
 import numpy as np
 
 from daemons.common.frame_program import FrameProgram, FramePrograms
-from daemons.common.runner import StageTimes
+from daemons.common.stage_times import StageTimes
+
+
+DEVICE_STAGES = frozenset({"warp", "upload", "model", "readback"})
 
 
 class FrameRunner:
@@ -44,8 +46,7 @@ class FrameRunner:
     prog = self.programs.get(geometry)
     outs, info = prog.run(frames, inputs, after_warp)
     name = self.output or next(iter(prog.model.output_specs))
-    stages = {"upload", "model", "readback"} | ({"warp"} if prog.warp is not None else set())
     times = StageTimes(warp=float(info["warp"]), upload=float(info["upload"]), model=float(info["model"]),
-                       readback=float(info["readback"]), on_device=frozenset(stages))
+                       readback=float(info["readback"]), on_device=DEVICE_STAGES)
     self.runs += 1
     return np.asarray(outs[name], dtype=np.float32).reshape(-1), times, info["after_warp"]

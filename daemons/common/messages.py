@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from cereal.messaging import new_message
-from daemons.common.runner import StageTimes
+from daemons.common.stage_times import StageTimes
 
 
 def model_event(service: str, reasons: Iterable[str] = ()):

@@ -1,4 +1,4 @@
-"""Road camera warp: NV12 camera frame -> the driving model's 6-channel YUV input (6, 128, 256) uint8.
+"""Road camera warp geometry: NV12 camera frame -> the driving model's 6-channel YUV input (6, 128, 256) uint8.
 
 Invariants (facts: tinygrad examples/openpilot/compile_warp.py, layout yuv420):
 - the warp matrix maps model pixels to camera pixels; Y is sampled on a 512x256 grid, U and V on 256x128 with
@@ -7,8 +7,8 @@ Invariants (facts: tinygrad examples/openpilot/compile_warp.py, layout yuv420):
 - the source is stride-aware: Y at row*stride + col, interleaved UV at uv_offset + row*stride + 2*col (+1 for V);
 - channels: 0 = Y[0::2, 0::2], 1 = Y[1::2, 0::2], 2 = Y[0::2, 1::2], 3 = Y[1::2, 1::2], 4 = U, 5 = V.
 
-All geometry is folded into one flat gather index per output byte, computed once per transform (i.e. when the
-calibration changes); the per-frame warp is a single `np.take`.
+The frame programs (warp_program.py) do the warp; these are the facts they and the tests' numpy oracle
+(tests/warp_oracles.py) share: the sampling, the UV matrix and the geometry check.
 """
 import numpy as np
 
@@ -52,47 +52,3 @@ def check_geometry(width: int, height: int, stride: int, uv_offset: int) -> int:
   if uv_offset < stride * height:
     raise WarpError(f"uv_offset {uv_offset} overlaps the Y plane ({stride}*{height})")
   return uv_offset + (height // 2 - 1) * stride + width
-
-
-class RoadWarp:
-  """Precomputed warp of one camera stream (geometry fixed; transform replaceable)."""
-
-  def __init__(self, width: int, height: int, stride: int, uv_offset: int):
-    self.min_frame_len = check_geometry(width, height, stride, uv_offset)
-    self.width, self.height, self.stride, self.uv_offset = width, height, stride, uv_offset
-    self.index: np.ndarray | None = None
-    self.transform: np.ndarray | None = None
-
-  def set_transform(self, M: np.ndarray) -> None:
-    M = np.asarray(M, dtype=np.float32)
-    if M.shape != (3, 3):
-      raise WarpError(f"warp transform must be 3x3, got shape {M.shape}")
-    w, h = MODEL_INPUT_SIZE
-    cols, rows = _sample_coords(M, w, h, self.width, self.height)
-    y_idx = rows * self.stride + cols
-    ucols, urows = _sample_coords(uv_transform(M), w // 2, h // 2, self.width // 2, self.height // 2)
-    u_idx = self.uv_offset + urows * self.stride + 2 * ucols
-    index = np.empty(OUT_SHAPE, dtype=np.intp)
-    index[0] = y_idx[0::2, 0::2]
-    index[1] = y_idx[1::2, 0::2]
-    index[2] = y_idx[0::2, 1::2]
-    index[3] = y_idx[1::2, 1::2]
-    index[4] = u_idx
-    index[5] = u_idx + 1
-    self.index, self.transform = index, M.copy()
-
-  def warp(self, frame, out: np.ndarray | None = None) -> np.ndarray:
-    """Warp one NV12 frame (any buffer of uint8) into `out` (6, 128, 256) uint8, returned."""
-    if self.index is None:
-      raise WarpError("no transform set; call set_transform() first")
-    src = np.frombuffer(frame, dtype=np.uint8) if not isinstance(frame, np.ndarray) else frame.reshape(-1)
-    if src.dtype != np.uint8:
-      raise WarpError(f"frame must be uint8, got {src.dtype}")
-    if src.size < self.min_frame_len:
-      raise WarpError(f"frame of {src.size} bytes is too short for {self.width}x{self.height} "
-                      f"stride {self.stride} uv_offset {self.uv_offset} (needs {self.min_frame_len})")
-    if out is None:
-      out = np.empty(OUT_SHAPE, dtype=np.uint8)
-    # indices are clamped at set_transform time, so the unchecked 'clip' mode is safe and avoids a copy
-    np.take(src, self.index, out=out, mode="clip")
-    return out

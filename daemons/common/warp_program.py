@@ -1,8 +1,8 @@
 """The camera warps as runtime graphs (standard ONNX-style ops), compiled with the model like any other graph.
 
 openpilot's compile_warp (selfdrive/modeld/compile_warp.py): the homography inlined as elementwise ops, round, clip, then one
-flat gather into the frame. The numpy warps (dm_warp.py, road_warp.py) stay the oracle: these graphs are
-bit-exact against them, which fixes the arithmetic:
+flat gather into the frame. The numpy warps (the tests' road oracle tests/warp_oracles.py, the cabin plan
+selfdrive_stub/cabin_warp.py) are the oracle: these graphs are bit-exact against them, which fixes the arithmetic:
 - Road warp: the transform is a graph INPUT (3x3 float32), so a new calibration is new data, not a new
   program. Per output pixel, in float32 and in the oracle's order: w = (M20 x + M21 y) + M22,
   sx = ((M00 x + M01 y) + M02) / w, likewise sy; rint (half to even); NaN -> 0; clip to the image (which
@@ -107,7 +107,7 @@ def check_road_geometry(width: int, height: int, stride: int, uv_offset: int, fr
 
 
 def _road_index(g: GraphBuilder, width: int, height: int, stride: int, uv_offset: int) -> str:
-  """The (6, 128, 256) int64 flat byte index of every output byte into the NV12 frame (RoadWarp.index)."""
+  """The (6, 128, 256) int64 flat byte index of every output byte into the NV12 frame (the same table as the tests' numpy oracle)."""
   m32 = g.reshape(TRANSFORM, (9,))
   muv = g.op("Mul", m32, g.const(UV_SCALE.reshape(9)))
   w, h = MODEL_INPUT_SIZE

@@ -2,8 +2,8 @@
 free of sockets so tests drive it directly.
 
 Invariants:
-- The warp plan is built from the frame's geometry and rebuilt only when the geometry changes; an unknown
-  geometry raises UnknownCameraError (the caller decides: fatal at startup, skip later).
+- A frame's geometry is checked when it changes (the frame program of a known geometry is captured by the
+  daemon); an unknown geometry raises UnknownCameraError (the caller decides: fatal at startup, skip later).
 - `valid` is False, with every reason in `invalidReason` (inputs, overwrite, model, in that order), when the
   calibration is missing, invalid, the wrong length or stale (in camera time: daemons/common/calibration.py),
   the frame was overwritten while it was warped, or the output is non-finite.
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from daemons.common.calibration import CalibrationAge, camera_time
-from daemons.common.dm_warp import WarpPlan, plan_for_camera
+from daemons.common.cameras import config_for_frame
 from daemons.common.env import send_raw_pred as env_send_raw_pred
 from daemons.common.frame_loop import FrameStep, ModelOutcome
 from daemons.common.messages import model_event
@@ -67,17 +67,15 @@ class DMonitoringmodeld(FrameStep):
   def __init__(self, model: ModelState, send_raw_pred: bool | None = None):
     self.model = model
     self.send_raw_pred = env_send_raw_pred() if send_raw_pred is None else send_raw_pred
-    self.plan: WarpPlan | None = None
-    self.geometry: tuple[int, int, int] | None = None
+    self.geometry: tuple[int, int] | None = None
     self.last_frame_id: int | None = None
     self.frames_dropped = 0
 
-  def ensure_plan(self, width: int, height: int, stride: int) -> WarpPlan:
-    """The warp for this geometry (UnknownCameraError for an unsupported one)."""
-    if self.geometry != (width, height, stride):
-      self.plan = plan_for_camera(width, height, stride)
-      self.geometry = (width, height, stride)
-    return self.plan
+  def check_geometry(self, width: int, height: int) -> None:
+    """A cabin camera of this size is known (UnknownCameraError otherwise)."""
+    if self.geometry != (width, height):
+      config_for_frame(width, height)
+      self.geometry = (width, height)
 
   def check(self, frames, calib: Calibration) -> list[str]:
     (frame,) = frames
@@ -87,24 +85,10 @@ class DMonitoringmodeld(FrameStep):
     problem = calib.problem(camera_time(frame.frame_id))
     return [problem] if problem else []
 
-  def warps_in_run(self, frames) -> bool:
-    return self.model.frames is not None
-
-  def prepare(self, frames, calib: Calibration):
-    """The numpy warp into the model's image, or (frame program path) nothing: the program warps the frame."""
+  def run(self, frames, calib: Calibration, reasons: list[str]) -> ModelOutcome:
     (frame,) = frames
-    plan = self.ensure_plan(frame.width, frame.height, frame.stride)   # the geometry is checked on both paths
-    if self.model.frames is not None:
-      return frame
-    plan(frame.data, out=self.model.img)
-    return None
-
-  def run(self, model_inputs, calib: Calibration, reasons: list[str]) -> ModelOutcome:
-    if self.model.frames is not None:
-      frame = model_inputs
-      parsed, raw, times, bad = self.model.run_frame(frame, calib.rpy, lambda: self.check_overwritten([frame], reasons))
-    else:
-      parsed, raw, times, bad = self.model.run(calib.rpy)
+    self.check_geometry(frame.width, frame.height)
+    parsed, raw, times, bad = self.model.run_frame(frame, calib.rpy, lambda: self.check_overwritten([frame], reasons))
     if bad:
       reasons.append(f"non-finite model output in {bad}")
     return ModelOutcome(parsed, raw, times, "dmonitoring")

@@ -12,7 +12,6 @@ Invariants:
   geometry, ready (with the time and what it compiled, or that it came from the cache), a status line every
   --status-every seconds (frame rate, p50 latency frame end to publish, valid share), and `exiting` when it stops.
 """
-import signal
 import time
 
 from setproctitle import setproctitle
@@ -22,13 +21,11 @@ from daemons.common.calibration import camera_time
 from daemons.common.cameras import UnknownCameraError
 from daemons.common.cli import Parser, check_cache_dir, run_cli
 from daemons.common.daemon_log import devices_words, frame_words, make_log, timed_capture
-from daemons.common.env import dm_runtime
-from daemons.common.frame_loop import Frame, run_frame_loop
+from daemons.common.frame_loop import Frame, add_status_every, run_frame_loop, stop_on_signals
 from daemons.common.metadata import ModelMetadataError
 from daemons.common.realtime import SCHEDULING_HELP, scheduling_plan
-from daemons.common.runner import RunnerUnavailable, make_runner
 from daemons.dmonitoringmodeld.core import Calibration, DMonitoringmodeld
-from daemons.dmonitoringmodeld.model_state import MODEL_PATH, ModelState
+from daemons.dmonitoringmodeld.model_state import MODEL_PATH
 from daemons.dmonitoringmodeld.programs import dm_devices, load_programs
 from msgq.namespace import runtime_dir
 from runtime import config as runtime_config
@@ -36,28 +33,9 @@ from visionipc import VisionIpcClient, VisionStreamType
 
 PROCESS_NAME = "dmonitoringmodeld"
 WAITING_LOG_S = 10.0   # while no frame comes, say so this often
-STATUS_EVERY_S = 10.0  # the status line's default period (--status-every)
-
-
-class Stop:
-  def __init__(self):
-    self.requested = False
-    for sig in (signal.SIGINT, signal.SIGTERM):
-      signal.signal(sig, self._handle)
-
-  def _handle(self, signum, frame):
-    self.requested = True
 
 
 log = make_log(PROCESS_NAME)
-
-
-def status_every(text: str) -> float:
-  """--status-every's value: seconds >= 0 (0: no status line)."""
-  value = float(text)
-  if not value >= 0:   # also NaN
-    raise ValueError(text)
-  return value
 
 
 def main(argv=None) -> int:
@@ -65,9 +43,7 @@ def main(argv=None) -> int:
   ap.add_argument("--model", default=MODEL_PATH,
                   help="ONNX model with the DM contract (inputs, heads: daemons/dmonitoringmodeld/README.md)")
   ap.add_argument("--server", default="camerad", help="VisionIPC server name (default camerad)")
-  ap.add_argument("--status-every", type=status_every, default=STATUS_EVERY_S, metavar="S",
-                  help="print a status line every S seconds: frame rate, p50 latency from the frame's end to its "
-                       f"driverStateV2, share published valid (default {STATUS_EVERY_S:g}; 0: never)")
+  add_status_every(ap, "driverStateV2")
   args = ap.parse_args(argv)
   check_cache_dir()   # an unsafe cache dir is one line now, not after waiting for frames
   try:
@@ -76,18 +52,12 @@ def main(argv=None) -> int:
     ap.error(str(e))
   setproctitle(PROCESS_NAME)
   runtime_config.set_runtime_dir(runtime_dir)   # the USB+AMD simulator's files live in this run's namespace
-  stop = Stop()
+  stop = stop_on_signals()
 
   log(f"loading model {args.model}")
-  backend = dm_runtime()
-  if backend == "runtime":   # the captured frame program per cabin geometry (compiled at the first frame)
-    model = load_programs(args.model)
-    log(f"model fits the contract; its frame program ({devices_words(dm_devices())}) is compiled at the first frame, "
-        "for that frame's geometry")
-  else:                      # a peer engine: the numpy warp, then the model through the runner protocol
-    t0 = time.monotonic()
-    model = ModelState.load(lambda path: make_runner(path, backend=backend), args.model)
-    log(f"model fits the contract; loaded on {backend} in {time.monotonic() - t0:.1f} s")
+  model = load_programs(args.model)   # the captured frame program per cabin geometry (compiled at the first frame)
+  log(f"model fits the contract; its frame program ({devices_words(dm_devices())}) is compiled at the first frame, "
+      "for that frame's geometry")
   dm = DMonitoringmodeld(model)
   pm = PubMaster(["driverStateV2"], process=PROCESS_NAME)
   sm = SubMaster(["extrinsicsCalibration"])
@@ -108,7 +78,7 @@ def main(argv=None) -> int:
             "OPENPILOT_PREFIX?)")
       return None
     try:
-      dm.ensure_plan(buf.width, buf.height, buf.stride)
+      dm.check_geometry(buf.width, buf.height)
     except UnknownCameraError as e:
       if state["first"]:
         raise
@@ -120,8 +90,8 @@ def main(argv=None) -> int:
     if geometry != state["geometry"]:   # the first frame, or camerad restarted with another camera
       words = frame_words(buf.width, buf.height, buf.stride)
       log(f"first frame {buf.frame_id}: cabin stream {words}" if state["first"] else f"cabin stream changed to {words}")
-      if dm.model.frames is not None:   # compiled now, so the step that runs it is not the one that waits
-        timed_capture(log, "the frame program (warp + model)", words, lambda: dm.model.frames.program(geometry))
+      # compiled now, so the step that runs it is not the one that waits
+      timed_capture(log, "the frame program (warp + model)", words, lambda: dm.model.frames.program(geometry))
       state["first"], state["geometry"] = False, geometry
     state["skipped_geometry"] = None
     return [Frame.from_buf(buf)]
@@ -133,7 +103,7 @@ def main(argv=None) -> int:
     return calib
 
   try:
-    run_frame_loop(receive, read_bus, dm.step, pm.send, lambda: stop.requested, status_every=args.status_every, say=log)
+    run_frame_loop(receive, read_bus, dm.step, pm.send, stop.is_set, status_every=args.status_every, say=log)
   finally:
     client.close()
     pm.close()
@@ -143,8 +113,7 @@ def main(argv=None) -> int:
 
 
 def cli() -> None:
-  run_cli(PROCESS_NAME, main, errors=(RunnerUnavailable,),
-          hints={ModelMetadataError: "the DM model contract is in daemons/dmonitoringmodeld/README.md"})
+  run_cli(PROCESS_NAME, main, hints={ModelMetadataError: "the DM model contract is in daemons/dmonitoringmodeld/README.md"})
 
 
 if __name__ == "__main__":

@@ -1,16 +1,14 @@
-"""The driver monitoring model with everything that is its own: runner, validated metadata, input buffers.
+"""The driver monitoring model with everything that is its own: frame programs, validated metadata, calib input.
 
 "ModelState" means the same in both daemons (and in openpilot): one model, its own inputs/state and its
-`run()`. The per-frame step (warp, validity, message) is `core.DMonitoringmodeld`.
+run. The per-frame step (validity, message) is `core.DMonitoringmodeld`.
 
 Invariants:
 - The model's metadata is validated at load (required heads, sizes, slices inside the output); its inputs must be
   `input_img` (1, 1382400) and `calib` (1, 3).
-- Two paths, one parse. The daemon's path is the captured frame program (programs.load_programs): per frame, the cabin
-  frame's own memory -> warp -> model as one runtime program per geometry (daemons/common/frame_runner.py),
-  `run_frame()`. The other is a runner over the warped image in `img` (`run()`): the numpy warp's path, kept as
-  the test oracle and for the DM_RUNTIME=onnxruntime peer. Both give bit-identical outputs.
-- `run()` / `run_frame()` return the parsed heads, the raw output, its StageTimes (parse on the host) and the heads that
+- One path: the captured frame program (programs.load_programs). Per frame, the cabin frame's own memory -> warp
+  -> model as one runtime program per geometry (daemons/common/frame_runner.py), `run_frame()`.
+- `run_frame()` returns the parsed heads, the raw output, its StageTimes (parse on the host) and the heads that
   hold NaN/Inf, or raises ModelMetadataError for an output of the wrong size: it never parses a short array.
 """
 import os
@@ -20,7 +18,7 @@ import numpy as np
 
 from daemons.common.dm_warp import DM_INPUT_SIZE
 from daemons.common.metadata import ModelContract, ModelMetadata, ModelMetadataError, load_metadata
-from daemons.common.runner import Runner, StageTimes, run_model
+from daemons.common.stage_times import StageTimes
 from daemons.dmonitoringmodeld.parse import HEAD_SIZES, non_finite_heads, parse_outputs
 
 MODEL_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models", "dmonitoring_model.onnx")
@@ -36,38 +34,25 @@ def load_dm_metadata(path: str) -> ModelMetadata:
 
 
 class ModelState:
-  def __init__(self, runner: Runner | None, metadata: ModelMetadata, frames=None):
-    self.runner = runner
-    self.frames = frames           # the frame programs (programs.py: a FrameRunner; the daemon's path), or None
-    self.meta = metadata
-    self.img = np.zeros(INPUT_SHAPES["input_img"], np.uint8)     # the warp writes the frame here
+  def __init__(self, metadata: ModelMetadata, frames):
+    self.frames = frames           # the frame programs (programs.py: a FrameRunner)
+    self.metadata = metadata
     self.calib = np.zeros(INPUT_SHAPES["calib"], np.float32)
     self.runs = 0
 
-  @classmethod
-  def load(cls, runner_factory, path: str = MODEL_PATH) -> "ModelState":
-    meta = load_dm_metadata(path)
-    return cls(runner_factory(path), meta)
-
-  def run(self, calib: np.ndarray) -> tuple[dict, np.ndarray, StageTimes, list[str]]:
-    """Run on the warped image in `self.img` and this calibration; (parsed, raw, times, non-finite heads)."""
-    self.calib[0, :] = calib
-    raw, times = run_model(self.runner, {"input_img": self.img, "calib": self.calib})
-    return self._parsed(raw, times)
-
   def run_frame(self, frame, calib: np.ndarray, after_warp=None) -> tuple[dict, np.ndarray, StageTimes, list[str]]:
     """Run the frame program on this cabin Frame (its buffer bound, not copied) and calibration; `after_warp` is
-    called after the program last read the frame, before its lease is released. Same result as run()."""
+    called after the program last read the frame, before its lease is released."""
     self.calib[0, :] = calib
     geometry = (frame.width, frame.height, frame.stride, memoryview(frame.data).nbytes)
     raw, times, _ = self.frames(geometry, {"frame": frame.data}, {"calib": self.calib}, after_warp)
     return self._parsed(raw, times)
 
   def _parsed(self, raw: np.ndarray, times: StageTimes) -> tuple[dict, np.ndarray, StageTimes, list[str]]:
-    if raw.size != self.meta.output_size:
-      raise ModelMetadataError(f"model returned {raw.size} values, metadata says {self.meta.output_size}")
+    if raw.size != self.metadata.output_size:
+      raise ModelMetadataError(f"model returned {raw.size} values, metadata says {self.metadata.output_size}")
     t0 = time.perf_counter()
-    bad = non_finite_heads(raw, self.meta)
-    parsed = parse_outputs(raw, self.meta)
+    bad = non_finite_heads(raw, self.metadata)
+    parsed = parse_outputs(raw, self.metadata)
     self.runs += 1
     return parsed, raw, times.host(parse=time.perf_counter() - t0), bad

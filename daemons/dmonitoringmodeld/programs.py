@@ -33,4 +33,4 @@ def dm_frame_runner(path: str = MODEL_PATH, devices: dict[str, str] | None = Non
 def load_programs(path: str = MODEL_PATH, devices: dict[str, str] | None = None) -> ModelState:
   """The daemon's path: the validated model with its frame programs (captured per geometry on first use)."""
   meta = load_dm_metadata(path)
-  return ModelState(None, meta, dm_frame_runner(path, devices))
+  return ModelState(meta, dm_frame_runner(path, devices))

@@ -1,8 +1,8 @@
 """The per-frame work of modeld as a pure object: frames + car inputs in, Event builders out, no sockets.
 
 `Modeld.step((main, extra), car)` is the daemons' shared per-frame step (daemons/common/frame_loop.py: check,
-prepare = warp, still_valid, run, build; the skeleton stamps the timings). The daemon loop and the tests drive
-it. Invariants:
+run = the frame program's warp, still_valid and model, build; the skeleton stamps the timings). The daemon loop
+and the tests drive it. Invariants:
 - one call = one main frame = exactly one modelV2, drivingModelData, cameraOdometry and usbGpuState (in that
   order); a frame is never dropped by a model failure;
 - big/small: the active model is the big one only once it has loaded; the first exception from the big model
@@ -32,8 +32,7 @@ from daemons.common.cameras import DeviceCameraConfig
 from daemons.common.env import send_raw_pred as env_send_raw_pred
 from daemons.common.frame_loop import Frame, FrameStep, ModelOutcome, StepResult  # noqa: F401 (Frame: modeld's API)
 from daemons.common.messages import model_event
-from daemons.common.runner import StageTimes
-from daemons.common.road_warp import OUT_SHAPE, RoadWarp
+from daemons.common.stage_times import StageTimes
 from daemons.common.transforms import CalibrationError, check_calibration, get_warp_matrix
 from daemons.modeld.action import Action, get_action_from_model
 from daemons.modeld.constants import DESIRE_LEN, DT_MDL, LAT_SMOOTH_SECONDS, LONG_SMOOTH_SECONDS
@@ -88,7 +87,6 @@ class Modeld(FrameStep):
     self.main_is_wide = main_is_wide
     self.calib: np.ndarray | None = None
     self.transforms: dict[str, np.ndarray] = {}
-    self._host_warped = False
     self.set_geometry(cameras, main_geom, extra_geom)
     self.send_raw_pred = env_send_raw_pred() if send_raw_pred is None else send_raw_pred
     self.clock = clock
@@ -98,18 +96,14 @@ class Modeld(FrameStep):
     self.last_frame_id: int | None = None
     self.frames_dropped_filtered = 0.0
     self.run_count = 0
-    self._img = np.zeros(OUT_SHAPE, np.uint8)
-    self._big_img = np.zeros(OUT_SHAPE, np.uint8)
 
   def set_geometry(self, cameras: DeviceCameraConfig, main_geom: tuple[int, int, int, int],
                    extra_geom: tuple[int, int, int, int] | None) -> None:
-    """(Re)build the warps for the streams' geometry, e.g. after camerad restarted with another camera; the
-    active model's past came from the old camera, so it starts over. (A model on frame programs captures the
-    new geometry's program at its first frame; the numpy warps check the geometry here.)"""
+    """Take the streams' geometry, e.g. after camerad restarted with another camera; the active model's past
+    came from the old camera, so it starts over. The new geometry's frame program is captured (and the geometry
+    checked) by the model's capture, or at its first frame."""
     self.cameras = cameras
     self.main_geom, self.extra_geom = tuple(main_geom), tuple(extra_geom) if extra_geom is not None else None
-    self.warp_main = RoadWarp(*main_geom)
-    self.warp_extra = RoadWarp(*extra_geom) if extra_geom is not None else None
     # until calibration arrives: a level calibration (outputs are valid=False meanwhile)
     self._set_transforms(self.calib if self.calib is not None else np.zeros(3))
     self.active.reset()
@@ -151,10 +145,10 @@ class Modeld(FrameStep):
   # ---- calibration -------------------------------------------------------------------------------------
   def _set_transforms(self, rpy: np.ndarray) -> None:
     """The warp matrices of this calibration: inputs of the frame programs (a new calibration is new data, never
-    a new capture); the numpy warps take them when they next warp."""
+    a new capture)."""
     main_cam = self.cameras.wide if self.main_is_wide else self.cameras.road
     main = get_warp_matrix(rpy, main_cam.intrinsics, bigmodel_frame=False)
-    extra = get_warp_matrix(rpy, self.cameras.wide.intrinsics, bigmodel_frame=True) if self.warp_extra is not None else main
+    extra = get_warp_matrix(rpy, self.cameras.wide.intrinsics, bigmodel_frame=True) if self.extra_geom is not None else main
     self.transforms = {"road_transform": main, "wide_transform": extra}
 
   def program_geometry(self, main_len: int, extra_len: int | None = None) -> tuple:
@@ -164,15 +158,6 @@ class Modeld(FrameStep):
     if self.extra_geom is None:
       return main, main
     return main, (*self.extra_geom, int(main_len if extra_len is None else extra_len))
-
-  def _warp_on_host(self, frames) -> None:
-    """The numpy warps (the oracle, and the path of a model without frame programs) into the model images."""
-    main, extra = frames
-    for warp, m in ((self.warp_main, self.transforms["road_transform"]), (self.warp_extra, self.transforms["wide_transform"])):
-      if warp is not None and (warp.transform is None or not np.array_equal(warp.transform, m)):
-        warp.set_transform(m)
-    self.warp_main.warp(main.data, out=self._img)
-    (self.warp_extra or self.warp_main).warp(extra.data, out=self._big_img)
 
   def _update_calibration(self, car: CarInputs) -> str:
     """Apply a new calibration; returns why it cannot be used ("" if it can)."""
@@ -217,32 +202,15 @@ class Modeld(FrameStep):
       reasons.append(f"frames out of sync by {(main.timestamp_sof - extra.timestamp_sof) / 1e6:.1f} ms")
     return reasons
 
-  def warps_in_run(self, frames) -> bool:
-    return self.active.frames is not None
-
-  def prepare(self, frames, car: CarInputs):
-    """The numpy warps when the active model has no frame programs; otherwise nothing (its program warps).
-    Returns the frames: `run` hands them to the model."""
-    self._host_warped = self.active.frames is None
-    if self._host_warped:
-      self._warp_on_host(frames)
-    return frames
-
   def _after_warp(self, frames, reasons: list[str]) -> bool:
-    """still_valid of the frames after a model last read them (asked again when the same frame is re-run on the
-    small model; a reason is given once)."""
+    """still_valid of the frames after a model's program last read them (asked again when the same frame is
+    re-run on the small model; a reason is given once)."""
     found: list[str] = []
     ok = self.check_overwritten(frames, found)
     reasons.extend(r for r in found if r not in reasons)
     return ok
 
   def _run_on(self, model: ModelState, frames, desire, traffic, action_t, reasons: list[str]):
-    if model.frames is None:
-      if not self._host_warped:   # a fallback model without frame programs after one with them
-        self._warp_on_host(frames)
-        self._host_warped = True
-        self._after_warp(frames, reasons)
-      return model.run(self._img, self._big_img, desire, traffic, action_t)
     main, extra = frames
     geometry = self.program_geometry(memoryview(main.data).nbytes, memoryview(extra.data).nbytes)
     return model.run_frames(geometry, main.data, extra.data, self.transforms, desire, traffic, action_t,

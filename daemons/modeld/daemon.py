@@ -22,7 +22,6 @@ announced before it runs and reported ready (time, kernels compiled or from cach
 `1928x1208 NV12, stride 2048` per camera.
 """
 import os
-import signal
 import threading
 import time
 
@@ -34,7 +33,7 @@ from daemons.common.cameras import config_for_frame
 from daemons.common.cli import Parser, check_cache_dir, run_cli
 from daemons.common.daemon_log import devices_words, frame_words, make_log, road_geometry_words, timed_capture
 from daemons.common.env import DAEMONS_ENV
-from daemons.common.frame_loop import Frame, run_frame_loop
+from daemons.common.frame_loop import Frame, add_status_every, run_frame_loop, stop_on_signals
 from daemons.common.metadata import ModelMetadataError
 from daemons.common.realtime import SCHEDULING_HELP, scheduling_plan
 from daemons.common.frame_program import device_table
@@ -50,7 +49,6 @@ from visionipc import VisionIpcClient, VisionStreamType, available_streams
 NARROW, WIDE = VisionStreamType.VISION_STREAM_NARROW_ROAD, VisionStreamType.VISION_STREAM_WIDE_ROAD
 PAIR_WINDOW_NS = 25_000_000
 WAITING_LOG_S = 10.0
-STATUS_EVERY_S = 10.0   # the status line's default period (--status-every)
 USB_GPU_HINT = "start the stack with `pymodeld-manager --usb-gpu` to run it"
 USB_GPU = "USB+AMD"
 SUBSCRIPTIONS = ["deviceState", "carState", "narrowRoadCameraState", "extrinsicsCalibration",
@@ -129,20 +127,12 @@ def _program_geometry(modeld: Modeld, main: VisionIpcClient, extra: VisionIpcCli
 log = make_log("modeld")
 
 
-def status_every(text: str) -> float:
-  """--status-every's value: seconds >= 0 (0: no status line)."""
-  value = float(text)
-  if not value >= 0:   # also NaN
-    raise ValueError(text)
-  return value
-
-
 def capture(model: ModelState, geometry, main_name: str = "narrow", exclusive: bool = True) -> None:
   """Capture a model's frame program of this geometry (compile, link, one run), said before and after (time,
   kernels compiled); `exclusive` is False while another thread may compile (the big model loading)."""
   def run():
     model.capture(geometry)
-    return model.frames.program(geometry) if model.frames is not None else None
+    return model.frames.program(geometry)
   timed_capture(log, f"the {model.name} model's frame program (warp + model)", road_geometry_words(geometry, main_name),
                 run, exclusive)
 
@@ -170,9 +160,7 @@ def main(argv=None) -> int:
                            "is declared failed (default 3000)")
   parser.add_argument("--big-load-limit-s", type=float, default=60.0, help="time limit for loading the big model (default 60)")
   parser.add_argument("--no-big", action="store_true", help="never try the big model")
-  parser.add_argument("--status-every", type=status_every, default=STATUS_EVERY_S, metavar="S",
-                      help="print a status line every S seconds: frame rate, p50 latency from the frame's end to its "
-                           f"modelV2, share published valid (default {STATUS_EVERY_S:g}; 0: never)")
+  add_status_every(parser, "modelV2")
   args = parser.parse_args(argv)
   check_cache_dir()   # an unsafe cache dir is one line now, not after waiting for frames
   try:
@@ -181,9 +169,7 @@ def main(argv=None) -> int:
     parser.error(str(e))
   setproctitle.setproctitle("modeld")
   runtime_config.set_runtime_dir(runtime_dir)   # the USB+AMD simulator's files live in this run's namespace
-  stop = threading.Event()
-  for sig in (signal.SIGINT, signal.SIGTERM):
-    signal.signal(sig, lambda *_: stop.set())
+  stop = stop_on_signals()
 
   log(f"loading the small model {model_path('small')} (frame programs: {devices_words(device_table('modeld.small'))})")
   small = load_programs("small")   # the contract is checked here, before any camera is needed

@@ -1,8 +1,8 @@
 """Temporal inputs of the driving model, kept in numpy (semantics of openpilot's modeld.py history buffers).
 
 Invariants, per 20 Hz step t (one `ModelHistory` per model, so a model never sees another model's past):
-- images: the last 5 warped frames of each camera; the model gets the pair (t-4, t) stacked to (1, 12, 128, 256),
-  channels 0-5 = frame t-4, 6-11 = frame t; `pair_filled` is false until frame t-4 is a real frame;
+- images: the frame program keeps the warped frames and gives the model the pair (t-4, t); the history counts the
+  frames, and `pair_filled` is false until frame t-4 is a real frame;
 - features_buffer: the hidden states of steps t-96 ... t-4 (every 4th of the last 96), oldest first; the
   current step's own hidden state is *not* included (the model appends it);
 - desire_pulse: the last 100 rising-edge desire vectors, max-pooled over groups of 4 to (1, 25, 8);
@@ -13,7 +13,6 @@ import numpy as np
 
 from daemons.modeld.constants import DESIRE_HISTORY, DESIRE_LEN, FEATURE_LEN, FRAME_SKIP, HISTORY_LEN
 
-IMG_SHAPE = (6, 128, 256)
 N_IMG_SLOTS = FRAME_SKIP + 1               # frames t-4 ... t
 N_FEAT = HISTORY_LEN * FRAME_SKIP          # 96 hidden states at 20 Hz
 N_DESIRE = DESIRE_HISTORY * FRAME_SKIP     # 100 desire pulses at 20 Hz
@@ -25,9 +24,6 @@ class HistoryError(ValueError):
 
 class ModelHistory:
   def __init__(self):
-    self._imgs = {"img": np.zeros((N_IMG_SLOTS, *IMG_SHAPE), np.uint8),
-                  "big_img": np.zeros((N_IMG_SLOTS, *IMG_SHAPE), np.uint8)}
-    self._pairs = {k: np.zeros((1, 12, 128, 256), np.uint8) for k in self._imgs}
     # rings: entry k of step n lives at n % size; reads gather the right order (no per-step shifting)
     self._feat_q = np.zeros((N_FEAT, FEATURE_LEN), np.float32)
     self._desire_q = np.zeros((N_DESIRE, DESIRE_LEN), np.float32)
@@ -54,28 +50,10 @@ class ModelHistory:
     self.prev_desire = desire
     return pulse
 
-  def push(self, img: np.ndarray, big_img: np.ndarray, desire: np.ndarray) -> dict[str, np.ndarray]:
-    """Advance one step with this frame's warped images and desire; returns the model's temporal inputs.
-
-    The returned arrays are owned by the history and overwritten by the next push.
-    """
-    slot = self.frames_pushed % N_IMG_SLOTS
-    old = (self.frames_pushed - FRAME_SKIP) % N_IMG_SLOTS
-    for key, frame in (("img", img), ("big_img", big_img)):
-      if frame.shape != IMG_SHAPE or frame.dtype != np.uint8:
-        raise HistoryError(f"{key} must be uint8 {IMG_SHAPE}, got {frame.dtype} {frame.shape}")
-    out = self.push_temporal(desire)
-    for key, frame in (("img", img), ("big_img", big_img)):
-      ring = self._imgs[key]
-      ring[slot] = frame
-      self._pairs[key][0, :6] = ring[old]
-      self._pairs[key][0, 6:] = ring[slot]
-    return {"img": self._pairs["img"], "big_img": self._pairs["big_img"], **out}
-
-  def push_temporal(self, desire: np.ndarray) -> dict[str, np.ndarray]:
-    """Advance one step whose image pair is kept elsewhere (a captured frame program holds the warped frames in
-    its own ring, daemons/common/frame_program.py): the desire and feature queues only, and the frame count
-    that `pair_filled` reads. Returns features_buffer and desire_pulse, owned by the history."""
+  def push(self, desire: np.ndarray) -> dict[str, np.ndarray]:
+    """Advance one step: the desire and feature queues, and the frame count that `pair_filled` reads (the image
+    pair is the frame program's: it holds the warped frames in its own ring, daemons/common/frame_program.py).
+    Returns features_buffer and desire_pulse, owned by the history and overwritten by the next push."""
     pulse = self.desire_edge(desire)
     n = self.frames_pushed
     self.frames_pushed += 1

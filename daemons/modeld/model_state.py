@@ -1,4 +1,4 @@
-"""One road model with everything that is *its own*: runner, validated slices, history and publish state.
+"""One road model with everything that is *its own*: frame programs, validated slices, history and publish state.
 
 "ModelState" means the same in both daemons (and in openpilot): one model, its own inputs/state and its
 `run()`. The per-frame step is `core.Modeld`.
@@ -6,7 +6,7 @@
 Invariants:
 - output slices come from the model's metadata and are validated against its output size at load
   (ModelMetadataError at startup, never a short array per frame);
-- `run()` either returns finite, parsed outputs or raises: a non-finite output is `NonFiniteOutput`, so a
+- `run_frames()` either returns finite, parsed outputs or raises: a non-finite output is `NonFiniteOutput`, so a
   model on a faulty device can never publish garbage as if it were a prediction;
 - history (image pair, features, desire) and publish state (hard-brake/confidence buffers) belong to this
   model, never to another one; a model that stood by while another ran is `reset()` before it takes over,
@@ -21,7 +21,7 @@ import numpy as np
 from daemons.common.env import DAEMONS_ENV
 from daemons.common.metadata import ModelContract, ModelMetadata, load_metadata
 from daemons.common.outputs import all_finite
-from daemons.common.runner import Runner, StageTimes, run_model
+from daemons.common.stage_times import StageTimes
 from daemons.modeld.constants import DESIRE_HISTORY, DESIRE_LEN, FEATURE_LEN, HISTORY_LEN, OUTPUT_HEADS, \
   TRAFFIC_CONVENTION_LEN
 from daemons.modeld.fill import PublishState
@@ -56,41 +56,29 @@ class NonFiniteOutput(ModelOutputError):
 
 
 class ModelState:
-  def __init__(self, name: str, runner: Runner | None, metadata: ModelMetadata, frames=None):
+  def __init__(self, name: str, metadata: ModelMetadata, frames):
     self.name = name
-    self.runner = runner
-    self.frames = frames      # the captured frame programs (programs.py: a FrameRunner; the daemon's path), or None
+    self.frames = frames      # the captured frame programs (programs.py: a FrameRunner)
     self.metadata = metadata
     self.history = ModelHistory()
     self.publish_state = PublishState()
     self.runs = 0
 
   @classmethod
-  def load(cls, name: str, runner_factory: Callable[[str], Runner] | None, path: str | None = None,
-           frames_factory: Callable[[str], object] | None = None) -> "ModelState":
-    """The model at `path` (default: model_path(name)), its contract checked before anything is compiled; run
-    by a runner over warped images (runner_factory) or by captured frame programs (frames_factory)."""
+  def load(cls, name: str, frames_factory: Callable[[str], object], path: str | None = None) -> "ModelState":
+    """The model at `path` (default: model_path(name)), its contract checked before anything is compiled, run by
+    the frame programs `frames_factory(path)` builds."""
     path = path or model_path(name)
     metadata = load_metadata(path, contract=ROAD_CONTRACT)
-    return cls(name, runner_factory(path) if runner_factory else None, metadata,
-               frames_factory(path) if frames_factory else None)
-
-  def run(self, img: np.ndarray, big_img: np.ndarray, desire: np.ndarray, traffic_convention: np.ndarray,
-          action_t: np.ndarray) -> tuple[dict, np.ndarray, StageTimes]:
-    """One 20 Hz step on warped images: push them, run, check, parse. Returns (parsed outputs, raw output, stage
-    times: the runner's, plus the parse on the host)."""
-    inputs = self.history.push(img, big_img, desire)
-    inputs.update(_step_inputs(traffic_convention, action_t))
-    raw, timings = run_model(self.runner, inputs)
-    return self._checked(raw, timings)
+    return cls(name, metadata, frames_factory(path))
 
   def run_frames(self, geometry, main_frame, extra_frame, transforms: dict[str, np.ndarray], desire: np.ndarray,
                  traffic_convention: np.ndarray, action_t: np.ndarray, after_warp=None) -> tuple[dict, np.ndarray, StageTimes]:
     """One 20 Hz step on the frames themselves: the frame program of `geometry` ((main, extra) camera geometry,
     each (width, height, stride, uv_offset, frame length)) warps them with `transforms` (road_transform,
     wide_transform), pairs them with its own image history and runs the model; `after_warp` is called after it
-    last read the frames. Same result as run() on the numpy warps' images."""
-    inputs = self.history.push_temporal(desire)
+    last read the frames."""
+    inputs = self.history.push(desire)
     inputs.update(transforms)
     inputs.update(_step_inputs(traffic_convention, action_t))
     raw, timings, _ = self.frames(geometry, {"road_frame": main_frame, "wide_frame": extra_frame}, inputs, after_warp)
@@ -100,8 +88,6 @@ class ModelState:
     """Capture the frame program of this geometry now (startup), not at its first frame, and run it once on
     zero frames and inputs (as the reference's warmup: the device is touched before a real frame needs it);
     the image rings are reset after, and the history is not touched."""
-    if self.frames is None:
-      return
     self.frames.program(geometry)
     main, extra = geometry
     inputs = {n: np.zeros(shape, np.float32) for n, shape in self.metadata.input_shapes.items() if "img" not in n}
@@ -124,8 +110,7 @@ class ModelState:
     """Forget the past (history, the frame programs' image rings, publish state), e.g. after standing by while
     another model ran."""
     self.history.reset()
-    if self.frames is not None:
-      self.frames.reset()
+    self.frames.reset()
     self.publish_state = PublishState()
 
   @property

@@ -25,4 +25,4 @@ def load_programs(name: str, devices: dict[str, str] | None = None, path: str | 
   """The daemon's path for road model `name` ("small" or "big"): its validated contract, then its frame programs
   (captured per geometry by `ModelState.capture` or on first use)."""
   devs = devices or device_table(f"modeld.{name}")
-  return ModelState.load(name, None, path, frames_factory=lambda p: road_frame_runner(p, devs))
+  return ModelState.load(name, lambda p: road_frame_runner(p, devs), path)

@@ -9,10 +9,12 @@ import runtime.link
 import runtime.runner
 from daemons.common import frame_program as fp
 from daemons.common.cameras import config_for_frame
-from daemons.common.dm_warp import dm_transform, plan_for_camera
-from daemons.common.road_warp import RoadWarp
+from daemons.common.dm_warp import dm_transform
+from selfdrive_stub.cabin_warp import plan_for_camera
+from warp_oracles import RoadWarp
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH as DM_MODEL
-from daemons.modeld.history import ModelHistory
+from daemons.common.stage_times import StageTimes
+from host_frames import HostRoadFrames
 from daemons.modeld.model_state import MODEL_PATHS
 from runtime import OnnxRunner, usb_amd
 from runtime.device import Device, DeviceTimeout
@@ -57,13 +59,14 @@ def test_a_dm_replay_is_bit_identical_to_the_numpy_warp_then_onnx_runner(width, 
       assert out[k].tobytes() == want[k].tobytes()
 
 
-def test_a_road_replay_with_its_image_history_is_bit_identical_to_warps_history_and_onnx_runner():
+def test_a_road_replay_with_its_image_history_is_bit_identical_to_the_host_oracle_and_onnx_runner():
   w, h = 1344, 760
   size, stride, uv_offset = padded_nv12_layout(w, h)
   prog = fp.road_frame_program(fp.ModelGraph(MODEL_PATHS["small"]), {c: (w, h, stride, uv_offset, size)
                                                                           for c in fp.ROAD_CAMERAS}, CPU)
-  ref, hist = OnnxRunner(MODEL_PATHS["small"], "CPU"), ModelHistory()
-  warps = {c: RoadWarp(w, h, stride, uv_offset) for c in fp.ROAD_CAMERAS}
+  ref = OnnxRunner(MODEL_PATHS["small"], "CPU")
+  oracle = HostRoadFrames(lambda inputs: (ref(**inputs)["outputs"], StageTimes()))   # numpy warps + an image ring
+  geometry = ((w, h, stride, uv_offset, size),) * 2
   rng = np.random.default_rng(3)
   specs = ref.input_specs
   for step in range(6):     # past FRAME_SKIP: the pair's old half comes from the program's own history
@@ -74,11 +77,9 @@ def test_a_road_replay_with_its_image_history_is_bit_identical_to_warps_history_
     other.update(traffic_convention=np.array([[1, 0]], np.float32), action_t=np.zeros((1, 2), np.float32))
     out, _ = prog.run({f"{c}_frame": frames[c] for c in fp.ROAD_CAMERAS},
                       {**{f"{c}_transform": ms[c] for c in fp.ROAD_CAMERAS}, **other})
-    for c in fp.ROAD_CAMERAS:
-      warps[c].set_transform(ms[c])
-    pushed = hist.push(warps["road"].warp(frames["road"]), warps["wide"].warp(frames["wide"]), np.zeros(8, np.float32))
-    want = ref(img=pushed["img"], big_img=pushed["big_img"], **other)
-    assert out["outputs"].tobytes() == want["outputs"].tobytes(), f"step {step}"
+    want, _, _ = oracle(geometry, {f"{c}_frame": frames[c] for c in fp.ROAD_CAMERAS},
+                        {**{f"{c}_transform": ms[c] for c in fp.ROAD_CAMERAS}, **other})
+    assert out["outputs"].reshape(-1).tobytes() == want.tobytes(), f"step {step}"
   prog.reset()   # a standby model starts over: the history is zeros again
   assert prog.pushed == 0 and all(not b.numpy().any() for _, _, bufs in prog.rings for b in bufs)
 

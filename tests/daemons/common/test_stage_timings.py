@@ -2,7 +2,8 @@
 - gpuExecutionTime: seconds the device spent executing the step's stages (its timeline), never host time;
 - modelExecutionTime: wall seconds of the whole step, from the frame received to the outputs parsed;
 - stageTimings: upload/model/readback from the device timeline, warp/parse on the host.
-Pinned with a runner that spends a known time in a command on a real runtime device and a known time on the host."""
+Pinned with a model that spends a known time in a command on a real runtime device and a known time on the host,
+behind the frames seam done on the host (tests/host_frames.py: its warp is host time)."""
 import time
 
 import numpy as np
@@ -11,12 +12,13 @@ import pytest
 from daemons.common.calibration import camera_time
 from daemons.common.cameras import TICI
 from daemons.common.frame_loop import Frame, StepResult, run_frame_loop
-from daemons.common.runner import stage_times_from_runtime
+from daemons.common.stage_times import stage_times_from_runtime
 from daemons.dmonitoringmodeld.core import Calibration, DMonitoringmodeld
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH, ModelState as DMModelState, load_dm_metadata
 from daemons.modeld.core import CarInputs, Modeld
 from daemons.modeld.model_state import MODEL_PATHS, ModelState as RoadModelState
 from cereal.messaging import new_message
+from host_frames import HostDMFrames, HostRoadFrames
 from runtime.device import Device
 from visionipc import get_nv12_info
 
@@ -54,13 +56,13 @@ def _calibrated():
 
 
 def dm_step() -> StepResult:
-  dm = DMonitoringmodeld(DMModelState(SleepyRunner(553), load_dm_metadata(MODEL_PATH)), send_raw_pred=False)
+  dm = DMonitoringmodeld(DMModelState(load_dm_metadata(MODEL_PATH), HostDMFrames(SleepyRunner(553))), send_raw_pred=False)
   frame = np.zeros(get_nv12_info(1928, 1208)[3], np.uint8)
   return dm.step([Frame(frame, 1, 0, 0, slow_check, 1928, 1208, 2048)], _calibrated())
 
 
 def modeld_step() -> StepResult:
-  small = RoadModelState.load("small", lambda path: SleepyRunner(2576), MODEL_PATHS["small"])
+  small = RoadModelState.load("small", lambda path: HostRoadFrames(SleepyRunner(2576)), MODEL_PATHS["small"])
   stride, y_height, _, size = get_nv12_info(1928, 1208)
   geom = (1928, 1208, stride, stride * y_height)
   md = Modeld(small, TICI, geom, geom, send_raw_pred=False)

@@ -6,8 +6,10 @@ import pytest
 
 from daemons.common import warp_program as wp
 from daemons.common.cameras import config_for_frame
-from daemons.common.dm_warp import build_plan, dm_transform, plan_for_camera
-from daemons.common.road_warp import RoadWarp, WarpError
+from daemons.common.dm_warp import dm_transform
+from selfdrive_stub.cabin_warp import build_plan, plan_for_camera
+from daemons.common.road_warp import WarpError
+from warp_oracles import RoadWarp
 from runtime.link import link
 from runtime.program import build_program
 from visionipc.nv12 import padded_nv12_layout

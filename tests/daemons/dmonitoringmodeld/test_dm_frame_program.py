@@ -1,19 +1,19 @@
 """dmonitoringmodeld's daemon path is the captured frame program: every frame's warp and model run inside it (one
 linked program run per frame, the numpy warp never called), the VisionIPC frame's own memory is bound (not
 copied) and its lease released after the readback, an overwrite is seen from the program's after-warp hook, and
-driverStateV2 is byte-identical to the numpy warp + OnnxRunner path."""
+driverStateV2 is byte-identical to the numpy warp oracle + OnnxRunner behind the host frames seam."""
 import numpy as np
 import pytest
 
 import runtime.link
 from cereal.messaging import new_message
-from daemons.common.dm_warp import WarpPlan
+from selfdrive_stub.cabin_warp import WarpPlan
 from daemons.common.frame_loop import Frame
-from daemons.common.runner import make_runner
 from daemons.dmonitoringmodeld.core import Calibration, DMonitoringmodeld
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH, ModelState
 from daemons.dmonitoringmodeld.programs import load_programs
 from selfdrive_stub.scenes import SceneRenderer
+from host_frames import HostDMFrames, RuntimeModel
 from visionipc import VISION_STREAM_CABIN, VisionIpcClient, VisionIpcServer, get_nv12_info
 
 
@@ -59,7 +59,7 @@ def test_the_daemon_path_runs_warp_and_model_as_one_program_run_and_never_the_nu
 
 
 def test_the_daemon_paths_driver_state_is_byte_identical_to_the_numpy_warp_and_runner_path(programs, cabin_frames):
-  oracle = DMonitoringmodeld(ModelState.load(lambda p: make_runner(p), MODEL_PATH), send_raw_pred=True)
+  oracle = DMonitoringmodeld(ModelState(programs.model.metadata, HostDMFrames(RuntimeModel(MODEL_PATH))), send_raw_pred=True)
   calib = _calib()
   for i, data in enumerate(cabin_frames):
     got, want = programs.step(_frame(data, i + 1), calib), oracle.step(_frame(data, i + 1), calib)

@@ -5,12 +5,12 @@ import numpy as np
 import onnx
 import pytest
 
-from daemons.common.dm_warp import plan_for_camera
+from selfdrive_stub.cabin_warp import plan_for_camera
 from daemons.dmonitoringmodeld.models import generate
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH, load_dm_metadata
 from daemons.dmonitoringmodeld.parse import parse_outputs
 from selfdrive_stub.scenes import SceneRenderer, cabin_script
-from daemons.common.runner import make_runner
+from host_frames import RuntimeModel
 
 MODEL_SHA256 = "2f7e41e8922c4b7232cdab5203f7fd516fcfb7bab3e3b7a3adbd67a02bc61e85"
 ALLOWED_OPS = {"Conv", "Relu", "LeakyRelu", "Elu", "Sigmoid", "Tanh", "Add", "Sub", "Mul", "Div", "Cast", "Reshape",
@@ -73,10 +73,7 @@ def test_no_face_drops_face_prob(ort_session):
 
 
 def test_project_runtime_matches_onnxruntime(ort_session):
-  runtime = pytest.importorskip("runtime")
-  if not hasattr(runtime, "OnnxRunner"):
-    pytest.skip("runtime.OnnxRunner not built yet")
-  run = make_runner(MODEL_PATH, backend="runtime", device="CPU")
+  run = RuntimeModel(MODEL_PATH, "CPU")
   rng = np.random.default_rng(0)
   inputs = {"input_img": rng.integers(0, 255, (1, 1382400), dtype=np.uint8),
             "calib": rng.normal(0, 0.05, (1, 3)).astype(np.float32)}

@@ -13,10 +13,13 @@ from daemons.common.calibration import camera_time
 from daemons.common.cameras import UnknownCameraError
 from daemons.common.frame_loop import Frame
 from daemons.common.metadata import ModelMetadataError
-from daemons.common.runner import StageTimes, make_runner
+from daemons.common.frame_runner import FrameRunner
+from daemons.common.stage_times import StageTimes
 from daemons.dmonitoringmodeld.core import Calibration, DMonitoringmodeld
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH, ModelState, load_dm_metadata
 from daemons.dmonitoringmodeld.parse import non_finite_heads, parse_outputs
+from daemons.dmonitoringmodeld.programs import dm_frame_runner
+from host_frames import HostDMFrames
 from selfdrive_stub.scenes import SceneRenderer
 
 META = load_dm_metadata(MODEL_PATH)
@@ -51,7 +54,7 @@ def good_calib(now=0.0):
 
 
 class FixedOutput:
-  """A runner that returns a given raw output: drives the parse/validity paths with exact numbers."""
+  """A fake model that returns a given raw output: drives the parse/validity paths with exact numbers."""
   def __init__(self, out):
     self.out = np.asarray(out, np.float32)
 
@@ -66,8 +69,10 @@ def decoded(result):
   return log_from_bytes(msg.to_bytes())
 
 
-def dm(runner, send_raw_pred=False) -> DMonitoringmodeld:
-  return DMonitoringmodeld(ModelState(runner, META), send_raw_pred=send_raw_pred)
+def dm(model, send_raw_pred=False) -> DMonitoringmodeld:
+  """model: the daemon's frame programs, or a fake model behind the host frames seam (the numpy warp oracle)."""
+  frames = model if isinstance(model, FrameRunner) else HostDMFrames(model)
+  return DMonitoringmodeld(ModelState(META, frames), send_raw_pred=send_raw_pred)
 
 
 def cabin(data, frame_id, still_valid=lambda: True, sof=0, eof=0, geometry=(1928, 1208, 2048)) -> list[Frame]:
@@ -155,7 +160,8 @@ def test_malicious_pickled_metadata_is_refused(tmp_path):
 
 @pytest.fixture(scope="module")
 def runner():
-  return make_runner(MODEL_PATH, backend="runtime", device="CPU")
+  """The daemon's frame programs of the DM model on the CPU."""
+  return dm_frame_runner(MODEL_PATH, {"warp": "CPU", "model": "CPU"})
 
 
 def test_good_frame_is_valid_and_complete(runner, tici_frame):
@@ -168,7 +174,7 @@ def test_good_frame_is_valid_and_complete(runner, tici_frame):
   raw = np.frombuffer(ds.rawPredictions, "<f4")
   assert raw.size == 553 and parse_outputs(raw, META)["lhd"]["faceProb"] == pytest.approx(ds.leftDriverData.faceProb)
   t = ds.stageTimings
-  assert t.warpMs > 0 and t.modelMs > 0 and t.parseMs > 0
+  assert t.warpMs == 0 and t.modelMs > 0 and t.parseMs > 0     # the warp is inside the one program
   assert ds.modelExecutionTime * 1e3 >= t.warpMs + t.uploadMs + t.modelMs + t.readbackMs + t.parseMs
   assert ds.gpuExecutionTime * 1e3 == pytest.approx(t.uploadMs + t.modelMs + t.readbackMs, rel=1e-3)
 
@@ -236,20 +242,15 @@ def test_wrong_output_size_raises(tici_frame):
     dm(FixedOutput(np.zeros(551))).step(cabin(tici_frame, 1), good_calib())
 
 
-def test_a_runner_with_the_old_dict_timings_is_refused(tici_frame):
-  class DictTimings(FixedOutput):
-    def __call__(self, inputs):
-      return self.out.copy(), {"model": 0.001}
-  with pytest.raises(TypeError, match="StageTimes"):
-    dm(DictTimings(np.zeros(553))).step(cabin(tici_frame, 1), good_calib())
-
-
-def test_geometry_change_rebuilds_warp_and_unknown_is_refused(runner):
+def test_known_cabin_geometries_pass_and_an_unknown_one_is_refused(runner):
   state = dm(runner)
-  assert state.ensure_plan(*TICI).kind == "crop"
-  assert state.ensure_plan(1344, 760, 1408).kind == "separable"
+  state.check_geometry(1928, 1208)
+  state.check_geometry(1344, 760)
   with pytest.raises(UnknownCameraError, match="640x480"):
-    state.ensure_plan(640, 480, 640)
+    state.check_geometry(640, 480)
+  frame = np.zeros(640 * 480 * 3 // 2, np.uint8)
+  with pytest.raises(UnknownCameraError, match="640x480"):   # the step refuses it too, before any program
+    state.step(cabin(frame, 1, geometry=(640, 480, 640)), good_calib())
 
 
 def test_calibration_age_is_camera_time_and_restarts_reanchor():

@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 
 from daemons.common.cameras import MICI, TICI, UnknownCameraError
-from daemons.common.dm_warp import BORDER_VALUE, build_plan, dm_transform, plan_for_camera
+from daemons.common.dm_warp import BORDER_VALUE, dm_transform
+from selfdrive_stub.cabin_warp import build_plan, plan_for_camera
 
 OUT_W, OUT_H = 1440, 960
 

@@ -8,7 +8,7 @@ from cereal import messaging
 from daemons.common.cameras import MICI, TICI
 from daemons.common.transforms import get_warp_matrix
 from daemons.common.env import send_raw_pred
-from daemons.common.runner import RuntimeRunner, StageTimes
+from daemons.common.stage_times import StageTimes
 from daemons.modeld.core import CarInputs, Frame, Modeld
 from daemons.modeld.model_state import MODEL_PATHS, ModelOutputError, ModelState
 from visionipc import get_nv12_info
@@ -17,23 +17,23 @@ from daemons.modeld.daemon import SUBSCRIPTIONS
 from daemons.modeld.daemon import pair_extra
 from daemons.modeld.programs import road_frame_runner
 from daemons.common.frame_program import device_table
+from host_frames import HostRoadFrames, RuntimeModel
 
 CALIB = [0.0, 0.02, -0.01]
 
 
 @pytest.fixture(scope="module")
-def small_runner():
-  return RuntimeRunner(MODEL_PATHS["small"], "CPU")
+def small_runtime():
+  """The small model on our runtime over host-warped images: the model a fake wraps (tests/host_frames.py)."""
+  return RuntimeModel(MODEL_PATHS["small"], "CPU")
 
 
-@pytest.fixture(scope="module", params=["runner", "programs"])
-def small_model(request, small_runner):
-  """The small model on a runner over the numpy warps, or on the daemon's frame programs (shared by the module's
-  tests: a new Modeld resets their image rings)."""
-  if request.param == "runner":
-    return ModelFactory(lambda: ModelState.load("small", lambda path: small_runner))
+@pytest.fixture(scope="module")
+def small_model():
+  """The small model on the daemon's frame programs (shared by the module's tests: a new Modeld resets their
+  image rings)."""
   frames = road_frame_runner(MODEL_PATHS["small"], device_table("modeld.small", {}))
-  return ModelFactory(lambda: ModelState.load("small", None, frames_factory=lambda path: frames))
+  return ModelFactory(lambda: ModelState.load("small", lambda path: frames))
 
 
 class ModelFactory:
@@ -47,9 +47,10 @@ def geometry(cam):
 
 
 def make(small, device=TICI, single=False, **kw):
-  """small: a runner (wrapped in a ModelState) or a small_model ModelFactory."""
+  """small: the small_model ModelFactory, or a fake model `inputs -> (flat output, StageTimes)` behind the host
+  frames seam (HostRoadFrames: the numpy warp oracle)."""
   geom, size = geometry(device.road)
-  small = small.make() if isinstance(small, ModelFactory) else ModelState.load("small", lambda path: small)
+  small = small.make() if isinstance(small, ModelFactory) else ModelState.load("small", lambda path: HostRoadFrames(small))
   md = Modeld(small, device, geom, None if single else geom, main_is_wide=single, **kw)
   frame = np.random.default_rng(0).integers(0, 256, size, dtype=np.uint8)
   return md, frame
@@ -75,7 +76,7 @@ def test_valid_after_history_fills_and_messages_are_complete(small_model):
   m = mv2.modelV2
   assert mv2.valid and mv2.invalidReason == "" and m.modelName == "small" and m.fallbackReason == ""
   assert (m.frameId, m.frameIdExtra, m.timestampSof) == (5, 5, 1_250_000_000)
-  assert m.stageTimings.modelMs > 0 and m.stageTimings.warpMs > 0 and m.modelExecutionTime > 0
+  assert m.stageTimings.modelMs > 0 and m.stageTimings.warpMs == 0 and m.modelExecutionTime > 0   # the warp is inside the one program
   assert len(m.position.x) == 33 and len(m.laneLines) == 4 and len(m.leadsV3) == 3 and len(m.rawPredictions) == 0
   assert 5 < m.velocity.x[0] < 30 and np.isfinite(m.action.desiredAcceleration)
   assert dmd.valid and dmd.drivingModelData.frameId == 5 and len(dmd.drivingModelData.path.xCoefficients) == 5
@@ -105,12 +106,17 @@ def test_calibration_rules(small_model, car, reason):
   assert step(md, frame, i + 1).valid
 
 
-def test_calibration_change_recomputes_the_warp(small_runner):
-  md, frame = make(small_runner)
+def test_a_calibration_change_reruns_the_warp_index_program_and_not_the_capture(small_model):
+  md, frame = make(small_model)
   step(md, frame, 0)
-  before = md.warp_main.index.copy()
-  step(md, frame, 1, CarInputs(calibration=[0.0, 0.05, 0.0]))
-  assert not np.array_equal(before, md.warp_main.index)
+  prog = md.small.frames.program(md.program_geometry(frame.nbytes, frame.nbytes))
+  runs = prog.index_runs
+  before = md.transforms["road_transform"].copy()
+  step(md, frame, 1)
+  assert prog.index_runs == runs                              # the same calibration: the held tables serve
+  step(md, frame, 2, CarInputs(calibration=[0.0, 0.05, 0.0]))
+  assert prog.index_runs == runs + 1 and not np.array_equal(before, md.transforms["road_transform"])
+  assert md.small.frames.program(md.program_geometry(frame.nbytes, frame.nbytes)) is prog
 
 
 def test_dropped_overwritten_and_unsynced_frames_are_invalid(small_model):
@@ -133,8 +139,8 @@ def test_single_camera_device_uses_main_for_both_inputs(small_model):
   assert r.valid and r.events[0][1].modelV2.frameIdExtra == 5
 
 
-def test_big_model_loading_marks_frames_invalid(small_runner):
-  md, frame = make(small_runner)
+def test_big_model_loading_marks_frames_invalid(small_model):
+  md, frame = make(small_model)
   md.start_big_loading()
   i = warm(md, frame)
   assert step(md, frame, i).reasons == ["big model loading"]
@@ -143,11 +149,11 @@ def test_big_model_loading_marks_frames_invalid(small_runner):
   assert r.valid and r.events[0][1].modelV2.fallbackReason == "big model load failed: DeviceUnavailable: unplugged"
 
 
-def test_small_model_failure_publishes_invalid_and_keeps_running(small_runner):
+def test_small_model_failure_publishes_invalid_and_keeps_running(small_runtime):
   state = {"fail": False}
 
   def flaky(inputs):
-    out, t = small_runner(inputs)
+    out, t = small_runtime(inputs)
     return (np.full_like(out, np.nan), t) if state["fail"] else (out, t)
 
   md, frame = make(flaky)
@@ -163,21 +169,22 @@ def test_small_model_failure_publishes_invalid_and_keeps_running(small_runner):
   assert step(md, frame, i + 1).valid
 
 
-def test_send_raw_pred(small_runner, monkeypatch):
+def test_send_raw_pred(small_model, monkeypatch):
   assert [send_raw_pred(v) for v in ("1", "true", "YES", " yes ")] == [True] * 4
   assert [send_raw_pred(v) for v in ("0", "", "false", "no", "2")] == [False] * 5
   monkeypatch.setenv("SEND_RAW_PRED", "1")
-  md, frame = make(small_runner)
+  md, frame = make(small_model)
   raw = np.frombuffer(step(md, frame, 0).events[0][1].modelV2.rawPredictions, np.float32)
   assert raw.shape == (2576,) and np.isfinite(raw).all()
 
 
-def test_wrong_output_size_is_refused(small_runner):
+def test_wrong_output_size_is_refused():
   md, frame = make(lambda inputs: (np.zeros(100, np.float32), StageTimes()))
   r = step(md, frame, 0)
   assert r.reasons[-1] == "small model failed: ModelOutputError: small model returned 100 values, expected 2576"
   with pytest.raises(ModelOutputError, match="expected 2576"):
-    md.small.run(md._img, md._big_img, np.zeros(8), np.zeros(2), np.ones(2))
+    md.small.run_frames(md.program_geometry(frame.nbytes, frame.nbytes), frame, frame, md.transforms, np.zeros(8),
+                        np.zeros(2), np.ones(2))
 
 
 def test_extra_frames_pair_by_start_of_frame():
@@ -197,7 +204,7 @@ def test_camera_geometry_change_rebuilds_warps_and_restarts_history(small_model)
   i = warm(md, frame, 6)
   mici_geom, mici_size = geometry(MICI.road)
   md.set_geometry(MICI, mici_geom, mici_geom)
-  assert (md.warp_main.width, md.warp_extra.height) == (1344, 760)
+  assert (md.main_geom[0], md.extra_geom[1]) == (1344, 760)
   np.testing.assert_array_equal(md.transforms["road_transform"], get_warp_matrix(CALIB, MICI.road.intrinsics))
   mici_frame = np.random.default_rng(2).integers(0, 256, mici_size, dtype=np.uint8)
   results = [step(md, mici_frame, i + k) for k in range(5)]
@@ -235,8 +242,8 @@ def test_car_inputs_from_the_bus():
   assert car_inputs(sm).calibration_invalid == "message invalid (too few inputs)"
 
 
-def test_lane_change_state_reaches_the_messages_and_the_next_desire(small_runner):
-  md, frame = make(small_runner)
+def test_lane_change_state_reaches_the_messages_and_the_next_desire(small_model):
+  md, frame = make(small_model)
   drive = dict(v_ego=25.0, calibration=CALIB, lat_active=True)
   i = warm(md, frame)
   step(md, frame, i, CarInputs(**drive))
@@ -251,8 +258,8 @@ def test_lane_change_state_reaches_the_messages_and_the_next_desire(small_runner
   assert md.small.history.prev_desire[3] == 1
 
 
-def test_drop_filter_warms_up_for_ten_frames(small_runner):
-  md, frame = make(small_runner)
+def test_drop_filter_warms_up_for_ten_frames(small_model):
+  md, frame = make(small_model)
   step(md, frame, 0)
   r = step(md, frame, 4)
   assert "3 frames dropped before frame 4" in r.reasons
@@ -260,11 +267,11 @@ def test_drop_filter_warms_up_for_ten_frames(small_runner):
   assert not r.events[2][1].valid                            # cameraOdometry too
 
 
-def test_steps_leave_no_cyclic_garbage(small_runner):
+def test_steps_leave_no_cyclic_garbage(small_model):
   """Per-frame objects must be freed by reference counting: cycles (e.g. pycapnp's schema objects, built when a
   text field is passed to new_message as a keyword) pile up in the old GC generation of a long-running daemon."""
   import gc
-  md, frame = make(small_runner)
+  md, frame = make(small_model)
   step(md, frame, 0)
   gc.collect()
   gc.disable()
@@ -277,8 +284,8 @@ def test_steps_leave_no_cyclic_garbage(small_runner):
     gc.enable()
 
 
-def test_a_whole_lane_change_reaches_the_model_as_one_rising_edge_pulse(small_runner):
-  md, frame = make(small_runner)
+def test_a_whole_lane_change_reaches_the_model_as_one_rising_edge_pulse(small_model):
+  md, frame = make(small_model)
   drive = dict(v_ego=25.0, calibration=CALIB, lat_active=True)
   pulses = []
   seen = md.small.history.desire_edge

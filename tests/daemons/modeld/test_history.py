@@ -1,12 +1,9 @@
-"""History queue semantics: image pair (t-4, t), 5 Hz feature history, max-pooled desire, rising-edge pulses."""
+"""History queue semantics: the pair count, 5 Hz feature history, max-pooled desire, rising-edge pulses (the image
+pair itself is the frame program's ring: tests/daemons/common/test_frame_program.py)."""
 import numpy as np
 import pytest
 
 from daemons.modeld.history import HistoryError, ModelHistory
-
-
-def frame(v):
-  return np.full((6, 128, 256), v, np.uint8)
 
 
 def desire(i):
@@ -15,21 +12,17 @@ def desire(i):
   return d
 
 
-def test_image_pair_is_t_minus_4_and_t():
+def test_the_pair_is_filled_from_the_fifth_frame_on():
   h = ModelHistory()
   for t in range(1, 11):
-    ins = h.push(frame(t), frame(100 + t), desire(0))
-    old = t - 4 if t > 4 else 0
-    assert ins["img"].shape == (1, 12, 128, 256)
-    assert ins["img"][0, 0, 0, 0] == old and ins["img"][0, 6, 0, 0] == t
-    assert ins["big_img"][0, 5, 0, 0] == (100 + old if old else 0) and ins["big_img"][0, 11, 0, 0] == 100 + t
+    h.push(desire(0))
     assert h.pair_filled == (t >= 5)
 
 
 def test_features_buffer_holds_every_4th_past_hidden_state_oldest_first():
   h = ModelHistory()
   for t in range(1, 121):
-    ins = h.push(frame(0), frame(0), desire(0))
+    ins = h.push(desire(0))
     fb = ins["features_buffer"]
     assert fb.shape == (1, 24, 512)
     # slot j holds the hidden state of step t-96+4j (0 before the history reaches back that far)
@@ -48,25 +41,23 @@ def test_desire_is_a_rising_edge_pulse_max_pooled_to_5hz():
 
   h = ModelHistory()
   for t in range(8):
-    ins = h.push(frame(0), frame(0), desire(5 if t == 5 else 0))
+    ins = h.push(desire(5 if t == 5 else 0))
   dp = ins["desire_pulse"]
   assert dp.shape == (1, 25, 8)
   # pushes 0..7 fill the last 8 of 100 slots; step 5 lands in the last group of 4 (slots 96..99)
   assert dp[0, 24, 5] == 1 and dp[0, :24].sum() == 0 and dp.sum() == 1
   for _ in range(4):
-    ins = h.push(frame(0), frame(0), desire(0))
+    ins = h.push(desire(0))
   assert ins["desire_pulse"][0, 23, 5] == 1 and ins["desire_pulse"][0, 24].sum() == 0
 
 
 def test_reset_and_shape_errors():
   h = ModelHistory()
   for _ in range(6):
-    h.push(frame(9), frame(9), desire(2))
+    h.push(desire(2))
   h.update_hidden(np.ones(512))
   h.reset()
   assert not h.pair_filled and h.prev_feat.sum() == 0 and h.prev_desire.sum() == 0
-  with pytest.raises(HistoryError, match=r"img must be uint8 \(6, 128, 256\)"):
-    h.push(np.zeros((6, 128, 255), np.uint8), frame(0), desire(0))
   with pytest.raises(HistoryError, match="512 entries"):
     h.update_hidden(np.zeros(511))
   with pytest.raises(HistoryError, match="8 entries"):

@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 
 from daemons.common.cameras import MICI, TICI
-from daemons.common.road_warp import OUT_SHAPE, RoadWarp, WarpError
+from daemons.common.road_warp import OUT_SHAPE, WarpError
+from warp_oracles import RoadWarp
 from daemons.common.transforms import CalibrationError, get_warp_matrix
 
 

@@ -1,16 +1,13 @@
-"""The one runner protocol: StageTimes and the one runtime timing remap, the onnxruntime peer usable by both
-daemons, protocol violations refused by name, and BLAS threads set from the runtime's one count."""
+"""StageTimes and the one runtime timing remap, the daemons' one per-frame path (the frame program seam: no host
+warp, no second engine), and BLAS threads set from the runtime's one count."""
 import pathlib
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 from daemons.common.env import BLAS_THREAD_VARS, set_blas_threads
-from daemons.common.runner import (OnnxruntimeRunner, RunnerUnavailable, RuntimeRunner, StageTimes, make_runner, run_model,
-                                   stage_times_from_runtime)
-from daemons.modeld.model_state import MODEL_PATHS
+from daemons.common.stage_times import StageTimes, stage_times_from_runtime
 from repo_paths import REPO_ROOT
 
 
@@ -36,37 +33,6 @@ def test_stage_times_fill_a_stage_timings_struct_in_milliseconds():
   assert [st.warpMs, st.uploadMs, st.modelMs, st.readbackMs, st.parseMs] == pytest.approx([1, 2, 3, 4, 5])
 
 
-def test_a_runner_that_breaks_the_protocol_is_refused_by_name():
-  with pytest.raises(TypeError, match=r"StageTimes\), got dict"):
-    run_model(lambda inputs: (np.zeros(3, np.float32), {"model": 0.001}), {})
-  with pytest.raises(TypeError, match=r"StageTimes\), got ndarray"):
-    run_model(lambda inputs: np.zeros(3, np.float32), {})
-  flat, t = run_model(lambda inputs: (np.zeros((1, 3), np.float64), StageTimes()), {})
-  assert flat.shape == (3,) and flat.dtype == np.float32 and t == StageTimes()
-
-
-def test_unknown_backends_and_a_cpu_only_peer_on_another_device_are_refused():
-  with pytest.raises(RunnerUnavailable, match="unknown model runtime 'tensorrt'"):
-    make_runner(MODEL_PATHS["small"], backend="tensorrt")
-  with pytest.raises(RunnerUnavailable, match="CPU only"):
-    make_runner(MODEL_PATHS["small"], device="USB+AMD", backend="onnxruntime")
-
-
-def test_the_onnxruntime_peer_runs_the_road_model_like_the_runtime():
-  pytest.importorskip("onnxruntime")
-  ours, peer = RuntimeRunner(MODEL_PATHS["small"], "CPU"), make_runner(MODEL_PATHS["small"], backend="onnxruntime")
-  assert isinstance(peer, OnnxruntimeRunner)
-  rng = np.random.default_rng(1)
-  feeds = {name: (rng.integers(0, 256, shape, dtype=np.uint8) if dtype == np.uint8 else
-                  rng.normal(0, 0.1, shape).astype(np.float32)) for name, (shape, dtype) in ours.input_specs.items()}
-  a, ta = ours(feeds)
-  b, tb = peer(feeds)
-  assert a.shape == b.shape == (2576,)
-  np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-3)
-  assert ta.on_device == {"upload", "model", "readback"} and ta.model > 0
-  assert tb.on_device == frozenset() and tb.device_s == 0 and tb.model > 0   # the peer has no device timeline
-
-
 def test_blas_threads_follow_the_runtime_thread_count(monkeypatch):
   monkeypatch.setenv("PYMODELD_RUNTIME_THREADS", "3")
   env = {"OPENBLAS_NUM_THREADS": "8"}
@@ -89,5 +55,16 @@ def test_the_runtime_timing_names_are_mapped_in_one_place_only():
   root = pathlib.Path(REPO_ROOT)
   hits = sorted(str(p.relative_to(root)) for pkg in ("daemons", "process_replay", "selfdrive_stub", "bench")
                 for p in (root / pkg).rglob("*.py") if "compute_s" in p.read_text() or "last_timings" in p.read_text())
-  assert hits == ["daemons/common/runner.py"], hits
+  assert hits == ["daemons/common/stage_times.py"], hits
   assert not (root / "daemons/modeld/runner.py").exists() and not (root / "daemons/dmonitoringmodeld/runner.py").exists()
+
+
+def test_the_daemons_run_frames_only_through_the_frame_program_seam():
+  """One per-frame path: no numpy warp runs in a daemon, no runner protocol over warped images, no second engine
+  (the numpy warps are the tests' oracles, tests/warp_oracles.py; onnxruntime is a bench peer)."""
+  root = pathlib.Path(REPO_ROOT)
+  banned = ("RoadWarp", "plan_for_camera", "onnxruntime", "warps_in_run", "_host_warped", ".frames is None", ".frames is not None",
+            "DM_RUNTIME", "make_runner")
+  hits = sorted(f"{p.relative_to(root)}: {word}" for p in (root / "daemons").rglob("*.py") for word in banned
+                if word in p.read_text())
+  assert hits == [], hits
