@@ -10,7 +10,13 @@ over the memory budget (runtime.limits), holds initialisers and tensor attribute
 together (one load-wide total, counted before each is decoded), keeps its data inside the file (external data is refused: it would
 read files the model names), and that every node matches its op's schema (input and output counts,
 required inputs present, required attributes present, attribute types) and reads only values defined
-before it. Each failure is a typed error naming what is wrong."""
+before it. Each failure is a typed error naming what is wrong.
+
+An ONNX op that no kernel implements but whose schema defines it as a function of other ops (Attention,
+RotaryEmbedding, SwiGLU ...) is replaced by that function's body before the checks, the same body onnx's
+reference expands, with its internal values renamed under the node's outputs so no name can collide; the body's
+nodes are checked and read under the opset the function imports. An op left unsupported after expansion is
+refused naming the model's op and the body op we lack."""
 from __future__ import annotations
 
 import os
@@ -203,21 +209,169 @@ def _check_node(n: onnx.NodeProto, schema, where: str) -> tuple[list[str], list[
   return ins, outs
 
 
+MAX_EXPANSION_DEPTH = 4   # a function body whose ops are functions again (bounded: a cycle is a broken schema)
+
+
+def _function_schema(op: str, opset: int):
+  """The schema of an op we expand as a function at `opset`, or None (no such op, or no function body)."""
+  try:
+    schema = onnx.defs.get_schema(op, opset, "")
+  except onnx.defs.SchemaError:
+    return None
+  if not (schema.has_function or schema.has_context_dependent_function):
+    return None
+  return schema
+
+
+def _check_expandable(n: onnx.NodeProto, where: str) -> None:
+  """Attribute values for which an op's function body and onnx's reference kernel compute different things: the
+  Attention body applies any softcap but 0 (a negative one as its absolute value, NaN everywhere), the reference
+  only one > 0; we refuse what the two do not agree on rather than pick one."""
+  if n.op_type == "Attention":
+    softcap = next((a.f for a in n.attribute if a.name == "softcap"), 0.0)
+    if not (softcap == 0 or 0 < softcap < float("inf")):
+      raise UnsupportedOpError(f"{where}: softcap {softcap} is not supported (only 0 or a finite positive value)")
+
+
+def _function_body(n: onnx.NodeProto, schema, opset: int, types: dict) -> onnx.FunctionProto | None:
+  """The function that defines node `n` at `opset` (its schema's newest body no newer than it), or None."""
+  plain = [v for v in schema.function_opset_versions if v <= opset]
+  dependent = [v for v in schema.context_dependent_function_opset_versions if v <= opset]
+  f = onnx.FunctionProto()
+  if dependent and (not plain or max(dependent) >= max(plain)):
+    node = onnx.NodeProto()
+    node.CopyFrom(n)
+    present = {a.name for a in node.attribute}
+    for name, formal in schema.attributes.items():   # the body builder reads defaults from the node
+      if name not in present and formal.default_value.name:
+        node.attribute.append(formal.default_value)
+    in_types = [types.get(i, onnx.TypeProto()) for i in n.input]
+    try:
+      data = schema.get_context_dependent_function_with_opset_version(
+          max(dependent), node.SerializeToString(), [t.SerializeToString() for t in in_types])
+    except Exception:  # noqa: BLE001  (the builder rejects input types it cannot know: no body then)
+      return None
+  elif plain:
+    data = schema.get_function_with_opset_version(max(plain))
+  else:
+    return None
+  f.ParseFromString(data)
+  return f if len(f.node) else None
+
+
+def _expand_node(n: onnx.NodeProto, f: onnx.FunctionProto, schema, prefix: str) -> list[onnx.NodeProto]:
+  """The body of `f` as nodes of the graph: formal inputs and outputs renamed to the node's, every other value
+  to `prefix` + its name, attribute references replaced by the node's attribute (or its schema default)."""
+  attrs = {name: formal.default_value for name, formal in schema.attributes.items() if formal.default_value.name}
+  attrs.update({a.name: a for a in n.attribute})
+  names = {formal: (n.input[i] if i < len(n.input) else "") for i, formal in enumerate(f.input)}
+  names.update({formal: n.output[i] for i, formal in enumerate(f.output) if i < len(n.output) and n.output[i]})
+
+  def rename(v: str) -> str:
+    return names.get(v, prefix + v if v else "")
+
+  out = []
+  for inner in f.node:
+    m = onnx.NodeProto()
+    m.CopyFrom(inner)
+    del m.input[:], m.output[:], m.attribute[:]
+    m.input.extend(rename(v) for v in inner.input)
+    m.output.extend(rename(v) for v in inner.output)
+    if m.name:
+      m.name = prefix + m.name
+    for a in inner.attribute:
+      if a.ref_attr_name:
+        if a.ref_attr_name in attrs:
+          b = onnx.AttributeProto()
+          b.CopyFrom(attrs[a.ref_attr_name])
+          b.name = a.name
+          m.attribute.append(b)
+      else:
+        m.attribute.append(a)
+    out.append(m)
+  return out
+
+
+def _value_types(proto: onnx.ModelProto, given: dict) -> dict:
+  """Each value's TypeProto as onnx's shape inference gives it, with the caller's input shapes applied (the
+  context-dependent function bodies are built from their inputs' types); values it cannot type are left out."""
+  m = onnx.ModelProto()
+  m.CopyFrom(proto)
+  del m.graph.initializer[:]  # types come from the inputs and the initialisers' declared dims, not their data
+  for t in proto.graph.initializer:
+    vi = onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+    if t.name not in {i.name for i in m.graph.input}:
+      m.graph.input.append(vi)
+  for vi in m.graph.input:
+    if vi.name in given and vi.type.HasField("tensor_type"):
+      vi.type.tensor_type.shape.Clear()
+      for d in given[vi.name]:
+        vi.type.tensor_type.shape.dim.add().dim_value = int(d)
+  try:
+    m = onnx.shape_inference.infer_shapes(m)
+  except Exception:  # noqa: BLE001  (inference is a help here, never a check)
+    pass
+  return {vi.name: vi.type for vi in list(m.graph.input) + list(m.graph.value_info) + list(m.graph.output)}
+
+
+def _expanded_nodes(g: onnx.GraphProto, opset: int, types) -> list[tuple[onnx.NodeProto, int, str]]:
+  """The graph's nodes, each op no kernel implements replaced by its function body when its schema has one
+  (recursively), as (node, opset it is read under, the model's op it came from)."""
+  out = []
+  todo = [(n, opset, n.op_type, 0) for n in g.node]
+  todo.reverse()
+  count = 0
+  while todo:
+    n, ver, origin, depth = todo.pop()
+    schema = None
+    if n.domain in DEFAULT_DOMAINS and n.op_type not in ONNX_OPS and depth < MAX_EXPANSION_DEPTH:
+      schema = _function_schema(n.op_type, ver)
+    f = None
+    if schema is not None:   # the model's node itself must be valid before its body stands in for it
+      where = f"{n.op_type} node {n.name!r}" if n.name else f"{n.op_type} node -> {list(n.output)}"
+      _check_node(n, schema, where)
+      _check_expandable(n, where)
+      f = _function_body(n, schema, ver, types())
+    if f is None:
+      out.append((n, ver, origin))
+      continue
+    body_ver = next((int(i.version) for i in f.opset_import if i.domain in DEFAULT_DOMAINS), ver)
+    count += 1
+    prefix = f"{n.output[0] if n.output else n.op_type}::{n.op_type}{count}::"
+    todo.extend(reversed([(m, body_ver, origin, depth + 1) for m in _expand_node(n, f, schema, prefix)]))
+  return out
+
+
 def import_onnx(model, input_shapes: dict | None = None) -> Graph:
   proto = load_model_proto(model)
   if not proto.HasField("graph"):
     raise ModelError("the model has no graph (not an ONNX model?)")
   g = proto.graph
-  unsupported = sorted({f"{n.domain + '.' if n.domain not in DEFAULT_DOMAINS else ''}{n.op_type}"
-                        for n in g.node if n.domain not in DEFAULT_DOMAINS or n.op_type not in ONNX_OPS})
-  if unsupported:
-    raise UnsupportedOpError(f"model uses unsupported ops: {', '.join(unsupported)}")
   opsets = [int(imp.version) for imp in proto.opset_import if imp.domain in DEFAULT_DOMAINS]
+  foreign = sorted({f"{n.domain}.{n.op_type}" for n in g.node if n.domain not in DEFAULT_DOMAINS})
+  if foreign:
+    raise UnsupportedOpError(f"model uses unsupported ops: {', '.join(foreign)}")
   if not opsets:
     raise ModelError("the model imports no ai.onnx opset")
   opset = opsets[-1]
   if not 1 <= opset <= MAX_OPSET:
     raise UnsupportedOpError(f"the model imports ai.onnx opset {opset}; this runtime knows opsets 1..{MAX_OPSET}")
+  typed: dict = {}
+
+  def types() -> dict:   # shape inference runs only when a context-dependent body needs its inputs' types
+    if "v" not in typed:
+      typed["v"] = _value_types(proto, dict(input_shapes or {}))
+    return typed["v"]
+  expanded = _expanded_nodes(g, opset, types)
+  unsupported: dict[str, set] = {}
+  for n, _, origin in expanded:
+    if n.domain not in DEFAULT_DOMAINS or n.op_type not in ONNX_OPS:
+      name = f"{n.domain + '.' if n.domain not in DEFAULT_DOMAINS else ''}{n.op_type}"
+      unsupported.setdefault(origin, set()).add(name)
+  if unsupported:
+    raise UnsupportedOpError("model uses unsupported ops: " + ", ".join(
+        op if ops == {op} else f"{op} (its function body uses {', '.join(sorted(ops))})"
+        for op, ops in sorted(unsupported.items())))
   if len(g.sparse_initializer):
     raise UnsupportedOpError("sparse initializers are not supported")
   consts = {}
@@ -251,9 +405,11 @@ def import_onnx(model, input_shapes: dict | None = None) -> Graph:
       _check_tensor_type(vi, "graph output")
   defined = set(inputs) | set(consts)
   nodes = []
-  for n in g.node:
+  for n, n_opset, origin in expanded:
     where = f"{n.op_type} node {n.name!r}" if n.name else f"{n.op_type} node -> {list(n.output)}"
-    inputs_n, outputs = _check_node(n, _schema(n.op_type, opset, where), where)
+    if origin != n.op_type:
+      where += f" (of the function body of {origin})"
+    inputs_n, outputs = _check_node(n, _schema(n.op_type, n_opset, where), where)
     for i in inputs_n:
       if i and i not in defined:
         raise ModelError(f"{where}: input {i!r} is not a graph input, an initializer or an earlier node's output")
@@ -263,7 +419,7 @@ def import_onnx(model, input_shapes: dict | None = None) -> Graph:
       if o:
         defined.add(o)
     attrs = {a.name: _attr_value(a, where, total) for a in n.attribute}
-    attrs["_opset"] = opset
+    attrs["_opset"] = n_opset
     attrs["_n_outputs"] = len(outputs)
     nodes.append(Node(n.op_type, inputs_n, outputs, attrs, n.name))
   outputs = [o.name for o in g.output]
