@@ -134,13 +134,15 @@ def _readers(g: onnx.GraphProto, name: str) -> str:
 def value_spec(vi: onnx.ValueInfoProto) -> Spec:
   tt = _check_tensor_type(vi, "graph input")
   dt = dtype_from_onnx(tt.elem_type, f"graph input {vi.name!r}")
+  # programs are compiled for static shapes: a valid model with a dynamic input is ours to refuse, not broken
   if not tt.HasField("shape"):
-    raise ModelError(f"graph input {vi.name!r} declares no shape; pass input_shapes to fix it")
+    raise UnsupportedOpError(f"graph input {vi.name!r} declares no shape and shapes are static here; "
+                             f"pass input_shapes to fix it")
   shape = []
   for i, d in enumerate(tt.shape.dim):
     if not d.HasField("dim_value"):
-      raise ModelError(f"graph input {vi.name!r} has a symbolic dim {d.dim_param or '?'!r} at axis {i}; "
-                       f"pass input_shapes to fix it")
+      raise UnsupportedOpError(f"graph input {vi.name!r} has a symbolic dim {d.dim_param or '?'!r} at axis {i} and "
+                               f"shapes are static here; pass input_shapes to fix it")
     shape.append(int(d.dim_value))
   shape = _check_dims(shape, f"graph input {vi.name!r}")
   check_tensor(shape, dt, f"graph input {vi.name!r}")

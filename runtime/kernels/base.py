@@ -59,8 +59,10 @@ def build_kernel(op: str, attrs: dict, specs: list, consts: list, where: str) ->
       check_tensor(s.shape, s.dtype, f"{op} output or scratch")
   except RuntimeCoreError as e:
     raise type(e)(f"{where}: {e}") from None
-  except Exception as e:  # noqa: BLE001  (a value no builder check anticipated: still the model's fault)
-    raise ModelError(f"{where}: invalid attributes or input shapes ({type(e).__name__}: {e})") from None
+  except Exception as e:  # noqa: BLE001  (a value no builder check anticipated: a spec break has its own check,
+    # so what is left is a case the builder does not handle, ours to refuse)
+    raise UnsupportedOpError(f"{where}: {op} with these attributes and input shapes is not supported "
+                             f"({type(e).__name__}: {e})") from None
   k.bind = _guarded_bind(k.bind, where)
   return k
 
@@ -71,8 +73,9 @@ def _guarded_bind(bind: Bind, where: str) -> Bind:
       return bind(ins, outs, scratch)
     except RuntimeCoreError:
       raise
-    except Exception as e:  # noqa: BLE001
-      raise ModelError(f"{where}: cannot bind the kernel ({type(e).__name__}: {e})") from None
+    except Exception as e:  # noqa: BLE001  (a builder accepted what its bind cannot run: our limitation)
+      raise UnsupportedOpError(f"{where}: the kernel cannot be bound for these inputs "
+                               f"({type(e).__name__}: {e})") from None
   return guarded
 
 

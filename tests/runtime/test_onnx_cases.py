@@ -143,6 +143,14 @@ def test_a_graph_input_of_an_unsupported_type_is_refused_naming_the_ops_that_rea
     _load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
 
 
+def test_a_graph_input_with_a_symbolic_dim_is_refused_as_unsupported_naming_the_ops_that_read_it():
+  g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [_vi("x", ["batch", 3])], [_vi("y", None)])
+  model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+  with pytest.raises(UnsupportedOpError, match="symbolic dim 'batch'.*input_shapes.*read by Relu"):
+    _load(model)
+  assert _load(model, input_shapes={"x": [2, 3]})(x=np.ones((2, 3), np.float32))["y"].shape == (2, 3)
+
+
 def test_a_refusal_names_its_reason_and_a_wrong_value_is_caught():
   """The adapter itself: a refused case carries the typed error's message; a model whose output differs from
   the stored one by more than the tolerance is reported as wrong, not as a pass."""
@@ -371,7 +379,8 @@ HOSTILE = {
                                      MemoryBudgetError, "over the memory budget"),
     "input without a shape": (lambda: _graph_model([helper.make_node("Relu", ["x"], ["y"])],
                                                    [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
-                                                   [_vi("y", None)]), ModelError, "declares no shape"),
+                                                   [_vi("y", None)]), UnsupportedOpError,
+                              "input_shapes to fix it (read by Relu)"),
     "sequence input": (lambda: _graph_model([helper.make_node("Identity", ["x"], ["y"])],
                                             [helper.make_tensor_sequence_value_info("x", TensorProto.FLOAT, None)],
                                             [_vi("y", None)]), UnsupportedOpError, "not a tensor"),
