@@ -6,7 +6,8 @@ Invariants:
   daemon); an unknown geometry raises UnknownCameraError (the caller decides: fatal at startup, skip later).
 - `valid` is False, with every reason in `invalidReason` (inputs, overwrite, model, in that order), when the
   calibration is missing, invalid, the wrong length or stale (in camera time: daemons/common/calibration.py),
-  the frame was overwritten while it was warped, or the output is non-finite.
+  the frame was overwritten while it was warped, or the output is unusable (wrong size, NaN/Inf: not parsed, and the
+  message carries ids and timestamps only).
 - One driverStateV2 per step, frameId = the camera's frame id, with the frame's sof/eof, the count of frames
   skipped since the first one, and the timing fields the skeleton stamps.
 """
@@ -20,6 +21,8 @@ from daemons.common.cameras import config_for_frame
 from daemons.common.env import send_raw_pred as env_send_raw_pred
 from daemons.common.frame_loop import FrameStep, ModelOutcome
 from daemons.common.messages import model_event
+from daemons.common.outputs import ModelOutputError
+from daemons.common.stage_times import StageTimes
 from daemons.dmonitoringmodeld.model_state import ModelState
 from daemons.dmonitoringmodeld.parse import fill_driver_data
 
@@ -88,10 +91,12 @@ class DMonitoringmodeld(FrameStep):
   def run(self, frames, calib: Calibration, reasons: list[str]) -> ModelOutcome:
     (frame,) = frames
     self.check_geometry(frame.width, frame.height)
-    parsed, raw, times, bad = self.model.run_frame(frame, calib.rpy, lambda: self.check_overwritten([frame], reasons))
-    if bad:
-      reasons.append(f"non-finite model output in {bad}")
-    return ModelOutcome(parsed, raw, times, "dmonitoring")
+    try:
+      parsed, raw, times = self.model.run_frame(frame, calib.rpy, lambda: self.check_overwritten([frame], reasons))
+    except ModelOutputError as e:   # published invalid, with ids and timestamps, never as a prediction
+      reasons.append(f"{self.model.name} model failed: {type(e).__name__}: {e}")
+      return ModelOutcome(None, None, StageTimes(), self.model.name)
+    return ModelOutcome(parsed, raw, times, self.model.name)
 
   def build(self, frames, calib: Calibration, outcome: ModelOutcome, reasons: list[str]) -> list:
     (frame,) = frames
@@ -101,6 +106,8 @@ class DMonitoringmodeld(FrameStep):
     ds.frameId = frame.frame_id
     ds.timestampSof, ds.timestampEof = frame.timestamp_sof, frame.timestamp_eof
     ds.framesDropped = self.frames_dropped
+    if parsed is None:
+      return [("driverStateV2", msg)]
     ds.wheelOnRightProb = parsed["wheel_on_right"]
     fill_driver_data(ds.leftDriverData, parsed["lhd"])
     fill_driver_data(ds.rightDriverData, parsed["rhd"])

@@ -8,8 +8,9 @@ Invariants:
   `input_img` (1, 1382400) and `calib` (1, 3).
 - One path: the captured frame program (programs.load_programs). Per frame, the cabin frame's own memory -> warp
   -> model as one runtime program per geometry (daemons/common/frame_runner.py), `run_frame()`.
-- `run_frame()` returns the parsed heads, the raw output, its StageTimes (parse on the host) and the heads that
-  hold NaN/Inf, or raises ModelMetadataError for an output of the wrong size: it never parses a short array.
+- `run_frame()` returns the parsed heads, the raw output and its StageTimes (parse on the host), or raises, as
+  modeld's ModelState does: ModelOutputError for an output of the wrong size, NonFiniteOutput naming the heads
+  that hold NaN/Inf (daemons/common/outputs.check_output). It never parses a short or non-finite array.
 """
 import os
 import time
@@ -17,7 +18,8 @@ import time
 import numpy as np
 
 from daemons.common.dm_warp import DM_INPUT_SIZE
-from daemons.common.metadata import ModelContract, ModelMetadata, ModelMetadataError, load_metadata
+from daemons.common.metadata import ModelContract, ModelMetadata, load_metadata
+from daemons.common.outputs import check_output
 from daemons.common.stage_times import StageTimes
 from daemons.dmonitoringmodeld.parse import HEAD_SIZES, non_finite_heads, parse_outputs
 
@@ -35,12 +37,13 @@ def load_dm_metadata(path: str) -> ModelMetadata:
 
 class ModelState:
   def __init__(self, metadata: ModelMetadata, frames):
+    self.name = "dmonitoring"
     self.frames = frames           # the frame programs (programs.py: a FrameRunner)
     self.metadata = metadata
     self.calib = np.zeros(INPUT_SHAPES["calib"], np.float32)
     self.runs = 0
 
-  def run_frame(self, frame, calib: np.ndarray, after_warp=None) -> tuple[dict, np.ndarray, StageTimes, list[str]]:
+  def run_frame(self, frame, calib: np.ndarray, after_warp=None) -> tuple[dict, np.ndarray, StageTimes]:
     """Run the frame program on this cabin Frame (its buffer bound, not copied) and calibration; `after_warp` is
     called after the program last read the frame, before its lease is released."""
     self.calib[0, :] = calib
@@ -48,11 +51,9 @@ class ModelState:
     raw, times, _ = self.frames(geometry, {"frame": frame.data}, {"calib": self.calib}, after_warp)
     return self._parsed(raw, times)
 
-  def _parsed(self, raw: np.ndarray, times: StageTimes) -> tuple[dict, np.ndarray, StageTimes, list[str]]:
-    if raw.size != self.metadata.output_size:
-      raise ModelMetadataError(f"model returned {raw.size} values, metadata says {self.metadata.output_size}")
+  def _parsed(self, raw: np.ndarray, times: StageTimes) -> tuple[dict, np.ndarray, StageTimes]:
+    check_output(self.name, raw, self.metadata.output_size, lambda r: non_finite_heads(r, self.metadata))
     t0 = time.perf_counter()
-    bad = non_finite_heads(raw, self.metadata)
     parsed = parse_outputs(raw, self.metadata)
     self.runs += 1
-    return parsed, raw, times.host(parse=time.perf_counter() - t0), bad
+    return parsed, raw, times.host(parse=time.perf_counter() - t0)

@@ -20,7 +20,7 @@ import numpy as np
 
 from daemons.common.env import DAEMONS_ENV
 from daemons.common.metadata import ModelContract, ModelMetadata, load_metadata
-from daemons.common.outputs import all_finite
+from daemons.common.outputs import ModelOutputError, NonFiniteOutput, check_output  # noqa: F401 (modeld's API)
 from daemons.common.stage_times import StageTimes
 from daemons.modeld.constants import DESIRE_HISTORY, DESIRE_LEN, FEATURE_LEN, HISTORY_LEN, OUTPUT_HEADS, \
   TRAFFIC_CONVENTION_LEN
@@ -45,14 +45,6 @@ ROAD_CONTRACT = ModelContract("road", {
 
 def model_path(name: str) -> str:
   return DAEMONS_ENV.get(MODEL_PATH_ENV[name]) or MODEL_PATHS[name]
-
-
-class ModelOutputError(RuntimeError):
-  """The model's output cannot be used (wrong size, non-finite values)."""
-
-
-class NonFiniteOutput(ModelOutputError):
-  """The model produced NaN or Inf (the reference's "model output not finite")."""
 
 
 class ModelState:
@@ -96,10 +88,7 @@ class ModelState:
     self.frames.reset()
 
   def _checked(self, raw: np.ndarray, timings: StageTimes) -> tuple[dict, np.ndarray, StageTimes]:
-    if raw.size != self.metadata.output_size:
-      raise ModelOutputError(f"{self.name} model returned {raw.size} values, expected {self.metadata.output_size}")
-    if not all_finite(raw):
-      raise NonFiniteOutput(f"{self.name} model output not finite ({int(np.count_nonzero(~np.isfinite(raw)))} values)")
+    check_output(self.name, raw, self.metadata.output_size)
     t0 = time.perf_counter()
     outs = parse_outputs(self.metadata.slice_outputs(raw))
     self.history.update_hidden(outs["hidden_state"])

@@ -148,7 +148,7 @@ def test_model_output_nan_is_invalid_and_consumers_treat_it_as_unavailable(tmp_p
     _start_dm_chain(stack, dm_env={"DEV": "USB+AMD", "PYMODELD_USB_FAULT": "nan@after=40"})
 
     def nan_seen(r):
-      return any("non-finite model output" in m.invalidReason for m in r["driverStateV2"])
+      return any("non-finite dmonitoring model output" in m.invalidReason for m in r["driverStateV2"])
     rec.wait(lambda r: nan_seen(r) and any("non-finite" in m.invalidReason for m in r["driverMonitoringState"])
              and any("driverMonitoringUnavailable" in list(m.selfdriveState.events) for m in r["selfdriveState"]),
              what=lambda: f"NaN to reach the consumers; last reasons "
@@ -202,7 +202,8 @@ def test_model_output_inf_is_invalid_and_consumers_treat_it_as_unavailable(tmp_p
     for name in stack.procs:
       assert stack.alive(name), (name, stack.log(name)[-3000:])
     ds = rec["driverStateV2"]
-    assert all(not m.valid and "non-finite model output in ['face_descs_lhd']" in m.invalidReason for m in ds), \
+    assert all(not m.valid and "non-finite dmonitoring model output" in m.invalidReason
+               and "in ['face_descs_lhd']" in m.invalidReason for m in ds), \
       [m.invalidReason for m in ds]
     assert not any(m.valid for m in rec["driverMonitoringState"])
     sds = [m.selfdriveState for m in rec["selfdriveState"]]

@@ -226,7 +226,9 @@ def test_non_finite_output_invalidates_with_head_names(tici_frame):
   out = np.zeros(553, np.float32)
   out[slices_json()["face_descs_lhd"][0]] = np.inf
   msg = decoded(dm(FixedOutput(out)).step(cabin(tici_frame, 1), good_calib()))
-  assert not msg.valid and "non-finite model output in ['face_descs_lhd']" in msg.invalidReason
+  assert not msg.valid and msg.invalidReason == ("dmonitoring model failed: NonFiniteOutput: non-finite dmonitoring model output "
+                                                 "(1 values in ['face_descs_lhd'])")
+  assert msg.driverStateV2.frameId == 1 and msg.driverStateV2.leftDriverData.faceProb == 0   # not parsed, not published
 
 
 def test_reasons_accumulate_inputs_then_overwrite_then_model(tici_frame):
@@ -234,12 +236,13 @@ def test_reasons_accumulate_inputs_then_overwrite_then_model(tici_frame):
   msg = decoded(dm(FixedOutput(out)).step(cabin(tici_frame, 1, still_valid=lambda: False), Calibration()))
   reasons = msg.invalidReason.split("; ")
   assert reasons[:2] == ["calibration missing", "frame 1 overwritten while it was warped"]
-  assert reasons[2].startswith("non-finite model output in") and len(reasons) == 3
+  assert reasons[2].startswith("dmonitoring model failed: NonFiniteOutput: non-finite dmonitoring model output") and len(reasons) == 3
 
 
-def test_wrong_output_size_raises(tici_frame):
-  with pytest.raises(ModelMetadataError, match="returned 551 values"):
-    dm(FixedOutput(np.zeros(551))).step(cabin(tici_frame, 1), good_calib())
+def test_an_output_of_the_wrong_size_is_published_invalid_and_never_parsed(tici_frame):
+  msg = decoded(dm(FixedOutput(np.zeros(551))).step(cabin(tici_frame, 1), good_calib()))
+  assert not msg.valid
+  assert msg.invalidReason == "dmonitoring model failed: ModelOutputError: dmonitoring model returned 551 values, expected 553"
 
 
 def test_known_cabin_geometries_pass_and_an_unknown_one_is_refused(runner):
