@@ -22,7 +22,6 @@ Invariants:
 """
 import argparse
 import os
-import signal
 import sys
 import time
 from collections import deque
@@ -32,7 +31,7 @@ from setproctitle import setproctitle
 
 from cereal import messaging
 from daemons.common.cameras import DEVICE_CAMERAS, DeviceCameraConfig, config_for_frame, device_config
-from daemons.common.cli import Parser, UsageError, run_cli
+from daemons.common.cli import Parser, UsageError, run_cli, stop_on_signals
 from daemons.common.realtime import SCHEDULING_HELP, scheduling_plan
 from selfdrive_stub.scenes import FPS, SceneRenderer
 from visionipc import VISION_STREAM_CABIN, VISION_STREAM_NARROW_ROAD, VISION_STREAM_WIDE_ROAD, VisionIpcServer
@@ -227,9 +226,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
   args = parse_args(argv)
   setproctitle("camerad")
-  stop = []
-  for sig in (signal.SIGINT, signal.SIGTERM):
-    signal.signal(sig, lambda *_: stop.append(True))
+  stop = stop_on_signals()
   recorded = recorded_sources(args.frames, {s: getattr(args, f"{s}_frames") for s in STREAM_FILE_NAMES}, args.loop)
   if args.camera is not None:
     device = device_config(args.camera)
@@ -241,7 +238,7 @@ def main(argv=None) -> int:
   camerad = Camerad(device, args.seed, recorded, args.buffers, args.name)
   try:
     args.scheduling.apply(lambda m: print(f"camerad: {m}", file=sys.stderr, flush=True))
-    served = camerad.run(args.duration, lambda: bool(stop))
+    served = camerad.run(args.duration, stop.is_set)
   finally:
     camerad.close()
   print(f"camerad: served {served} frames per stream ({device.name})", file=sys.stderr)

@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import argparse
 import math
-import signal
 import time
 from dataclasses import dataclass
 
 import numpy as np
 from cereal import messaging
 from cereal.messaging import new_message
-from daemons.common.cli import Parser, run_cli
+from daemons.common.cli import Parser, run_cli, stop_on_signals
 
 DT_CTRL = 0.01
 CAR_HZ, CALIB_EVERY, DEVICE_EVERY, SLOW_EVERY = 100, 25, 50, 100   # 100 Hz; 4 Hz; 2 Hz; 1 Hz in ticks
@@ -261,16 +260,14 @@ def main(argv=None) -> None:
   args = parse_args(argv)
   from setproctitle import setproctitle
   setproctitle("car")
-  stop = []
-  for sig in (signal.SIGINT, signal.SIGTERM):
-    signal.signal(sig, lambda *_: stop.append(True))
+  stop = stop_on_signals()
 
   stub = CarStub(DriveModel(args.seed, args.cal_seconds, args.scenario), args.camera, args.engage_after, args.chestnut)
   pm = messaging.PubMaster(SERVICES, process="car")
   sm = messaging.SubMaster(["selfdriveState"])
   start = time.monotonic()
   tick = 0
-  while not stop:
+  while not stop.is_set():
     if args.duration is not None and tick * DT_CTRL >= args.duration:
       break
     sm.update(0)

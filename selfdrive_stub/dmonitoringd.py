@@ -19,13 +19,12 @@ Invariants:
 - One driverMonitoringState per step; SIGINT/SIGTERM exit 0.
 """
 import math
-import signal
 import time
 
 from setproctitle import setproctitle
 
 from cereal.messaging import PubMaster, SubMaster, new_message
-from daemons.common.cli import Parser, run_cli
+from daemons.common.cli import Parser, run_cli, stop_on_signals
 from selfdrive_stub.dm_policy import DT_DMON, DMInputs, DriverData, DriverMonitoring, MalformedInput
 from selfdrive_stub.env import SELFDRIVE_ENV
 
@@ -159,9 +158,7 @@ def main(argv=None) -> int:
   ap.add_argument("--rhd", action="store_true", help="start as right-hand drive (openpilot's IsRhdDetected)")
   args = ap.parse_args(argv)
   setproctitle(PROCESS_NAME)
-  stop = []
-  for sig in (signal.SIGINT, signal.SIGTERM):
-    signal.signal(sig, lambda *_: stop.append(True))
+  stop = stop_on_signals()
 
   pm = PubMaster(["driverMonitoringState"], process=PROCESS_NAME)
   sm = SubMaster(SERVICES, poll="driverStateV2")
@@ -169,7 +166,7 @@ def main(argv=None) -> int:
   own_clock = SELFDRIVE_ENV.get("REPLAY", "0") != "1"
   next_due = time.monotonic() + DT_DMON
   try:
-    while not stop:
+    while not stop.is_set():
       sm.update(max(1, int((next_due - time.monotonic()) * 1000)))
       now = time.monotonic()
       undecodable = monitor.undecodable(sm)

@@ -18,7 +18,6 @@ Invariants:
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import threading
 import time
@@ -26,7 +25,7 @@ import time
 from cereal.route import CAMERAS, RouteWriter
 from cereal import messaging
 from cereal.services import SERVICE_LIST
-from daemons.common.cli import Parser, run_cli
+from daemons.common.cli import Parser, run_cli, stop_on_signals
 import visionipc
 
 DRAIN_DT = 0.01
@@ -164,9 +163,7 @@ def main(argv=None) -> int:
   args = parse_args(argv)
   from setproctitle import setproctitle
   setproctitle("logger")
-  stop = threading.Event()
-  for sig in (signal.SIGINT, signal.SIGTERM):
-    signal.signal(sig, lambda *_: stop.set())
+  stop = stop_on_signals()
   logger = Logger(args.out, args.camera, args.cameras, args.seed)   # a RouteError is the user's: one line
   logger.run(stop.is_set, args.duration)
   return 0

@@ -25,12 +25,11 @@ needs). Invariants:
   SubMaster-like object (alive/freq_ok/valid dicts, invalid_reason(), item access).
 """
 import math
-import signal
 import time
 from dataclasses import dataclass, field
 
 from cereal import messaging
-from daemons.common.cli import Parser, run_cli
+from daemons.common.cli import Parser, run_cli, stop_on_signals
 from selfdrive_stub.env import SELFDRIVE_ENV
 
 NO_ENTRY, SOFT_DISABLE, WARNING = "noEntry", "softDisable", "warning"
@@ -245,9 +244,7 @@ def main(argv=None) -> None:
                   description="selfdrived stub: engagement gate on modelV2/DM/calibration/car inputs")
   parser.parse_args(argv)
   setproctitle.setproctitle("selfdrived")
-  stop = []
-  signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-  signal.signal(signal.SIGINT, lambda *_: stop.append(1))
+  stop = stop_on_signals()
   sm = messaging.SubMaster(list(GATED_SERVICES) + list(CONTEXT_SERVICES) + ["engageRequest"], poll="carState")
   pm = messaging.PubMaster(["selfdriveState"], process="selfdrived")
   machine = SelfdriveStateMachine()
@@ -255,7 +252,7 @@ def main(argv=None) -> None:
   guard = InputGuard()
   last = time.monotonic()
   try:
-    while not stop:
+    while not stop.is_set():
       sm.update(100)
       now = time.monotonic()
       # replay: exactly one step per carState; live: the steps the clock says passed (usually one)

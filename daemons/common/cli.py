@@ -13,7 +13,9 @@ Invariants:
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from typing import Callable
 
 from msgq.namespace import prefix as namespace_prefix
@@ -99,6 +101,15 @@ def run_cli(prog: str, main: Callable[[], int | None], errors: tuple = (), hints
     print(f"{prog}: {one_line(e, hints)}", file=sys.stderr, flush=True)
     sys.exit(USAGE_EXIT)
   sys.exit(code or 0)
+
+
+def stop_on_signals() -> threading.Event:
+  """The processes' one stop idiom: SIGINT or SIGTERM sets the event; the loop finishes its current step, then
+  the process says so and returns 0."""
+  stop = threading.Event()
+  for sig in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(sig, lambda *_: stop.set())
+  return stop
 
 
 class Parser(argparse.ArgumentParser):

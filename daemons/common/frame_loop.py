@@ -28,9 +28,7 @@ is said before the first step (the daemons say what they wait for), and S = 0 sa
 from __future__ import annotations
 
 import collections
-import signal
 import statistics
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -57,15 +55,6 @@ def add_status_every(parser, service: str) -> None:
   parser.add_argument("--status-every", type=status_every, default=STATUS_EVERY_S, metavar="S",
                       help="print a status line every S seconds: frame rate, p50 latency from the frame's end to its "
                            f"{service}, share published valid (default {STATUS_EVERY_S:g}; 0: never)")
-
-
-def stop_on_signals() -> threading.Event:
-  """The daemons' one stop idiom: SIGINT or SIGTERM sets the event; the loop finishes its current frame, then
-  the daemon says `exiting` and returns 0."""
-  stop = threading.Event()
-  for sig in (signal.SIGINT, signal.SIGTERM):
-    signal.signal(sig, lambda *_: stop.set())
-  return stop
 
 
 def overwritten_reason(frames) -> str:

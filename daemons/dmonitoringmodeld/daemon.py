@@ -19,9 +19,9 @@ from setproctitle import setproctitle
 from cereal.messaging import PubMaster, SubMaster
 from daemons.common.calibration import camera_time
 from daemons.common.cameras import UnknownCameraError
-from daemons.common.cli import Parser, check_cache_dir, run_cli
+from daemons.common.cli import Parser, check_cache_dir, run_cli, stop_on_signals
 from daemons.common.daemon_log import devices_words, frame_words, make_log, timed_capture
-from daemons.common.frame_loop import Frame, add_status_every, run_frame_loop, stop_on_signals
+from daemons.common.frame_loop import Frame, add_status_every, run_frame_loop
 from daemons.common.metadata import ModelMetadataError
 from daemons.common.realtime import SCHEDULING_HELP, scheduling_plan
 from daemons.dmonitoringmodeld.core import Calibration, DMonitoringmodeld
