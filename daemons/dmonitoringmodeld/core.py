@@ -11,12 +11,12 @@ Invariants:
 - One driverStateV2 per step, frameId = the camera's frame id, with the frame's sof/eof, the count of frames
   skipped since the first one, and the timing fields the skeleton stamps.
 """
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from daemons.common.calibration import CalibrationAge, camera_time
+from daemons.common.transforms import CalibrationError, check_calibration
 from daemons.common.cameras import config_for_frame
 from daemons.common.env import send_raw_pred as env_send_raw_pred
 from daemons.common.frame_loop import FrameStep, ModelOutcome
@@ -42,15 +42,12 @@ class Calibration:
     return self.age.received_at
 
   def update(self, cal, now: float, msg_valid: bool = True) -> None:
-    rpy = [float(v) for v in cal.rpyCalib]
     self.age.received(now)
     self.status, self.msg_valid, self.bad_value = str(cal.calStatus), msg_valid, ""
-    if len(rpy) != 3:
-      self.bad_value = f"calibration rpyCalib has {len(rpy)} values, expected 3"
-    elif not all(math.isfinite(v) for v in rpy):
-      self.bad_value = f"calibration rpyCalib is not finite: {rpy}"
-    else:
-      self.rpy = np.asarray(rpy, np.float32)
+    try:   # modeld's one check, and its words
+      self.rpy = check_calibration(list(cal.rpyCalib)).astype(np.float32)
+    except CalibrationError as e:
+      self.bad_value = f"calibration unusable: {e}"
 
   def problem(self, now: float) -> str:
     if self.received_at is None:

@@ -114,7 +114,7 @@ def test_calibration_missing_invalid_wrong_length_stale(tmp_path):
     good = phase("good", None, None, settle=3)
     assert any(m.valid for m in good), [m.invalidReason for m in good]
     invalid = phase("invalid", "calibration invalid: calStatus invalid", "calibration invalid (calStatus=invalid")
-    short = phase("short", "calibration unusable: rpyCalib must hold 3 values", "rpyCalib has 2 values, expected 3")
+    short = phase("short", "calibration unusable: rpyCalib must hold 3 values", "calibration unusable: rpyCalib must hold 3 values")
     good += phase("good", None, None)
     stale = phase(None, "calibration stale", "calibration stale")    # the good calibration stops coming
     for name in ("modeld", "dmonitoringmodeld"):

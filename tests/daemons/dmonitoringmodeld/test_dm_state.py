@@ -195,8 +195,8 @@ def test_dropped_frames_counted(runner, tici_frame):
   (lambda: Calibration(), "calibration missing"),
   (lambda: _calib(calib_msg(status="invalid")), r"calibration invalid \(calStatus=invalid"),
   (lambda: _calib(calib_msg(), valid=False), r"calibration invalid .*valid=False"),
-  (lambda: _calib(calib_msg(rpy=(0.0, 0.1))), "rpyCalib has 2 values, expected 3"),
-  (lambda: _calib(calib_msg(rpy=(0.0, float("nan"), 0.0))), "rpyCalib is not finite"),
+  (lambda: _calib(calib_msg(rpy=(0.0, 0.1))), r"calibration unusable: rpyCalib must hold 3 values \(roll, pitch, yaw\), got 2"),
+  (lambda: _calib(calib_msg(rpy=(0.0, float("nan"), 0.0))), "calibration unusable: rpyCalib has non-finite values"),
   (lambda: _calib(calib_msg(), at=camera_time(0)), r"calibration stale \(10.0 s old\)"),
 ])
 def test_calibration_problems_invalidate(runner, tici_frame, make_calib, reason):
