@@ -52,7 +52,7 @@ class EnvTable:
 MSGQ_ENV = EnvTable("msgq", {
   "OPENPILOT_PREFIX": "bus / VisionIPC namespace",
   "XDG_RUNTIME_DIR": "parent of the owner-only runtime dir, when set",
-  "ZMQ": "any value but '' or '0' selects the ZMQ backend",
+  "ZMQ": "1 selects the ZMQ backend",
   "MSGQ_ZMQ_BIND_ADDR": "the ZMQ backend's bind address",
   "MSGQ_SPIN_US": "how long a blocking receive spins before sleeping",
   "MSGQ_PREALLOC": "0 maps bus segments lazily",

@@ -33,7 +33,7 @@ def toggle_fake_events(enabled: bool) -> None:
 
 
 def fake_enabled() -> bool:
-  return MSGQ_ENV.get(FAKE_ENV) not in ("", "0")
+  return MSGQ_ENV.flag(FAKE_ENV)
 
 
 def set_fake_prefix(prefix: str) -> None:

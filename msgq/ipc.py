@@ -15,7 +15,7 @@ MAX_POLLER_SOCKETS = 128  # futex_waitv's limit
 
 
 def zmq_enabled() -> bool:
-  return MSGQ_ENV.get("ZMQ") not in ("", "0")
+  return MSGQ_ENV.flag("ZMQ")
 
 
 class Context:

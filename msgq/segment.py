@@ -84,7 +84,7 @@ def live_publisher(path: str) -> int | None:
 def _populate_flag() -> int:
   """MAP_POPULATE unless MSGQ_PREALLOC=0: every page is mapped at open, so the hot path never page-faults and a
   process's RSS does not creep up for minutes as the writer first touches each page of the ring."""
-  return mmap.MAP_POPULATE if MSGQ_ENV.get("MSGQ_PREALLOC", "1") != "0" else 0
+  return mmap.MAP_POPULATE if MSGQ_ENV.flag("MSGQ_PREALLOC", True) else 0
 
 
 def check_endpoint(endpoint) -> str:

@@ -47,6 +47,20 @@ def _get(name: str) -> str | None:
   return v if v is not None and v.strip() != "" else None
 
 
+# the project's one boolean dialect (msgq.env's flags say the same; the runtime imports nothing of ours)
+TRUE_WORDS, FALSE_WORDS = ("1", "true", "yes"), ("0", "false", "no")
+
+
+def _flag(name: str, default: bool) -> bool:
+  """1/true/yes or 0/false/no (any case); unset or empty gives `default`; anything else is a ValueError naming it."""
+  v = (_get(name) or "").strip().lower()
+  if not v:
+    return default
+  if v not in TRUE_WORDS + FALSE_WORDS:
+    raise ValueError(f"{name} must be 1/true/yes or 0/false/no, got {v!r}")
+  return v in TRUE_WORDS
+
+
 def _int(name: str, default: int, minimum: int = 0) -> int:
   v = _get(name)
   if v is None:
@@ -78,7 +92,7 @@ def default_device() -> str:
 
 
 def jit_enabled() -> bool:
-  return os.environ.get("JIT", "1") != "0"
+  return _flag("JIT", True)
 
 
 def cc() -> str | None:
@@ -96,12 +110,12 @@ def cache_max_bytes() -> int:
 
 
 def disk_cache_enabled() -> bool:
-  return os.environ.get(DISK_CACHE_ENV, "1") != "0"
+  return _flag(DISK_CACHE_ENV, True)
 
 
 def search_enabled() -> bool:
   """Opt-in measured search of kernel schedules (like tinygrad's BEAM); results are cached on disk."""
-  return os.environ.get(SEARCH_ENV, "0") not in ("0", "")
+  return _flag(SEARCH_ENV, False)
 
 
 def runtime_threads() -> int:
@@ -138,8 +152,9 @@ def arena_check() -> str | None:
   return v
 
 
-def usb_presence_env() -> str | None:
-  return os.environ.get(USB_PRESENT_ENV)
+def usb_presence_env() -> bool | None:
+  """PYMODELD_USB_AMD as a flag (None when unset: the presence file decides)."""
+  return _flag(USB_PRESENT_ENV, False) if _get(USB_PRESENT_ENV) is not None else None
 
 
 def usb_fault_env() -> str | None:

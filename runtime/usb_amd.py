@@ -50,11 +50,12 @@ def presence() -> tuple[bool, str]:
   """(present, why) for the simulated USB+AMD device."""
   if _gone_in_process:
     return False, "disconnected (injected fault); plug it in again with runtime.usb_amd.plug()"
-  env = config.usb_presence_env()
+  try:
+    env = config.usb_presence_env()
+  except ValueError as e:
+    return False, str(e)
   if env is not None:
-    if env.lower() in ("1", "present", "yes", "true"):
-      return True, f"{PRESENCE_ENV}={env}"
-    return False, f"{PRESENCE_ENV}={env} (not 1/present)"
+    return env, f"{PRESENCE_ENV}={'1' if env else '0'}"
   try:
     path = presence_path()
   except FileNotFoundError as e:

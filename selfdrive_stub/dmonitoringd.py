@@ -163,7 +163,7 @@ def main(argv=None) -> int:
   pm = PubMaster(["driverMonitoringState"], process=PROCESS_NAME)
   sm = SubMaster(SERVICES, poll="driverStateV2")
   monitor = Monitor(DriverMonitoring(rhd_saved=args.rhd, always_on=args.always_on))
-  own_clock = SELFDRIVE_ENV.get("REPLAY", "0") != "1"
+  own_clock = not SELFDRIVE_ENV.flag("REPLAY")
   next_due = time.monotonic() + DT_DMON
   try:
     while not stop.is_set():

@@ -248,7 +248,7 @@ def main(argv=None) -> None:
   sm = messaging.SubMaster(list(GATED_SERVICES) + list(CONTEXT_SERVICES) + ["engageRequest"], poll="carState")
   pm = messaging.PubMaster(["selfdriveState"], process="selfdrived")
   machine = SelfdriveStateMachine()
-  replay = SELFDRIVE_ENV.get("REPLAY", "0") == "1"
+  replay = SELFDRIVE_ENV.flag("REPLAY")
   guard = InputGuard()
   last = time.monotonic()
   try:

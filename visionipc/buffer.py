@@ -39,7 +39,7 @@ def _populate_flag() -> int:
   """MAP_POPULATE unless VIPC_PREFAULT=0: every page of a buffer is mapped once, when it is attached, so a
   consumer never page-faults on the hot path when what it reads moves (a new warp after recalibration touches
   other rows), and its RSS does not creep up as it does. As msgq does (MSGQ_PREALLOC)."""
-  return mmap.MAP_POPULATE if VISIONIPC_ENV.get("VIPC_PREFAULT", "1") != "0" else 0
+  return mmap.MAP_POPULATE if VISIONIPC_ENV.flag("VIPC_PREFAULT", True) else 0
 
 
 def _trailer_offset(length: int) -> int:

@@ -40,7 +40,7 @@ class SubMaster:
     self.ignore_avg_freq = self._subset("ignore_avg_freq", ignore_avg_freq)
     self.ignore_valid = self._subset("ignore_valid", ignore_valid)
     self.clock = clock
-    self.simulation = CEREAL_ENV.get("SIMULATION", "0") == "1"
+    self.simulation = CEREAL_ENV.flag("SIMULATION")
 
     polled = [poll] if poll is not None else self.services
     self.non_polled_services = [s for s in self.services if s not in polled]

@@ -2,7 +2,7 @@
 meanings), their parsed forms, and the one place the daemons set BLAS's thread count.
 
 Invariants:
-- SEND_RAW_PRED is parsed here only (`send_raw_pred()`), and on only for 1/true/yes.
+- SEND_RAW_PRED is parsed here only (`send_raw_pred()`), as every on/off variable is: msgq.env's flag words.
 - `set_blas_threads()` runs before numpy is first imported (each daemon's __main__ calls it first): OpenBLAS,
   OpenMP and MKL read their thread count once, when the library loads, so a later setting only changes what
   numpy has not loaded yet. The count is the runtime's own (runtime.config: PYMODELD_RUNTIME_THREADS, default
@@ -13,7 +13,7 @@ Invariants:
 import os
 import sys
 
-from msgq.env import TRUE_WORDS, EnvTable
+from msgq.env import EnvTable
 from runtime import config as runtime_config
 
 DAEMONS_ENV = EnvTable("daemons", {
@@ -30,10 +30,10 @@ BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"
 
 
 def send_raw_pred(value: str | None = None) -> bool:
-  """SEND_RAW_PRED (or `value`) is on for 1/true/yes in any case; '0', '' and anything else is off: the
-  reference turns it on for any non-empty string, '0' included."""
-  value = DAEMONS_ENV.get("SEND_RAW_PRED") if value is None else value
-  return value.strip().lower() in TRUE_WORDS
+  """SEND_RAW_PRED (or `value`) as the project's one flag dialect: 1/true/yes or 0/false/no in any case, unset
+  or empty off, anything else an EnvError naming it (the reference turns it on for any non-empty string, '0'
+  included)."""
+  return DAEMONS_ENV.flag("SEND_RAW_PRED", environ=None if value is None else {"SEND_RAW_PRED": value})
 
 
 def set_blas_threads(environ=None) -> int:

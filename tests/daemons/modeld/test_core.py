@@ -8,6 +8,7 @@ from cereal import messaging
 from daemons.common.cameras import MICI, TICI
 from daemons.common.transforms import get_warp_matrix
 from daemons.common.env import send_raw_pred
+from msgq.env import EnvError
 from daemons.common.stage_times import StageTimes
 from daemons.modeld.core import CarInputs, Frame, Modeld
 from daemons.modeld.model_state import MODEL_PATHS, ModelOutputError, ModelState
@@ -171,7 +172,9 @@ def test_small_model_failure_publishes_invalid_and_keeps_running(small_runtime):
 
 def test_send_raw_pred(small_model, monkeypatch):
   assert [send_raw_pred(v) for v in ("1", "true", "YES", " yes ")] == [True] * 4
-  assert [send_raw_pred(v) for v in ("0", "", "false", "no", "2")] == [False] * 5
+  assert [send_raw_pred(v) for v in ("0", "", "false", "no")] == [False] * 4
+  with pytest.raises(EnvError, match="SEND_RAW_PRED must be 1/true/yes or 0/false/no, got '2'"):
+    send_raw_pred("2")
   monkeypatch.setenv("SEND_RAW_PRED", "1")
   md, frame = make(small_model)
   raw = np.frombuffer(step(md, frame, 0).events[0][1].modelV2.rawPredictions, np.float32)
