@@ -80,6 +80,22 @@ class Frame:
                buf.stride)
 
 
+class FrameDrops:
+  """Both daemons' one count of frames skipped: `seen(frame_id)` returns how many frame ids were skipped right
+  before this one (0 for the first frame, and when ids go backwards: the camera restarted) and adds them to
+  `total`."""
+
+  def __init__(self):
+    self.last_frame_id: int | None = None
+    self.total = 0
+
+  def seen(self, frame_id: int) -> int:
+    last, self.last_frame_id = self.last_frame_id, frame_id
+    gap = 0 if last is None else max(0, frame_id - last - 1)
+    self.total += gap
+    return gap
+
+
 @dataclass
 class ModelOutcome:
   """What `run` returns: the parsed outputs (None if the model failed), the raw flat output and its stage times."""

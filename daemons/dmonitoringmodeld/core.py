@@ -19,7 +19,7 @@ from daemons.common.calibration import CalibrationAge, camera_time
 from daemons.common.transforms import CalibrationError, check_calibration
 from daemons.common.cameras import config_for_frame
 from daemons.common.env import send_raw_pred as env_send_raw_pred
-from daemons.common.frame_loop import FrameStep, ModelOutcome
+from daemons.common.frame_loop import FrameDrops, FrameStep, ModelOutcome
 from daemons.common.messages import model_event
 from daemons.common.outputs import ModelOutputError
 from daemons.common.stage_times import StageTimes
@@ -68,8 +68,7 @@ class DMonitoringmodeld(FrameStep):
     self.model = model
     self.send_raw_pred = env_send_raw_pred() if send_raw_pred is None else send_raw_pred
     self.geometry: tuple[int, int] | None = None
-    self.last_frame_id: int | None = None
-    self.frames_dropped = 0
+    self.drops = FrameDrops()
 
   def check_geometry(self, width: int, height: int) -> None:
     """A cabin camera of this size is known (UnknownCameraError otherwise)."""
@@ -79,9 +78,7 @@ class DMonitoringmodeld(FrameStep):
 
   def check(self, frames, calib: Calibration) -> list[str]:
     (frame,) = frames
-    if self.last_frame_id is not None and frame.frame_id > self.last_frame_id + 1:
-      self.frames_dropped += frame.frame_id - self.last_frame_id - 1
-    self.last_frame_id = frame.frame_id
+    self.drops.seen(frame.frame_id)
     problem = calib.problem(camera_time(frame.frame_id))
     return [problem] if problem else []
 
@@ -102,7 +99,7 @@ class DMonitoringmodeld(FrameStep):
     ds = msg.driverStateV2
     ds.frameId = frame.frame_id
     ds.timestampSof, ds.timestampEof = frame.timestamp_sof, frame.timestamp_eof
-    ds.framesDropped = self.frames_dropped
+    ds.framesDropped = self.drops.total
     if parsed is None:
       return [("driverStateV2", msg)]
     ds.wheelOnRightProb = parsed["wheel_on_right"]

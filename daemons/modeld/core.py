@@ -30,7 +30,7 @@ import numpy as np
 
 from daemons.common.cameras import DeviceCameraConfig
 from daemons.common.env import send_raw_pred as env_send_raw_pred
-from daemons.common.frame_loop import Frame, FrameStep, ModelOutcome, StepResult  # noqa: F401 (Frame: modeld's API)
+from daemons.common.frame_loop import Frame, FrameDrops, FrameStep, ModelOutcome, StepResult  # noqa: F401 (Frame: modeld's API)
 from daemons.common.messages import model_event
 from daemons.common.stage_times import StageTimes
 from daemons.common.transforms import CalibrationError, check_calibration, get_warp_matrix
@@ -93,7 +93,7 @@ class Modeld(FrameStep):
     self._action_t = (0.0, 0.0)
     self.prev_action = Action()
     self.desire_helper = DesireHelper()
-    self.last_frame_id: int | None = None
+    self.drops = FrameDrops()
     self.frames_dropped_filtered = 0.0
     self.run_count = 0
 
@@ -178,12 +178,11 @@ class Modeld(FrameStep):
 
   # ---- one frame ---------------------------------------------------------------------------------------
   def _frame_drops(self, frame_id: int) -> tuple[int, float]:
-    dropped = 0 if self.last_frame_id is None else max(0, frame_id - self.last_frame_id - 1)
+    dropped = self.drops.seen(frame_id)
     self.frames_dropped_filtered += DROP_FILTER_ALPHA * (min(dropped, 10) - self.frames_dropped_filtered)
     if self.run_count < DROP_WARMUP_FRAMES:
       self.frames_dropped_filtered = 0.0
     self.run_count += 1
-    self.last_frame_id = frame_id
     f = self.frames_dropped_filtered
     return dropped, f / (1.0 + f)
 
