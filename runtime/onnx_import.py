@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import onnx
 from onnx import numpy_helper
 
@@ -28,6 +29,7 @@ from .errors import InputError, ModelError, UnsupportedDtypeError, UnsupportedOp
 from .graph import Graph, Node, Spec, dtype_from_onnx
 from .kernels import supported_ops
 from .limits import LoadTotal, check_tensor
+from .onnx_decompose import BODY_OPSET, DECOMPOSITIONS, decompose
 
 ONNX_OPS = frozenset(supported_ops())
 
@@ -235,7 +237,7 @@ def _check_expandable(n: onnx.NodeProto, where: str) -> None:
       raise UnsupportedOpError(f"{where}: softcap {softcap} is not supported (only 0 or a finite positive value)")
 
 
-def _function_body(n: onnx.NodeProto, schema, opset: int, types: dict) -> onnx.FunctionProto | None:
+def _function_body(n: onnx.NodeProto, schema, opset: int, types) -> onnx.FunctionProto | None:
   """The function that defines node `n` at `opset` (its schema's newest body no newer than it), or None."""
   plain = [v for v in schema.function_opset_versions if v <= opset]
   dependent = [v for v in schema.context_dependent_function_opset_versions if v <= opset]
@@ -294,31 +296,47 @@ def _expand_node(n: onnx.NodeProto, f: onnx.FunctionProto, schema, prefix: str) 
   return out
 
 
-def _value_types(proto: onnx.ModelProto, given: dict) -> dict:
+class _ValueTypes:
   """Each value's TypeProto as onnx's shape inference gives it, with the caller's input shapes applied (the
-  context-dependent function bodies are built from their inputs' types); values it cannot type are left out."""
-  m = onnx.ModelProto()
-  m.CopyFrom(proto)
-  del m.graph.initializer[:]  # types come from the inputs and the initialisers' declared dims, not their data
-  for t in proto.graph.initializer:
-    vi = onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
-    if t.name not in {i.name for i in m.graph.input}:
-      m.graph.input.append(vi)
-  for vi in m.graph.input:
-    if vi.name in given and vi.type.HasField("tensor_type"):
-      vi.type.tensor_type.shape.Clear()
-      for d in given[vi.name]:
-        vi.type.tensor_type.shape.dim.add().dim_value = int(d)
-  try:
-    m = onnx.shape_inference.infer_shapes(m)
-  except Exception:  # noqa: BLE001  (inference is a help here, never a check)
-    pass
-  return {vi.name: vi.type for vi in list(m.graph.input) + list(m.graph.value_info) + list(m.graph.output)}
+  context-dependent function bodies and our decompositions are built from their inputs' types). Inference runs
+  on first need, and again over the nodes expanded so far when a value it has not typed is asked for (a value
+  inside an expanded body); values it cannot type are absent. Inference is a help here, never a check."""
+
+  def __init__(self, proto: onnx.ModelProto, given: dict):
+    self.proto, self.given = proto, given
+    self.nodes: list = []     # the expanded nodes so far (the expansion appends to it)
+    self.known: dict | None = None
+    self.typed_at = -1        # how many expanded nodes the last inference saw
+
+  def _infer(self, nodes) -> dict:
+    m = onnx.ModelProto()
+    m.CopyFrom(self.proto)
+    if nodes is not None:
+      del m.graph.node[:]
+      m.graph.node.extend(nodes)
+    for vi in m.graph.input:
+      if vi.name in self.given and vi.type.HasField("tensor_type"):
+        vi.type.tensor_type.shape.Clear()
+        for d in self.given[vi.name]:
+          vi.type.tensor_type.shape.dim.add().dim_value = int(d)
+    try:
+      m = onnx.shape_inference.infer_shapes(m)
+    except Exception:  # noqa: BLE001  (see the class docstring)
+      pass
+    return {vi.name: vi.type for vi in list(m.graph.input) + list(m.graph.value_info) + list(m.graph.output)}
+
+  def get(self, name: str, default=None):
+    if self.known is None:
+      self.known = self._infer(None)
+    if name not in self.known and self.typed_at != len(self.nodes) and self.nodes:
+      self.typed_at = len(self.nodes)
+      self.known.update(self._infer(self.nodes))
+    return self.known.get(name, default)
 
 
-def _expanded_nodes(g: onnx.GraphProto, opset: int, types) -> list[tuple[onnx.NodeProto, int, str]]:
-  """The graph's nodes, each op no kernel implements replaced by its function body when its schema has one
-  (recursively), as (node, opset it is read under, the model's op it came from)."""
+def _expanded_nodes(g: onnx.GraphProto, opset: int, types: _ValueTypes) -> list[tuple[onnx.NodeProto, int, str]]:
+  """The graph's nodes, each op no kernel implements replaced by its function body when its schema has one, or
+  by our decomposition of it (recursively), as (node, opset it is read under, the model's op it came from)."""
   out = []
   todo = [(n, opset, n.op_type, 0) for n in g.node]
   todo.reverse()
@@ -328,19 +346,28 @@ def _expanded_nodes(g: onnx.GraphProto, opset: int, types) -> list[tuple[onnx.No
     schema = None
     if n.domain in DEFAULT_DOMAINS and n.op_type not in ONNX_OPS and depth < MAX_EXPANSION_DEPTH:
       schema = _function_schema(n.op_type, ver)
-    f = None
+    ours = n.domain in DEFAULT_DOMAINS and n.op_type not in ONNX_OPS and n.op_type in DECOMPOSITIONS
+    f = body = None
+    where = f"{n.op_type} node {n.name!r}" if n.name else f"{n.op_type} node -> {list(n.output)}"
+    prefix = f"{n.output[0] if n.output else n.op_type}::{n.op_type}{count + 1}::"
     if schema is not None:   # the model's node itself must be valid before its body stands in for it
-      where = f"{n.op_type} node {n.name!r}" if n.name else f"{n.op_type} node -> {list(n.output)}"
       _check_node(n, schema, where)
       _check_expandable(n, where)
-      f = _function_body(n, schema, ver, types())
-    if f is None:
+      f = _function_body(n, schema, ver, types)
+    elif ours:
+      _check_node(n, _schema(n.op_type, ver, where), where)
+      body = decompose(n, types, where, prefix)
+    if f is None and body is None:
       out.append((n, ver, origin))
+      types.nodes.append(n)
       continue
-    body_ver = next((int(i.version) for i in f.opset_import if i.domain in DEFAULT_DOMAINS), ver)
     count += 1
-    prefix = f"{n.output[0] if n.output else n.op_type}::{n.op_type}{count}::"
-    todo.extend(reversed([(m, body_ver, origin, depth + 1) for m in _expand_node(n, f, schema, prefix)]))
+    if f is not None:
+      body_ver = next((int(i.version) for i in f.opset_import if i.domain in DEFAULT_DOMAINS), ver)
+      body = _expand_node(n, f, schema, prefix)
+    else:
+      body_ver = BODY_OPSET
+    todo.extend(reversed([(m, body_ver, origin, depth + 1) for m in body]))
   return out
 
 
@@ -358,13 +385,7 @@ def import_onnx(model, input_shapes: dict | None = None) -> Graph:
   opset = opsets[-1]
   if not 1 <= opset <= MAX_OPSET:
     raise UnsupportedOpError(f"the model imports ai.onnx opset {opset}; this runtime knows opsets 1..{MAX_OPSET}")
-  typed: dict = {}
-
-  def types() -> dict:   # shape inference runs only when a context-dependent body needs its inputs' types
-    if "v" not in typed:
-      typed["v"] = _value_types(proto, dict(input_shapes or {}))
-    return typed["v"]
-  expanded = _expanded_nodes(g, opset, types)
+  expanded = _expanded_nodes(g, opset, _ValueTypes(proto, dict(input_shapes or {})))
   unsupported: dict[str, set] = {}
   for n, _, origin in expanded:
     if n.domain not in DEFAULT_DOMAINS or n.op_type not in ONNX_OPS:
@@ -405,6 +426,13 @@ def import_onnx(model, input_shapes: dict | None = None) -> Graph:
   for vi in g.output:
     if vi.type.WhichOneof("value") not in (None, "tensor_type"):  # untyped outputs are left to inference
       _check_tensor_type(vi, "graph output")
+  # a graph input with no elements has one possible value: its readers read that constant, so the shape operands
+  # it gives (an empty axes list, empty pads) are known at load; the input stays, and is still validated per call
+  empty = {}
+  for name, spec in inputs.items():
+    if 0 in spec.shape and f"{name}::empty" not in consts:
+      empty[name] = f"{name}::empty"
+      consts[empty[name]] = np.zeros(spec.shape, spec.dtype)
   defined = set(inputs) | set(consts)
   nodes = []
   for n, n_opset, origin in expanded:
@@ -423,7 +451,7 @@ def import_onnx(model, input_shapes: dict | None = None) -> Graph:
     attrs = {a.name: _attr_value(a, where, total) for a in n.attribute}
     attrs["_opset"] = n_opset
     attrs["_n_outputs"] = len(outputs)
-    nodes.append(Node(n.op_type, inputs_n, outputs, attrs, n.name))
+    nodes.append(Node(n.op_type, [empty.get(i, i) for i in inputs_n], outputs, attrs, n.name))
   outputs = [o.name for o in g.output]
   for o in outputs:
     if o not in defined:

@@ -599,3 +599,15 @@ def test_an_operand_computed_from_shape_arithmetic_and_constants_is_folded_at_lo
   r = _load(_graph_model(nodes, [_vi("x", [1, 3, 4, 4])], [_vi("y", None)], inits, opset=18))
   np.testing.assert_allclose(r(x=x)["y"], ref(x), rtol=1e-6)
   assert not r.program.fallbacks
+
+
+def test_a_graph_input_with_no_elements_is_a_constant_so_an_empty_axes_input_reduces_every_axis():
+  g = helper.make_graph([helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=0)], "g",
+                        [_vi("x", [2, 3]), _vi("axes", [0], TensorProto.INT64)], [_vi("y", None)])
+  r = _load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString())
+  x = np.arange(6, dtype=np.float32).reshape(2, 3)
+  assert list(r.program.inputs) == ["x", "axes"]   # still an input, validated per call
+  np.testing.assert_array_equal(r(x=x, axes=np.zeros(0, np.int64))["y"], np.array(15, np.float32))
+  with pytest.raises(InputError):
+    r(x=x, axes=np.zeros(1, np.int64))
+  assert not r.program.fallbacks

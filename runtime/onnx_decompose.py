@@ -1,0 +1,193 @@
+"""Our own decompositions of ONNX ops that no kernel implements and whose schema gives no function body:
+each op becomes ONNX nodes of ops the compiler lowers (Cast, Mul, Round, Reshape ...), built at import from the
+node, its attributes and its inputs' static types, and checked like any node of the model.
+
+Invariants: a decomposition computes what onnx's reference kernel computes, in the same dtypes (numpy's
+promotion where the reference relies on it), so the cases it makes pass agree within their tolerance; it needs
+static shapes only where the reference's result shape does, and refuses (UnsupportedOpError or
+UnsupportedDtypeError naming the op and the reason) what it does not cover; a model that breaks the op's spec
+(an axis out of range, a scale that fits no quantisation layout) is a ModelError. Every value it makes is named
+under a per-node prefix, so no name can collide with the model's."""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from .errors import ModelError, UnsupportedDtypeError, UnsupportedOpError
+from .graph import ONNX_DTYPE_NAMES, ONNX_DTYPES
+
+BODY_OPSET = 18   # the opset the nodes of a decomposition are read under (input-form axes, Round, Cast)
+DECOMPOSITIONS: dict[str, Callable] = {}
+
+
+def decomposition(op: str):
+  def deco(fn):
+    DECOMPOSITIONS[op] = fn
+    return fn
+  return deco
+
+
+class Body:
+  """The nodes a decomposition emits, named under `prefix`."""
+
+  def __init__(self, node: onnx.NodeProto, types: dict, where: str, prefix: str):
+    self.node, self.types, self.where, self.prefix = node, types, where, prefix
+    self.nodes: list[onnx.NodeProto] = []
+    self.attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    self.n = 0
+
+  def name(self) -> str:
+    self.n += 1
+    return f"{self.prefix}{self.n}"
+
+  def op(self, op_type: str, inputs: list, out: str | None = None, **attrs) -> str:
+    out = out or self.name()
+    self.nodes.append(helper.make_node(op_type, list(inputs), [out], **attrs))
+    return out
+
+  def const(self, value) -> str:
+    return self.op("Constant", [], value=numpy_helper.from_array(np.asarray(value)))
+
+  def input(self, i: int) -> str:
+    return self.node.input[i] if i < len(self.node.input) else ""
+
+  def type_of(self, name: str) -> tuple[int, tuple | None]:
+    """(ONNX element type, static shape or None) of a value, from the model's declarations and inference."""
+    t = self.types.get(name)
+    if t is None or not t.HasField("tensor_type"):
+      raise UnsupportedOpError(f"{self.where}: the type of input {name!r} is not known at load")
+    tt = t.tensor_type
+    shape = None
+    if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
+      shape = tuple(int(d.dim_value) for d in tt.shape.dim)
+    return int(tt.elem_type), shape
+
+  def shape_of(self, name: str) -> tuple:
+    shape = self.type_of(name)[1]
+    if shape is None:
+      raise UnsupportedOpError(f"{self.where}: the shape of input {name!r} is not known at load")
+    return shape
+
+  def dtype(self, code: int, what: str) -> np.dtype:
+    if code not in ONNX_DTYPES:
+      raise UnsupportedDtypeError(f"{self.where}: {self.node.op_type} {what} of element type "
+                                  f"{ONNX_DTYPE_NAMES.get(code, code)} is not supported")
+    return ONNX_DTYPES[code]
+
+
+def decompose(node: onnx.NodeProto, types: dict, where: str, prefix: str) -> list[onnx.NodeProto] | None:
+  """The nodes standing in for `node`, or None when we have no decomposition of its op."""
+  fn = DECOMPOSITIONS.get(node.op_type)
+  if fn is None:
+    return None
+  b = Body(node, types, where, prefix)
+  fn(b)
+  return b.nodes
+
+
+def _code(dt: np.dtype) -> int:
+  return helper.np_dtype_to_tensor_dtype(np.dtype(dt))
+
+
+# ---------------------------------------------------------------- QuantizeLinear, DequantizeLinear
+
+QUANT_RANGES = {TensorProto.UINT8: (0, 255), TensorProto.INT8: (-128, 127), TensorProto.UINT16: (0, 65535),
+                TensorProto.INT16: (-32768, 32767)}
+
+
+def _spread(b: Body, value: str, x_shape: tuple, axis: int, block: int) -> str:
+  """A scale or zero point laid over x the way onnx's reference does: a scalar (or one element) as a scalar, a
+  vector along `axis`, or (block > 0) blocks of `block` along `axis`, the last block cut to x's extent."""
+  shape = b.shape_of(value)
+  rank = len(x_shape)
+  if len(shape) == 0:
+    return value
+  if int(np.prod(shape)) == 1:
+    return b.op("Reshape", [value, b.const(np.zeros(0, np.int64))])
+  if not -rank <= axis < rank:
+    raise ModelError(f"{b.where}: axis {axis} out of range for rank {rank}")
+  axis %= rank
+  if block == 0:
+    if len(shape) != 1 or shape[0] != x_shape[axis]:
+      raise ModelError(f"{b.where}: a scale or zero point of shape {list(shape)} is neither one value nor one "
+                       f"per index of axis {axis} of {list(x_shape)}")
+    dims = [1] * rank
+    dims[axis] = shape[0]
+    return b.op("Reshape", [value, b.const(np.array(dims, np.int64))])
+  if block < 0:
+    raise ModelError(f"{b.where}: block_size {block} is negative")
+  n = shape[axis] if len(shape) == rank else -1
+  if len(shape) != rank or any(s != d for i, (s, d) in enumerate(zip(shape, x_shape)) if i != axis) or \
+          not (n - 1) * block < x_shape[axis] <= n * block:
+    raise ModelError(f"{b.where}: a blocked scale or zero point of shape {list(shape)} does not cover "
+                     f"{list(x_shape)} in blocks of {block} along axis {axis}")
+  wide = shape[:axis + 1] + (block,) + shape[axis + 1:]
+  rep = b.op("Expand", [b.op("Unsqueeze", [value, b.const(np.array([axis + 1], np.int64))]),
+                        b.const(np.array(wide, np.int64))])
+  full = shape[:axis] + (n * block,) + shape[axis + 1:]
+  flat = b.op("Reshape", [rep, b.const(np.array(full, np.int64))])
+  if n * block == x_shape[axis]:
+    return flat
+  return b.op("Slice", [flat, b.const(np.array([0], np.int64)), b.const(np.array([x_shape[axis]], np.int64)),
+                        b.const(np.array([axis], np.int64))])
+
+
+@decomposition("DequantizeLinear")
+def dequantize_linear(b: Body):
+  """y = (float32(x) - zero_point) * scale, as the reference computes it (in float32, or float64 where numpy
+  promotes float32 with a 32-bit integer zero point), then cast to the scale's type or output_dtype."""
+  x, scale, zp = b.input(0), b.input(1), b.input(2)
+  xt, x_shape = b.type_of(x)[0], b.shape_of(x)
+  b.dtype(xt, "input")
+  st = b.type_of(scale)[0]
+  b.dtype(st, "scale")
+  out_t = int(b.attrs.get("output_dtype", 0)) or st
+  b.dtype(out_t, "output")
+  axis, block = int(b.attrs.get("axis", 1)), int(b.attrs.get("block_size", 0))
+  if zp and b.type_of(zp)[0] != xt:
+    raise ModelError(f"{b.where}: the zero point's type {ONNX_DTYPE_NAMES.get(b.type_of(zp)[0])} differs from the input's")
+  # the reference takes x to float32 first, then numpy promotes float32 with a 32-bit integer zero point to float64
+  calc = TensorProto.DOUBLE if zp and ONNX_DTYPES[xt].itemsize >= 4 else TensorProto.FLOAT
+  dx = b.op("Cast", [x], to=TensorProto.FLOAT)
+  if calc != TensorProto.FLOAT:
+    dx = b.op("Cast", [dx], to=calc)
+  if zp:
+    dx = b.op("Sub", [dx, b.op("Cast", [_spread(b, zp, x_shape, axis, block)], to=calc)])
+  y = b.op("Mul", [dx, b.op("Cast", [_spread(b, scale, x_shape, axis, block)], to=calc)])
+  b.op("Cast", [y], out=b.node.output[0], to=out_t)
+
+
+@decomposition("QuantizeLinear")
+def quantize_linear(b: Body):
+  """y = clip(rint(x / scale) + zero_point) to the output type's range, as the reference computes it: the
+  division in numpy's promotion of x's and the scale's types (or `precision`), rounding half to even, the sum in
+  int32. Integer outputs of 8 and 16 bits only (the float8, 4- and 2-bit types are refused)."""
+  x, scale, zp = b.input(0), b.input(1), b.input(2)
+  xt = b.type_of(x)[0]
+  st = b.type_of(scale)[0]
+  x_shape = b.shape_of(x)
+  out_t = int(b.attrs.get("output_dtype", 0))
+  if zp:
+    zt = b.type_of(zp)[0]
+    if out_t and out_t != zt:
+      raise ModelError(f"{b.where}: output_dtype {out_t} differs from the zero point's type {zt}")
+    out_t = zt
+  out_t = out_t or TensorProto.UINT8
+  if out_t not in QUANT_RANGES:
+    raise UnsupportedDtypeError(f"{b.where}: QuantizeLinear to {ONNX_DTYPE_NAMES.get(out_t, out_t)} is not supported "
+                                f"(only uint8, int8, uint16, int16)")
+  precision = int(b.attrs.get("precision", 0))
+  calc_dt = b.dtype(precision, "precision") if precision else \
+      np.result_type(b.dtype(xt, "input"), b.dtype(st, "scale"))
+  calc = _code(calc_dt)
+  axis, block = int(b.attrs.get("axis", 1)), int(b.attrs.get("block_size", 0))
+  q = b.op("Div", [b.op("Cast", [x], to=calc), b.op("Cast", [_spread(b, scale, x_shape, axis, block)], to=calc)])
+  i = b.op("Cast", [b.op("Round", [q])], to=TensorProto.INT32)
+  if zp:
+    i = b.op("Add", [i, b.op("Cast", [_spread(b, zp, x_shape, axis, block)], to=TensorProto.INT32)])
+  lo, hi = QUANT_RANGES[out_t]
+  i = b.op("Min", [b.op("Max", [i, b.const(np.int32(lo))]), b.const(np.int32(hi))])
+  b.op("Cast", [i], out=b.node.output[0], to=out_t)

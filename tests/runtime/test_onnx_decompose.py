@@ -1,0 +1,86 @@
+"""Ops with no kernel and no function body in the spec that the importer decomposes into ops the compiler lowers
+(QuantizeLinear, DequantizeLinear): each agrees with onnx's reference kernel, gives the same bits on a second
+run, runs with no reference (numpy) fallback, and what it does not cover is refused naming the op."""
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
+
+from rt_helpers import memory_cache
+from runtime import ModelError, OnnxRunner, UnsupportedDtypeError
+
+
+def _model(node, inputs: dict, opset=21) -> bytes:
+  g = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape) for n, a in inputs.items()],
+                        [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in node.output])
+  return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)]).SerializeToString()
+
+
+def _agrees(node, inputs: dict, opset=21, compiled=True):
+  model = _model(node, inputs, opset)
+  r = OnnxRunner(model, cache=memory_cache())
+  got, again = r(**inputs), r(**inputs)
+  want = ReferenceEvaluator(model).run(None, inputs)
+  for name, w in zip(node.output, want):
+    assert got[name].dtype == w.dtype and got[name].shape == w.shape, (got[name].dtype, w.dtype, got[name].shape, w.shape)
+    np.testing.assert_array_equal(got[name], w)
+    assert got[name].tobytes() == again[name].tobytes()
+  assert not compiled or not r.program.fallbacks   # float16 values run on the reference kernels, by design
+
+
+RNG = np.random.default_rng(4)
+X = (RNG.standard_normal((2, 3, 4)) * 40).astype(np.float32)
+# values at .5 steps round half to even, as np.rint does
+HALVES = np.array([[-2.5, -1.5, -0.5, 0.5], [1.5, 2.5, 3.5, 400.0], [-400.0, 7.5, 8.5, 0.0]], np.float32)
+
+
+@pytest.mark.parametrize("zp", [np.uint8(128), np.int8(-3), np.int16(-300), np.uint16(1000)], ids=str)
+def test_quantize_linear_per_tensor_rounds_half_to_even_and_saturates_like_the_reference(zp):
+  zp = np.asarray(zp)
+  _agrees(helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"]), {"x": HALVES, "s": np.array(1.0, np.float32), "z": zp})
+  _agrees(helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"]), {"x": X, "s": np.array(0.7, np.float32), "z": zp})
+
+
+def test_quantize_linear_per_axis_and_blocked_agree_with_the_reference():
+  s = np.array([0.5, 1.0, 2.0], np.float32)
+  z = np.array([0, 10, -10], np.int8)
+  _agrees(helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"], axis=1), {"x": X, "s": s, "z": z})
+  sb = np.abs(RNG.standard_normal((2, 3, 2))).astype(np.float32) + 0.1   # blocks of 3 over an axis of 4: 2 blocks, the last cut
+  zb = RNG.integers(0, 30, (2, 3, 2)).astype(np.uint8)
+  _agrees(helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"], axis=2, block_size=3), {"x": X, "s": sb, "z": zb})
+
+
+def test_quantize_linear_without_a_zero_point_gives_uint8():
+  _agrees(helper.make_node("QuantizeLinear", ["x", "s"], ["y"]), {"x": np.abs(X), "s": np.array(0.3, np.float32)})
+
+
+@pytest.mark.parametrize("x", [RNG.integers(-128, 128, (2, 3, 4)).astype(np.int8), RNG.integers(0, 65536, (2, 3, 4)).astype(np.uint16),
+                               RNG.integers(-2**31, 2**31, (2, 3, 4)).astype(np.int32)], ids=lambda a: str(a.dtype))
+def test_dequantize_linear_per_tensor_and_per_axis_agree_with_the_reference(x):
+  _agrees(helper.make_node("DequantizeLinear", ["x", "s", "z"], ["y"]), {"x": x, "s": np.array(0.25, np.float32), "z": x.reshape(-1)[:1].reshape(())})
+  _agrees(helper.make_node("DequantizeLinear", ["x", "s", "z"], ["y"], axis=-1),
+          {"x": x, "s": np.array([0.5, 1, 2, 4], np.float32), "z": x[0, 0]})
+  _agrees(helper.make_node("DequantizeLinear", ["x", "s"], ["y"], axis=-1),
+          {"x": x, "s": np.array([0.5, 1, 2, 4], np.float16)}, compiled=False)
+
+
+def test_dequantize_linear_blocked_agrees_with_the_reference():
+  x = RNG.integers(-128, 128, (2, 6)).astype(np.int8)
+  _agrees(helper.make_node("DequantizeLinear", ["x", "s"], ["y"], axis=1, block_size=4),
+          {"x": x, "s": np.array([[0.5, 2.0], [1.5, 3.0]], np.float32)})
+
+
+def test_dynamic_quantize_linear_runs_through_its_function_body_and_our_quantize():
+  _agrees(helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "scale", "zp"]), {"x": X}, opset=21)
+
+
+def test_quantize_linear_to_a_float8_type_is_refused_naming_the_op_and_type():
+  node = helper.make_node("QuantizeLinear", ["x", "s"], ["y"], output_dtype=TensorProto.FLOAT8E4M3FN)
+  with pytest.raises(UnsupportedDtypeError, match="QuantizeLinear to FLOAT8E4M3FN"):
+    OnnxRunner(_model(node, {"x": X, "s": np.array(1, np.float32)}), cache=memory_cache())
+
+
+def test_a_scale_that_fits_no_quantisation_layout_is_a_model_error():
+  node = helper.make_node("DequantizeLinear", ["x", "s"], ["y"], axis=1)
+  with pytest.raises(ModelError, match="DequantizeLinear.*neither one value nor one per index"):
+    OnnxRunner(_model(node, {"x": X.astype(np.int8), "s": np.ones(5, np.float32)}), cache=memory_cache())
