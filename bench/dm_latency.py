@@ -20,10 +20,10 @@ import numpy as np
 
 
 from cereal.messaging import sub_sock
-from daemons.common.cameras import DEVICE_CAMERAS
+from common.cameras import DEVICE_CAMERAS
 from daemons.common.dm_warp import BORDER_VALUE, dm_transform
 from selfdrive_stub.cabin_warp import plan_for_camera
-from daemons.common.realtime import stack_pins
+from common.realtime import stack_pins
 from msgq.namespace import Namespace
 from bench.results import record
 from bench.stacklib import REPO_ROOT, drain, pct, start

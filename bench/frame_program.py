@@ -20,11 +20,11 @@ import numpy as np
 
 from bench.results import record
 from daemons.common import frame_program as fp
-from daemons.common.cameras import DEVICE_CAMERAS
+from common.cameras import DEVICE_CAMERAS
 from daemons.common.dm_warp import dm_transform
 from selfdrive_stub.cabin_warp import plan_for_camera
 from tests.warp_oracles import RoadWarp
-from daemons.common.transforms import get_warp_matrix
+from common.transforms import get_warp_matrix
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH as DM_MODEL
 from daemons.modeld.model_state import MODEL_PATHS
 from runtime import OnnxRunner

@@ -31,7 +31,7 @@ set_blas_threads()   # as modeld itself, before numpy loads
 import numpy as np  # noqa: E402
 
 from cereal.messaging import sub_sock  # noqa: E402
-from daemons.common.realtime import stack_pins  # noqa: E402
+from common.realtime import stack_pins  # noqa: E402
 from msgq.namespace import Namespace, runtime_dir  # noqa: E402
 from runtime import config as runtime_config  # noqa: E402
 from bench.results import record  # noqa: E402

@@ -6,7 +6,7 @@ import sys
 import numpy as np
 
 from cereal.messaging import log_from_bytes
-from daemons.common.realtime import CORES_ENV, stack_pins
+from common.realtime import CORES_ENV, stack_pins
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

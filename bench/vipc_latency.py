@@ -11,7 +11,7 @@ trailer says the fill is complete, before the announcement is published (visioni
 sleeping client" turns polling off: the client sleeps in the kernel until the announcement wakes it, which
 costs an idle CPU's wake-up. The client's CPU time per frame shows what the polling costs.
 A normal client woken while the producer copies can be queued on the producer's busy CPU on this VM and then
-takes the frame ~200 us late. Two ways out, as the stack offers them (daemons/common/realtime.py): "realtime"
+takes the frame ~200 us late. Two ways out, as the stack offers them (common/realtime.py): "realtime"
 rows run the client SCHED_FIFO at modeld's priority and the producer at camerad's (PYMODELD_REALTIME=1; a
 realtime client is placed on the idle CPU), "pinned" rows pin the producer to the first core and the client to
 the last, at normal priority (PYMODELD_CORES='camerad=0 modeld=1' on 2 cores, the manager's default), and
@@ -50,7 +50,7 @@ import numpy as np
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from bench.results import record  # noqa: E402
-from daemons.common.realtime import PRIORITIES, config_realtime_process  # noqa: E402
+from common.realtime import PRIORITIES, config_realtime_process  # noqa: E402
 from msgq import pub_sock  # noqa: E402
 from msgq.namespace import Namespace  # noqa: E402
 from visionipc import VisionIpcServer, get_nv12_info  # noqa: E402
@@ -61,7 +61,7 @@ STREAM = 0
 
 CLIENT = """
 import json, sys, time
-from daemons.common.realtime import config_realtime_process
+from common.realtime import config_realtime_process
 from visionipc import VisionIpcClient
 count, lead_s, priority, core = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 if priority or core >= 0:

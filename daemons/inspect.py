@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from daemons.common.cameras import DEVICE_CAMERAS, UnknownCameraError, device_config
+from common.cameras import DEVICE_CAMERAS, UnknownCameraError, device_config
 from daemons.common.frame_program import FrameProgram, device_table
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH as DM_MODEL_PATH
 from daemons.dmonitoringmodeld.programs import dm_frame_runner

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from daemons.common.cli import USAGE_EXIT, Parser
+from common.cli import USAGE_EXIT, Parser
 
 ArgParser = Parser
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from daemons.common.cameras import config_for_frame
+from common.cameras import config_for_frame
 from daemons.common.dm_warp import BORDER_VALUE, DM_INPUT_SIZE, dm_transform, source_coords
 
 

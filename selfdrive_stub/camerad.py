@@ -30,9 +30,9 @@ import numpy as np
 from setproctitle import setproctitle
 
 from cereal import messaging
-from daemons.common.cameras import DEVICE_CAMERAS, DeviceCameraConfig, config_for_frame, device_config
-from daemons.common.cli import Parser, UsageError, run_cli, stop_on_signals
-from daemons.common.realtime import SCHEDULING_HELP, scheduling_plan
+from common.cameras import DEVICE_CAMERAS, DeviceCameraConfig, config_for_frame, device_config
+from common.cli import Parser, UsageError, run_cli, stop_on_signals
+from common.realtime import SCHEDULING_HELP, scheduling_plan
 from selfdrive_stub.scenes import FPS, SceneRenderer
 from visionipc import VISION_STREAM_CABIN, VISION_STREAM_NARROW_ROAD, VISION_STREAM_WIDE_ROAD, VisionIpcServer
 from visionipc.framefile import STREAM_FILE_NAMES, FrameReader

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 from cereal import messaging
 from cereal.messaging import new_message
-from daemons.common.cli import Parser, run_cli, stop_on_signals
+from common.cli import Parser, run_cli, stop_on_signals
 
 DT_CTRL = 0.01
 CAR_HZ, CALIB_EVERY, DEVICE_EVERY, SLOW_EVERY = 100, 25, 50, 100   # 100 Hz; 4 Hz; 2 Hz; 1 Hz in ticks

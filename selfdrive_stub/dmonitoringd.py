@@ -24,7 +24,7 @@ import time
 from setproctitle import setproctitle
 
 from cereal.messaging import PubMaster, SubMaster, new_message
-from daemons.common.cli import Parser, run_cli, stop_on_signals
+from common.cli import Parser, run_cli, stop_on_signals
 from selfdrive_stub.dm_policy import DT_DMON, DMInputs, DriverData, DriverMonitoring, MalformedInput
 from selfdrive_stub.env import SELFDRIVE_ENV
 

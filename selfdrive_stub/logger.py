@@ -25,7 +25,7 @@ import time
 from cereal.route import CAMERAS, RouteWriter
 from cereal import messaging
 from cereal.services import SERVICE_LIST
-from daemons.common.cli import Parser, run_cli, stop_on_signals
+from common.cli import Parser, run_cli, stop_on_signals
 import visionipc
 
 DRAIN_DT = 0.01

@@ -47,9 +47,9 @@ from cereal import messaging
 from cereal.messaging import new_message
 from cereal.route import CAMERAS, HEADER, Route, RouteError, _writable_route_dir
 from cereal.services import SERVICE_LIST
-from daemons.common.cli import Parser, UsageError, run_cli
+from common.cli import Parser, UsageError, run_cli
 from daemons.common.metadata import load_metadata
-from daemons.common.realtime import CORES_ENV, PRIORITIES, scheduling_plan, stack_pins
+from common.realtime import CORES_ENV, PRIORITIES, scheduling_plan, stack_pins
 from daemons.dmonitoringmodeld.model_state import DM_CONTRACT
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH as DM_MODEL_PATH
 from daemons.modeld.model_state import ROAD_CONTRACT, model_path
@@ -790,7 +790,7 @@ def main(argv=None) -> int:
 
 
 def cli() -> None:
-  """The pymodeld-manager entry point: a user mistake is one line and exit 2 (daemons.common.cli)."""
+  """The pymodeld-manager entry point: a user mistake is one line and exit 2 (common.cli)."""
   run_cli("pymodeld-manager", main, errors=(NamespaceBusy, NamespaceUnusable))
 
 

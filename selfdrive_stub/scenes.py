@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from daemons.common.cameras import DeviceCameraConfig, device_config
+from common.cameras import DeviceCameraConfig, device_config
 from visionipc.nv12 import padded_nv12_layout
 
 FPS = 20

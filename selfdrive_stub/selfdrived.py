@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 
 from cereal import messaging
-from daemons.common.cli import Parser, run_cli, stop_on_signals
+from common.cli import Parser, run_cli, stop_on_signals
 from selfdrive_stub.env import SELFDRIVE_ENV
 
 NO_ENTRY, SOFT_DISABLE, WARNING = "noEntry", "softDisable", "warning"

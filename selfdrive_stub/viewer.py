@@ -40,10 +40,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from cereal import messaging
-from daemons.common.cameras import config_for_frame
-from daemons.common.cli import Parser, run_cli
+from common.cameras import config_for_frame
+from common.cli import Parser, run_cli
 from selfdrive_stub.cabin_warp import plan_for_camera
-from daemons.common.transforms import rot_from_euler, view_frame_from_device_frame
+from common.transforms import rot_from_euler, view_frame_from_device_frame
 from msgq.namespace import prefix, runtime_dir_path, shm_dir_path
 from selfdrive_stub.owner import NamespaceBusy, clean
 import visionipc

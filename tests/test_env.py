@@ -7,6 +7,7 @@ import re
 import pytest
 
 from cereal.env import CEREAL_ENV
+from common.env import COMMON_ENV
 from daemons.common.env import DAEMONS_ENV, send_raw_pred
 from msgq.env import MSGQ_ENV, EnvError, EnvTable
 from runtime import config as runtime_config
@@ -14,10 +15,10 @@ from selfdrive_stub.env import SELFDRIVE_ENV
 from visionipc.env import VISIONIPC_ENV
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-TABLES = (MSGQ_ENV, CEREAL_ENV, VISIONIPC_ENV, DAEMONS_ENV, SELFDRIVE_ENV)
+TABLES = (MSGQ_ENV, CEREAL_ENV, VISIONIPC_ENV, COMMON_ENV, DAEMONS_ENV, SELFDRIVE_ENV)
 # package -> the one module allowed to read os.environ
 ENV_MODULES = {"msgq": "msgq/env.py", "cereal": "cereal/env.py", "visionipc": "visionipc/env.py",
-               "daemons": "daemons/common/env.py", "selfdrive_stub": "selfdrive_stub/env.py",
+               "common": "common/env.py", "daemons": "daemons/common/env.py", "selfdrive_stub": "selfdrive_stub/env.py",
                "process_replay": None, "runtime": "runtime/config.py"}
 # the runtime imports nothing of ours, so it keeps its own list of what it reads
 RUNTIME_VARIABLES = set(runtime_config.VARIABLES)

@@ -18,7 +18,7 @@ Invariants:
 - Env VIPC_SPIN_LEAD_US sets `lead` (default 1000); 0 disables hybrid waiting.
 - A realtime (SCHED_FIFO) client's yield gives way only to tasks of its own or a higher priority, so its
   producer must run realtime at no lower priority (camerad does with PYMODELD_REALTIME=1,
-  daemons/common/realtime.py), or the two must be pinned to different cores: otherwise a normal-priority
+  common/realtime.py), or the two must be pinned to different cores: otherwise a normal-priority
   producer queued on the polling client's CPU waits for the window to end.
 """
 import statistics

@@ -11,7 +11,7 @@ Invariants:
 """
 import numpy as np
 
-from daemons.common.cameras import CameraConfig
+from common.cameras import CameraConfig
 
 DM_INPUT_SIZE = (1440, 960)    # (width, height) of the model input
 BORDER_VALUE = 16              # luma of the area outside the sensor (openpilot "fix YUV padding")

@@ -21,8 +21,6 @@ DAEMONS_ENV = EnvTable("daemons", {
   "PYMODELD_ROAD_MODEL_SMALL": "another small road model file",
   "PYMODELD_ROAD_MODEL_BIG": "another big road model file",
   "MODELD_WAIT_TIMEOUT_MS": "modeld's wait timeout on the big model's device (USB+AMD, or CL with MODEL_DEV=CL)",
-  "PYMODELD_REALTIME": "SCHED_FIFO frame loops",
-  "PYMODELD_CORES": "per-process CPU pinning",
   "WARP_DEV": "device of the camera warp part of each frame program (frame_program.device_table)",
   "MODEL_DEV": "device of the primary model part of each frame program (not modeld's small standby)",
 })

@@ -56,7 +56,8 @@ DEVICE_TABLES = {
 STANDBY = {"modeld.small"}   # the fallback stays where it is: MODEL_DEV moves the primary model only
 # what a composed program is built from besides the model and the geometry: these files' code (a changed warp or
 # composition is another program-cache entry, never an older program)
-_COMPOSING_SOURCES = ("frame_program.py", "warp_program.py", "dm_warp.py", "road_warp.py", "transforms.py", "cameras.py")
+_COMPOSING_SOURCES = ("daemons/common/frame_program.py", "daemons/common/warp_program.py", "daemons/common/dm_warp.py",
+                      "daemons/common/road_warp.py", "common/transforms.py", "common/cameras.py")
 
 ROAD_CAMERAS = ("road", "wide")          # modeld's streams: main (narrow) road camera and the wide one
 ROAD_MODEL_INPUTS = {"road": "img", "wide": "big_img"}
@@ -254,9 +255,9 @@ class FrameProgram:
 @functools.lru_cache(maxsize=1)
 def composing_digest() -> str:
   h = hashlib.sha256()
-  here = os.path.dirname(os.path.abspath(__file__))
+  checkout = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   for name in _COMPOSING_SOURCES:
-    with open(os.path.join(here, name), "rb") as f:
+    with open(os.path.join(checkout, name), "rb") as f:
       h.update(name.encode() + b"\0" + f.read())
   return h.hexdigest()
 

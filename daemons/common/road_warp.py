@@ -12,7 +12,7 @@ The frame programs (warp_program.py) do the warp; these are the facts they and t
 """
 import numpy as np
 
-from daemons.common.transforms import MODEL_INPUT_SIZE
+from common.transforms import MODEL_INPUT_SIZE
 
 OUT_SHAPE = (6, MODEL_INPUT_SIZE[1] // 2, MODEL_INPUT_SIZE[0] // 2)  # (6, 128, 256)
 

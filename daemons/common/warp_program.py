@@ -22,7 +22,7 @@ import numpy as np
 
 from daemons.common.dm_warp import BORDER_VALUE, DM_INPUT_SIZE, source_coords
 from daemons.common.road_warp import OUT_SHAPE, WarpError, check_geometry
-from daemons.common.transforms import MODEL_INPUT_SIZE
+from common.transforms import MODEL_INPUT_SIZE
 from runtime.graph import Graph, Node, Spec, dtype_to_onnx
 
 FRAME = "frame"          # the NV12 frame, a flat uint8 input of the buffer's whole length

@@ -6,7 +6,7 @@ Invariants:
   logged and its frames skipped. A camerad restart is followed by the VisionIPC client's own reconnect.
 - One driverStateV2 per processed frame, frameId = the camera's frame id; `valid` per core.py.
 - SIGINT/SIGTERM end the loop and the process exits 0. A model that does not meet the contract, or a
-  first frame of an unknown geometry, is one line naming it and exit 2 (daemons.common.cli).
+  first frame of an unknown geometry, is one line naming it and exit 2 (common.cli).
 - It says what it is doing, on stderr, in order (daemons/common/daemon_log.py): loading the model (its contract
   checked), waiting for the cabin stream, the first frame and its geometry, compiling the frame program for that
   geometry, ready (with the time and what it compiled, or that it came from the cache), a status line every
@@ -18,12 +18,12 @@ from setproctitle import setproctitle
 
 from cereal.messaging import PubMaster, SubMaster
 from daemons.common.calibration import camera_time
-from daemons.common.cameras import UnknownCameraError
-from daemons.common.cli import Parser, check_cache_dir, run_cli, stop_on_signals
+from common.cameras import UnknownCameraError
+from common.cli import Parser, check_cache_dir, run_cli, stop_on_signals
 from daemons.common.daemon_log import devices_words, frame_words, make_log, timed_capture
 from daemons.common.frame_loop import Frame, add_status_every, run_frame_loop
 from daemons.common.metadata import ModelMetadataError
-from daemons.common.realtime import SCHEDULING_HELP, scheduling_plan
+from common.realtime import SCHEDULING_HELP, scheduling_plan
 from daemons.dmonitoringmodeld.core import Calibration, DMonitoringmodeld
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH
 from daemons.dmonitoringmodeld.programs import dm_devices, load_programs

@@ -3,7 +3,7 @@
 Kept apart from model_state.py so that reading the DM contract (the manager does) does not load the graph
 importer; the daemon loads this when it runs on our runtime.
 """
-from daemons.common.cameras import config_for_frame
+from common.cameras import config_for_frame
 from daemons.common.dm_warp import dm_transform
 from daemons.common.frame_program import ModelGraph, device_table, dm_frame_program
 from daemons.common.frame_runner import FrameRunner

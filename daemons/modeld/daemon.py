@@ -29,13 +29,13 @@ import setproctitle
 
 from cereal import messaging
 from daemons.common.calibration import camera_time
-from daemons.common.cameras import config_for_frame
-from daemons.common.cli import Parser, check_cache_dir, run_cli, stop_on_signals
+from common.cameras import config_for_frame
+from common.cli import Parser, check_cache_dir, run_cli, stop_on_signals
 from daemons.common.daemon_log import devices_words, frame_words, make_log, road_geometry_words, timed_capture
 from daemons.common.env import DAEMONS_ENV
 from daemons.common.frame_loop import Frame, add_status_every, run_frame_loop
 from daemons.common.metadata import ModelMetadataError
-from daemons.common.realtime import SCHEDULING_HELP, scheduling_plan
+from common.realtime import SCHEDULING_HELP, scheduling_plan
 from daemons.common.frame_program import device_table
 from daemons.modeld.car_inputs import CarInputReader
 from daemons.modeld.core import Modeld

@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from daemons.common.cameras import TICI
+from common.cameras import TICI
 from runtime import usb_amd
 from runtime.buffer import Buffer, ExternalMemoryReleased, Lease, LeaseBusy
 from runtime.device import Device

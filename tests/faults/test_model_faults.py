@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from cereal import messaging
-from daemons.common.cameras import TICI
+from common.cameras import TICI
 from visionipc import (VISION_STREAM_CABIN, VISION_STREAM_NARROW_ROAD, VISION_STREAM_WIDE_ROAD, VisionIpcServer,
                        get_nv12_info)
 

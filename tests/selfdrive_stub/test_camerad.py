@@ -13,7 +13,7 @@ from selfdrive_stub.scenes import SceneRenderer
 from visionipc import VISION_STREAM_CABIN, VISION_STREAM_NARROW_ROAD, VISION_STREAM_WIDE_ROAD, VisionIpcClient
 from visionipc.framefile import FrameWriter
 from visionipc.nv12 import padded_nv12_layout
-from daemons.common.cameras import device_config
+from common.cameras import device_config
 from selfdrive_stub.camerad import CAMERAS, Camerad
 
 STREAMS = {"road": VISION_STREAM_NARROW_ROAD, "wide": VISION_STREAM_WIDE_ROAD, "cabin": VISION_STREAM_CABIN}

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-import daemons.common.cli as cli
+import common.cli as cli
 from daemons.dmonitoringmodeld import daemon as dm_daemon
 from daemons.modeld import daemon as modeld_daemon
 from repo_paths import REPO_ROOT

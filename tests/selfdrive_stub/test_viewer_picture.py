@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw
 
-from daemons.common.cameras import TICI
+from common.cameras import TICI
 from selfdrive_stub import viewer
 from selfdrive_stub.viewer import (LANE_COLOR, LEGEND, NOTE_BACKGROUND, PATH_COLOR, STAND_IN_NOTE, Scene, render_view,
                                    title_line)

@@ -10,7 +10,7 @@ import pytest
 
 from cereal.messaging import log_from_bytes, new_message
 from daemons.common.calibration import camera_time
-from daemons.common.cameras import UnknownCameraError
+from common.cameras import UnknownCameraError
 from daemons.common.frame_loop import Frame
 from daemons.common.metadata import ModelMetadataError
 from daemons.common.frame_runner import FrameRunner

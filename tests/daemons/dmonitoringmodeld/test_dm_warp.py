@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from daemons.common.cameras import MICI, TICI, UnknownCameraError
+from common.cameras import MICI, TICI, UnknownCameraError
 from daemons.common.dm_warp import BORDER_VALUE, dm_transform
 from selfdrive_stub.cabin_warp import build_plan, plan_for_camera
 

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from cereal import messaging
-from daemons.common.cameras import MICI, TICI
-from daemons.common.transforms import get_warp_matrix
+from common.cameras import MICI, TICI
+from common.transforms import get_warp_matrix
 from daemons.common.env import send_raw_pred
 from msgq.env import EnvError
 from daemons.common.stage_times import StageTimes

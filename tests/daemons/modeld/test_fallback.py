@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from cereal import messaging
-from daemons.common.cameras import TICI
+from common.cameras import TICI
 from daemons.modeld.core import CarInputs, Frame, Modeld
 from runtime import usb_amd as usb_amd_sim
 from runtime.device import Device

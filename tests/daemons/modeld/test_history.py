@@ -1,5 +1,5 @@
 """History queue semantics: the pair count, 5 Hz feature history, max-pooled desire, rising-edge pulses (the image
-pair itself is the frame program's ring: tests/daemons/common/test_frame_program.py)."""
+pair itself is the frame program's ring: tests/daemons/shared/test_frame_program.py)."""
 import numpy as np
 import pytest
 

@@ -2,10 +2,10 @@
 import numpy as np
 import pytest
 
-from daemons.common.cameras import MICI, TICI
+from common.cameras import MICI, TICI
 from daemons.common.road_warp import OUT_SHAPE, WarpError
 from warp_oracles import RoadWarp
-from daemons.common.transforms import CalibrationError, get_warp_matrix
+from common.transforms import CalibrationError, get_warp_matrix
 
 
 def nv12_layout(w, h):

@@ -2,7 +2,7 @@
 import numpy as np
 from PIL import Image
 
-from daemons.common.cameras import TICI
+from common.cameras import TICI
 from selfdrive_stub.viewer import (FACE_COLOR, LANE_COLOR, PATH_COLOR, Scene, face_pixel, project, render_cabin,
                                    render_road, render_view)
 from repo_paths import REPO_ROOT

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from daemons.common import cli
+from common import cli
 from repo_paths import REPO_ROOT
 
 
@@ -19,7 +19,7 @@ def test_every_user_error_named_in_the_table_is_an_exception_class_of_its_module
 
 def test_a_user_error_of_a_module_imported_after_the_cli_is_one_line_and_exit_2(tmp_path):
   code = """
-from daemons.common.cli import run_cli
+from common.cli import run_cli
 def main():
   from cereal.route import Route
   Route(%r)
@@ -30,7 +30,7 @@ run_cli("tool", main)
 
 
 def test_a_bug_keeps_its_traceback():
-  r = subprocess.run([sys.executable, "-c", "from daemons.common.cli import run_cli\nrun_cli('tool', lambda: 1 / 0)"],
+  r = subprocess.run([sys.executable, "-c", "from common.cli import run_cli\nrun_cli('tool', lambda: 1 / 0)"],
                      cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
   assert r.returncode == 1 and "Traceback" in r.stderr and "ZeroDivisionError" in r.stderr
 

@@ -32,12 +32,12 @@ class UsageError(ValueError):
 # The project's typed errors that mean "this input or this setup cannot be used", by module and class name. They
 # are resolved against sys.modules when an error reaches run_cli: an error can only come from a module that is
 # already imported, so a CLI imports none of them for this table (selfdrived and dmonitoringd start without
-# numpy, the route reader or the runtime's devices). tests/daemons/common/test_cli_errors.py checks every name.
+# numpy, the route reader or the runtime's devices). tests/daemons/shared/test_cli_errors.py checks every name.
 USER_ERRORS: tuple[tuple[str, str], ...] = (
   ("msgq.env", "EnvError"), ("msgq.errors", "IpcError"), ("cereal.messaging.errors", "ServiceOwnershipError"),
   ("cereal.messaging.errors", "UnknownServiceError"), ("cereal.route", "RouteError"), ("visionipc.framefile", "FrameFileError"),
   ("visionipc.errors", "GeometryError"), ("visionipc.errors", "UnknownStreamError"), ("daemons.common.metadata", "ModelMetadataError"),
-  ("daemons.common.cameras", "UnknownCameraError"), ("runtime.errors", "ModelError"), ("runtime.errors", "UnsupportedOpError"),
+  ("common.cameras", "UnknownCameraError"), ("runtime.errors", "ModelError"), ("runtime.errors", "UnsupportedOpError"),
   ("runtime.errors", "UnsupportedDtypeError"), ("runtime.errors", "InputError"), ("runtime.device", "DeviceUnavailable"),
   ("runtime.errors", "CacheError"),
 )

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from daemons.common import warp_program as wp
-from daemons.common.cameras import config_for_frame
+from common.cameras import config_for_frame
 from daemons.common.dm_warp import dm_transform
 from selfdrive_stub.cabin_warp import build_plan, plan_for_camera
 from daemons.common.road_warp import WarpError

@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from daemons.common.env import DAEMONS_ENV
+from common.env import COMMON_ENV
 
 REALTIME_ENV = "PYMODELD_REALTIME"
 CORES_ENV = "PYMODELD_CORES"
@@ -60,7 +60,7 @@ class RealtimeStatus:
 def realtime_requested(environ=None) -> bool:
   """PYMODELD_REALTIME: 1/true/yes on, 0/false/no or unset/empty off; anything else is an EnvError (a
   ValueError)."""
-  return DAEMONS_ENV.flag(REALTIME_ENV, False, environ)
+  return COMMON_ENV.flag(REALTIME_ENV, False, environ)
 
 
 def parse_cpu_list(text: str) -> frozenset[int]:
@@ -82,7 +82,7 @@ def cores_requested(process: str, environ=None) -> frozenset[int] | None:
   if process not in PRIORITIES:
     raise ValueError(f"unknown process {process!r}; known: {sorted(PRIORITIES)}")
   pins: dict[str, frozenset[int]] = {}
-  for entry in DAEMONS_ENV.get(CORES_ENV, "", environ).split():
+  for entry in COMMON_ENV.get(CORES_ENV, "", environ).split():
     name, eq, cpu_list = entry.partition("=")
     if not eq or name not in PRIORITIES or name in pins:
       why = "repeated" if name in pins else f"not process=cpu-list with a process of {sorted(PRIORITIES)}"
@@ -106,7 +106,7 @@ def default_pins(allowed: Iterable[int] | None = None) -> str:
 def stack_pins(environ=None) -> str:
   """PYMODELD_CORES for the whole stack (the manager, the full-stack benches): the environment's if set ('' pins
   nothing), else default_pins()."""
-  return DAEMONS_ENV.get(CORES_ENV, default_pins(), environ)
+  return COMMON_ENV.get(CORES_ENV, default_pins(), environ)
 
 
 def _check_cores(cores: int | Iterable[int]) -> frozenset[int]:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from daemons.common.calibration import camera_time
-from daemons.common.cameras import TICI
+from common.cameras import TICI
 from daemons.common.frame_loop import Frame, StepResult, run_frame_loop
 from daemons.common.stage_times import stage_times_from_runtime
 from daemons.dmonitoringmodeld.core import Calibration, DMonitoringmodeld

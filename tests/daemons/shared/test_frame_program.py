@@ -8,7 +8,7 @@ import pytest
 import runtime.link
 import runtime.runner
 from daemons.common import frame_program as fp
-from daemons.common.cameras import config_for_frame
+from common.cameras import config_for_frame
 from daemons.common.dm_warp import dm_transform
 from selfdrive_stub.cabin_warp import plan_for_camera
 from warp_oracles import RoadWarp

@@ -8,13 +8,13 @@ import resource
 
 import pytest
 
-from daemons.common.realtime import (PRIORITIES, SchedulingPlan, config_realtime_process, cores_requested,
+from common.realtime import (PRIORITIES, SchedulingPlan, config_realtime_process, cores_requested,
                                      default_pins, parse_cpu_list, realtime_requested, scheduling_plan)
 from selfdrive_stub import manager
 
 CHILD = """
 import json, os, sys
-from daemons.common.realtime import config_realtime_process
+from common.realtime import config_realtime_process
 cores, priority = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 status = config_realtime_process(cores, priority)
 print(json.dumps({"priority": status.priority, "cores": sorted(status.cores) if status.cores else None,
@@ -142,7 +142,7 @@ def test_empty_plan_does_nothing():
 def test_plan_uses_the_reference_priority_and_the_cores_and_logs_the_outcome(spawn_python):
   proc = spawn_python("""
     import os
-    from daemons.common.realtime import scheduling_plan
+    from common.realtime import scheduling_plan
     core = max(os.sched_getaffinity(0))
     plan = scheduling_plan("dmonitoringmodeld", {"PYMODELD_REALTIME": "1", "PYMODELD_CORES": f"dmonitoringmodeld={core}"})
     status = plan.apply(print)
