@@ -3,12 +3,13 @@
 Strategies (choose_conv, choose_matmul):
 - "direct": generated loops, out[n, m, o] = sum over (ci, taps) of x[...] * w[...] with vector lanes along the
   output columns and the output channels upcast (each input vector feeds several channels' accumulators, kept
-  in registers), over a padded copy of the input. Taken for depthwise convs; where the reduction per output is
-  short (Cg * taps <= DIRECT_MAX_K: a 1-channel 3x3, the DM model's 4x4 stride-2 stem); for ungrouped convs of
-  stride < PATCHIFY_MIN_STRIDE with windows of several taps whose output rows hold at least DIRECT_MIN_ROW_VECTORS
-  vectors; for ungrouped 1x1 convs of at most POINTWISE_DIRECT_MAX_CIN input channels over rows of at least
-  POINTWISE_DIRECT_MIN_ROW, or with tiny outputs (TINY_OUTPUT positions, TINY_MAX_CIN input channels); and
-  whenever BLAS is unavailable.
+  in registers). Padding is read through gated loads (the tiles that cross the border mask their lanes), or
+  from a padded buffer the producing loop kernel writes when it is about to run anyway. Taken for depthwise
+  convs; where the reduction per output is short (Cg * taps <= DIRECT_MAX_K: a 1-channel 3x3, the DM model's
+  4x4 stride-2 stem); for ungrouped convs of stride < PATCHIFY_MIN_STRIDE with windows of several taps whose
+  output rows hold at least DIRECT_MIN_ROW_VECTORS vectors; for ungrouped 1x1 convs of at most
+  POINTWISE_DIRECT_MAX_CIN input channels over rows of at least POINTWISE_DIRECT_MIN_ROW, or with tiny outputs
+  (TINY_OUTPUT positions, TINY_MAX_CIN input channels); and whenever BLAS is unavailable.
   (Each threshold measured against im2col / pointwise + OpenBLAS on the daemons' and the standard CNNs' layers.)
 - "direct_cm": the same loops with the lanes along the output channels instead (the weights laid out channel-
   innermost, each input value broadcast, several output columns upcast): the register-blocked outer product of
@@ -133,6 +134,7 @@ def conv(ctx, node, ins, specs, consts):
   G = int(attrs.get("group", 1))
   Mg = M // G
   out_sp, pb, pe, need_end, strides, dil = window_geometry("Conv", attrs, S, K)
+  x, pb, need_end = fold_zero_pad(x, pb, need_end)
   bias = consts[2] if len(consts) > 2 else None
   if len(ins) > 2 and ins[2] is not None and bias is None:
     raise NotLowered("Conv with a run-time bias")
@@ -156,11 +158,30 @@ def conv(ctx, node, ins, specs, consts):
   return [out]
 
 
+def fold_zero_pad(x: Lazy, pb, need_end):
+  """A conv input that is a zero Pad of the spatial axes only (a masked view of a buffer, or the pad of an
+  expression) becomes the unpadded value with the conv's own padding widened by the Pad's: the windows gate
+  their loads at the real border, and nothing stores the padded tensor. Returns (x, pads_begin, pads_end)."""
+  nd = len(pb)
+  if x.view is not None and x.view[1].mask is not None and x.view[2] == 0:
+    v = x.view[1]
+    box = list(v.mask)
+    if all(hi > lo for lo, hi in box) and all(box[d] == (0, v.shape[d]) for d in range(len(v.shape) - nd)):
+      inner = Lazy.of_buffer(x.view[0], v.shrink([lo for lo, _ in box], [1] * len(box), [hi - lo for lo, hi in box]))
+      return inner, [p + lo for p, (lo, _) in zip(pb, box[-nd:])], \
+          [e + d - hi for e, d, (_, hi) in zip(need_end, v.shape[-nd:], box[-nd:])]
+  if x.view is None and x.unpadded is not None:
+    src, before, after, value = x.unpadded
+    if value == 0 and not any(before[:-nd]) and not any(after[:-nd]) and min(before + after) >= 0:
+      return src, [p + b for p, b in zip(pb, before[-nd:])], [e + a for e, a in zip(need_end, after[-nd:])]
+  return x, pb, need_end
+
+
 def _direct_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, tags, channel_lanes: bool) -> Lazy:
   N, C, *S = x.shape
   M = W.shape[0]
   # with lanes along the channels each input value is computed as a scalar: a prologue costs a vector's worth
-  x, pb, need_end = padded_input(ctx, x, pb, need_end, 0)   # padding: x is computed into a padded buffer
+  x, pb, need_end = padded_input(ctx, x, pb, need_end, 0)   # padding: a padded buffer or gated loads
   x = ctx.prologue(x, overlap(K, strides, dil) * (ctx.target.get("vl", 16) if channel_lanes else 1))
   S = list(x.shape[2:])
   if channel_lanes:  # weights (Cg, *K, M): one vector load gives a tap for consecutive output channels

@@ -25,13 +25,16 @@ from .ir import BOOL, INDEX, E, View
 
 
 class Lazy:
-  __slots__ = ("shape", "dtype", "fn", "view", "red", "cost", "reads", "tags")
+  __slots__ = ("shape", "dtype", "fn", "view", "red", "cost", "reads", "tags", "unpadded")
 
   def __init__(self, shape, dtype, fn: Callable[[list[E]], E], *, view=None, red=None, cost: int = 0,
                reads: frozenset = frozenset(), tags: dict | None = None):
     self.shape, self.dtype, self.fn = tuple(int(s) for s in shape), np.dtype(dtype), fn
     self.view, self.red, self.cost, self.reads = view, red, cost, frozenset(reads)
     self.tags = tags or {}
+    # (source, before, after, value) when this value is exactly pad() of source (an expression, not a view):
+    # a window op padding with the same value reads the source with its own padding widened instead
+    self.unpadded = None
 
   def __repr__(self) -> str:
     kind = "view" if self.view else ("reduce" if self.red else "expr")
@@ -138,7 +141,9 @@ class Lazy:
           conds.append(ir.alu("lt", i, b + d))
       valid = ir.all_of(*conds)
       return ir.where(valid, gate_loads(fn(inner), valid), ir.const(value, dt))
-    return Lazy(shape, dt, padded, red=self.red, cost=self.cost + 1, reads=self.reads, tags=self.tags)
+    out = Lazy(shape, dt, padded, red=self.red, cost=self.cost + 1, reads=self.reads, tags=self.tags)
+    out.unpadded = (self, tuple(before), tuple(after), value)
+    return out
 
 
 def gate_loads(e: E, gate: E) -> E:

@@ -231,7 +231,9 @@ def schedule(k: LoopKernel, vl: int, narrow: bool = True) -> Schedule:
   rt = r.arg[1][-1]
   body = r.srcs[0]
   loads = [n for n in ir.walk(body) if n.op == "LOAD"]
-  if rt.arg[1] >= vl and loads and any(ir.coef(n.srcs[0], rt) == 1 for n in loads) and vectorizable(st.value, rt):
+  # (a gate on the reduction axis, padding read through gated loads, has no vector form in this schedule)
+  if rt.arg[1] >= vl and loads and any(ir.coef(n.srcs[0], rt) == 1 for n in loads) and vectorizable(st.value, rt) \
+          and not t_conjuncts(r, rt):
     sched.mode, sched.tile_var, sched.tile = "inner", rt, vl
     _upcast(k, sched, r, order, 1)
   return sched

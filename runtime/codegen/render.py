@@ -21,7 +21,7 @@ import numpy as np
 
 from . import ir
 from .cfamily import BIN_C, LoopEmitter, Writer, _collect, ctype, helpers, kernel_name, literal, vname
-from .ir import BOOL, F32, E, LoopKernel
+from .ir import BOOL, F32, INDEX, E, LoopKernel
 from .optimise import VEC_ARITH, VEC_LANEWISE, VEC_TYPES, Schedule, bound, gate_conjuncts, t_conjuncts
 
 VTYPE = {"float32": "vf", "int32": "vi", "uint8": "vu8", "int8": "vi8"}
@@ -49,15 +49,23 @@ def vector_prelude(vl: int) -> str:
           "_mm_loadu_si128((const __m128i*)p))); }\n"
           "static inline vf vi8_loadf(const int8_t* p) { return (vf)_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32("
           "_mm_loadu_si128((const __m128i*)p))); }\n"
+          # masked lanes are never read (the ISA suppresses their faults) and come back +0.0
+          "static inline vf vf_maskload(const float* p, vi m) { return (vf)_mm512_maskz_loadu_ps("
+          "_mm512_cmpneq_epi32_mask((__m512i)m, _mm512_setzero_si512()), p); }\n"
           f"#elif defined(__AVX2__) && {vl} == 8\n#include <immintrin.h>\n"
           "static inline vf vu8_loadf(const uint8_t* p) { return (vf)_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32("
           "_mm_loadl_epi64((const __m128i*)p))); }\n"
           "static inline vf vi8_loadf(const int8_t* p) { return (vf)_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32("
           "_mm_loadl_epi64((const __m128i*)p))); }\n"
+          "static inline vf vf_maskload(const float* p, vi m) { return (vf)_mm256_maskload_ps(p, (__m256i)m); }\n"
           "#else\n"
           f"static inline vf vu8_loadf(const uint8_t* p) {{ vf v; for (int j = 0; j < {vl}; j++) v[j] = p[j]; return v; }}\n"
           f"static inline vf vi8_loadf(const int8_t* p) {{ vf v; for (int j = 0; j < {vl}; j++) v[j] = p[j]; return v; }}\n"
+          f"static inline vf vf_maskload(const float* p, vi m) {{ vf v; for (int j = 0; j < {vl}; j++) v[j] = m[j] ? p[j] : 0.0f; "
+          "return v; }\n"
           "#endif\n"
+          # an index bound for lanes whose offsets lie within (-lim, lim): outside it, only the side matters
+          "static inline int32_t pm_lane_bound(i64 x, i64 lim) { return (int32_t)(x < -lim ? -lim : (x > lim ? lim : x)); }\n"
           "static inline vf vsel(vi m, vf a, vf b) { return (vf)(((vi)a & m) | ((vi)b & ~m)); }\n"
           "static inline vf vmax(vf a, vf b) { return vsel((a > b) | (a != a), a, b); }\n"
           "static inline vf vexp(vf x) {  /* pm_expf per lane */\n"
@@ -121,11 +129,11 @@ class VecEmitter:
       return f"vf_load({p} + {base})"
     return f"({{ {vt} _v; __builtin_memcpy(&_v, {p} + {base}, sizeof _v); _v; }})"
 
-  def _strided(self, vt: str, p: str, base: str, c: int, fn: str | None = None) -> str:
-    """Lanes p[base + c*i]: c contiguous vector loads, then a tree of shuffles keeping every c-th element
-    (each shuffle of two vectors halves the lanes it keeps, so lanes stay in order)."""
+  def _strided(self, vt: str, p: str, base: str, c: int, fn: str | None = None, parts: list[str] | None = None) -> str:
+    """Lanes p[base + c*i]: c contiguous vector loads (or the given `parts`), then a tree of shuffles keeping
+    every c-th element (each shuffle of two vectors halves the lanes it keeps, so lanes stay in order)."""
     vl = self.vl
-    parts = [self._vload(vt, p, f"{base} + {j * vl}", fn) for j in range(c)]
+    parts = parts or [self._vload(vt, p, f"{base} + {j * vl}", fn) for j in range(c)]
     n = vl  # lanes per part
     stride = c
     # first level: from each pair of loads keep every c-th element (2*vl/c lanes)
@@ -140,6 +148,46 @@ class VecEmitter:
       level = nxt
     return level[0][0]
 
+  def _maskable_load(self, ld: E) -> bool:
+    """A float32 load whose lane-dependent gate conjuncts bound its own position: contiguous in the lanes, or
+    strided by c (2, 4 or 8) with each conjunct's lane coefficient c too (a bound on the element offset, so an
+    element between two lanes passes only where it lies inside the same bounds, within the buffer)."""
+    if ld.dtype != F32:
+      return False
+    c = ir.coef(ld.srcs[0], self.lane)
+    if c not in (1, 2, 4, 8) or self.vl % c:
+      return False
+    for x in ir.conjuncts(ld.srcs[1]):
+      if not self.is_vec(x):
+        continue
+      if x.op not in ir.COMPARE or x.srcs[0].dtype != INDEX:
+        return False
+      a = ir.coef(ir.add(x.srcs[0], ir.mul(x.srcs[1], -1)), self.lane)
+      if a is None or (c > 1 and a != c):
+        return False
+    return True
+
+  def _piece_mask(self, conds: list[E], j: int, c: int) -> str:
+    """The mask of contiguous piece j of a c-strided load: element k stands at lane (j*vl + k) / c, where
+    conjunct a*lane + rest OP 0 reads a*(j*vl + k) + c*rest OP 0 (c > 0 keeps the comparison's sense)."""
+    vl, out = self.vl, []
+    for x in conds:
+      diff = ir.add(x.srcs[0], ir.mul(x.srcs[1], -1))
+      a = ir.coef(diff, self.lane)
+      rest = self.sc.expr(ir.substitute(diff, {self.lane: ir.const(0)}))
+      lanes = "(vi){" + ", ".join(str(a * (j * vl + k)) for k in range(vl)) + "}"
+      lim = abs(a) * (c * vl + 1) + 1
+      out.append(f"({lanes} {BIN_C[x.op]} ((vi){{}} + pm_lane_bound(-{c} * ({rest}), {lim})))")
+    return "(" + " & ".join(out) + ")"
+
+  def _lane_scope(self) -> tuple[E, LoopEmitter]:
+    """A lane variable and a scalar emitter that spells it `_j` (the counter of a per-lane C loop)."""
+    lane_j = ir.var("lane_j", self.vl)
+    sub = LoopEmitter(self.sc.w, self.sc.buf_name, {}, self.sc.dyn)
+    sub.names = dict(self.sc.names)
+    sub.names[lane_j] = "_j"
+    return lane_j, sub
+
   def operand(self, n: E) -> str:
     return self.get(n) if self.is_vec(n) else self.sc.expr(n)
 
@@ -153,8 +201,43 @@ class VecEmitter:
     op = n.op
     if op == "ACCV":
       return n.arg
-    if op == "LOAD":
-      assert len(n.srcs) == 1 or not self.is_vec(n.srcs[1]), "a lane-dependent gate reached the vector path"
+    if op == "LOAD" and len(n.srcs) > 1 and self.is_vec(n.srcs[1]) and self._maskable_load(n):
+      on = [c for c in ir.conjuncts(n.srcs[1]) if self.is_vec(c)]
+      off = [c for c in ir.conjuncts(n.srcs[1]) if not self.is_vec(c)]
+      base = self.sc.expr(ir.substitute(n.srcs[0], {self.lane: ir.const(0)}))
+      p, c = self.sc.buf_name(n.arg), ir.coef(n.srcs[0], self.lane)
+      if c == 1:
+        text = f"vf_maskload({p} + {base}, {self.get(ir.all_of(*on))})"
+      else:  # c contiguous masked loads, each element gated as the conjuncts say of its own position
+        parts = [f"vf_maskload({p} + {base} + {j * vl}, {self._piece_mask(on, j, c)})" for j in range(c)]
+        text = self._strided("vf", p, base, c, parts=parts)
+      if off:
+        text = f"({self.sc.expr(ir.all_of(*off))} ? {text} : (vf){{}})"
+    elif op == "LOAD" and len(n.srcs) > 1 and self.is_vec(n.srcs[1]):
+      vt = VEC_TYPES[n.dtype.name]
+      t = w.tmp("vm")
+      lane_j, sub = self._lane_scope()
+      i, g = (sub.expr(ir.substitute(x, {self.lane: lane_j})) for x in n.srcs)
+      # lane by lane: an address is dereferenced only where its lane's gate holds (a masked lane reads 0)
+      w(f"{vt} {t}; for (int _j = 0; _j < {vl}; _j++) {t}[_j] = {g} ? {self.sc.buf_name(n.arg)}[{i}] : 0;")
+      self.names[n] = t
+      return t
+    elif op in ir.COMPARE and n.srcs[0].dtype == INDEX and \
+            ir.coef(ir.add(n.srcs[0], ir.mul(n.srcs[1], -1)), self.lane) is not None:
+      # a*lane + rest OP 0, i.e. a*lane OP -rest: a constant vector against one clamped scalar
+      diff = ir.add(n.srcs[0], ir.mul(n.srcs[1], -1))
+      a = ir.coef(diff, self.lane)
+      rest = self.sc.expr(ir.substitute(diff, {self.lane: ir.const(0)}))
+      lanes = "(vi){" + ", ".join(str(a * j) for j in range(vl)) + "}"
+      text = f"({lanes} {BIN_C[op]} ((vi){{}} + pm_lane_bound(-({rest}), {abs(a) * vl + 1})))"
+    elif op in ir.COMPARE and n.srcs[0].dtype == INDEX:
+      t = w.tmp("vm")
+      lane_j, sub = self._lane_scope()
+      c = sub.expr(ir.substitute(n, {self.lane: lane_j}))
+      w(f"vi {t}; for (int _j = 0; _j < {vl}; _j++) {t}[_j] = {c} ? -1 : 0;")
+      self.names[n] = t
+      return t
+    elif op == "LOAD":
       idx = n.srcs[0]
       c = ir.coef(idx, self.lane)
       base = self.sc.expr(ir.substitute(idx, {self.lane: ir.const(0)}))
@@ -170,7 +253,7 @@ class VecEmitter:
         g = self.sc.expr(n.srcs[1])
         text = f"({g} ? {text} : ({vt}){{}})"
     elif op == "cast" and n.srcs[0].op == "LOAD" and n.srcs[0].dtype.name in ("uint8", "int8") and \
-            self._plain(n.srcs[0]):
+            self._plain(n.srcs[0]) and not (len(n.srcs[0].srcs) > 1 and self.is_vec(n.srcs[0].srcs[1])):
       text = self._load_f32(n.srcs[0])
     elif op == "cast":
       text = f"__builtin_convertvector({self.get(n.srcs[0])}, vf)"
@@ -221,6 +304,11 @@ class VecEmitter:
     w(f"const {vt} {t} = {text};")
     self.names[n] = t
     return t
+
+
+def maskable(c: E) -> bool:
+  """Whether the vector path can evaluate gate conjunct c lane by lane (a comparison of index expressions)."""
+  return c.op in ir.COMPARE and c.srcs[0].dtype == INDEX
 
 
 def _combine(op: str, a: str, b: str, vector: bool) -> str:
@@ -322,27 +410,39 @@ class TileEmitter:
     tn = vname(t0)
     hv = w.tmp("hi")
     w(f"const i64 {hv} = {max(hi, lo)} < {stop} ? {max(hi, lo)} : {stop};")
-    if lo > 0:
+    # masked edges: where every t-dependent gate is an index comparison, the tiles that cross the static
+    # bounds run as vector code too, each term gated lane by lane (masked_ok); otherwise they are scalar
+    masked = static and all(maskable(c) for c in conj)
+    if lo > 0 and not masked:
       self._scalar_range(em, bname, index, value, u0, U, t, "0", f"({lo} < {stop} ? {lo} : {stop})")
-    w(f"i64 {tn} = {lo};")
+    w(f"i64 {tn} = {0 if masked else lo};")
     em.names[t0] = tn
     widths = [T] + ([vl] if T > vl else [])
 
-    def tile(width):
+    def tile(width, gates=fast):
       if r is None:
-        self._map_body(em, bname, index, value, u0, U, t, t0, width, fast)
+        self._map_body(em, bname, index, value, u0, U, t, t0, width, gates)
       else:
-        self._reduce_body(em, r, bname, index, value, u0, U, t, t0, width, fast)
+        self._reduce_body(em, r, bname, index, value, u0, U, t, t0, width, gates)
+    if masked and lo > 0:
+      w.open(f"for (; {tn} < {lo} && {tn} + {vl} <= {stop}; {tn} += {vl})")
+      tile(vl, {})
+      w.close()
     for width in widths:
       w.open(f"for (; {tn} + {width} <= {hv}; {tn} += {width})")
       tile(width)
       w.close()
-    # a remainder inside the interior that reaches the end of t: one more vector tile ending there, overlapping
-    # the last one (recomputes a few elements; only where the kernel does not read what it stores)
-    if hi >= t.arg[1] and t not in self.dyn and t.arg[1] - lo >= vl and self.s.overlap_ok:
+    if masked and hi < t.arg[1]:
+      w.open(f"for (; {tn} + {vl} <= {stop}; {tn} += {vl})")
+      tile(vl, {})
+      w.close()
+    # a remainder that reaches the end of t: one more vector tile ending there, overlapping the last one
+    # (recomputes a few elements; only where the kernel does not read what it stores)
+    if (hi >= t.arg[1] or masked) and t not in self.dyn and t.arg[1] - (0 if masked else lo) >= vl and \
+            self.s.overlap_ok:
       w.open(f"if ({tn} < {stop})")
       w(f"{tn} = {stop} - {vl};")
-      tile(vl)
+      tile(vl, fast if hi >= t.arg[1] and lo <= t.arg[1] - vl else {})
       w(f"{tn} = {stop};")
       w.close()
       return  # the tiles reached the end of t: no scalar remainder
@@ -379,17 +479,24 @@ class TileEmitter:
     load_t = [x for x in gate_conjuncts(body, t) if x not in fast]
     rem = LoopEmitter(w, self.buf_name, {}, self.dyn)
     rem.names = dict(em.names)
-    for rv in rvars:
-      rem.open_loop(rv)
-    # conjuncts not on t: skip the term (per upcast copy when they depend on the upcast axis)
-    ucond = {}
+    # conjuncts not on t: skip the term (per upcast copy when they depend on the upcast axis), tested in the
+    # outermost reduction loop that defines their variables; past the test they hold, so the body drops them
+    ucond, skips, held = {}, [], {}
     for cnd in off_t:
       copies = self._ucopies(cnd, u0, U)
       if s.up_var is not None and s.up_var in ir.free_vars(cnd):
         for j, cc in enumerate(copies):
           ucond.setdefault(j, []).append(cc)
       else:
-        w(f"if (!({rem.expr(copies[0])})) continue;")
+        skips.append(copies[0])
+        held[cnd] = ir.const(True, BOOL)
+    for i, rv in enumerate(rvars):
+      rem.open_loop(rv)
+      inner = set(rvars[i + 1:])
+      for cnd in [c for c in skips if not inner & ir.free_vars(c)]:
+        w(f"if (!({rem.expr(cnd)})) continue;")
+        skips.remove(cnd)
+    body = ir.substitute(body, held) if held else body
     checks = []
     for cnd in list(dict.fromkeys(on_t + load_t)):
       for cc in self._ucopies(cnd, u0, U):
@@ -397,6 +504,7 @@ class TileEmitter:
         checks.append(ir.substitute(cc, {t: ir.add(t0, T - 1)}))
     true = ir.const(True, BOOL)
     fast_body = ir.substitute(body, {**fast, **{x: true for x in dict.fromkeys(on_t + load_t)}})
+    checks = list(dict.fromkeys(checks))
     if checks:
       w.open(f"if ({' && '.join(rem.expr(x) for x in checks)})")
     ve = VecEmitter(rem, lane, vl)
@@ -411,7 +519,30 @@ class TileEmitter:
         w(f"{a} = {_combine(op, a, v, True)};")
       if guard:
         w.close()
-    if checks:
+    if checks and all(maskable(x) for x in on_t + load_t):
+      w.close()
+      w.open("else")   # some lanes fail a gate: the same terms as vector code, each lane's term kept where it holds
+      vm = VecEmitter(rem, lane, vl)
+      masked_body = ir.substitute(body, fast)
+      for j in range(U):
+        guard = ucond.get(j)
+        if guard:  # what is computed inside the guard's block is not visible to the next copy's
+          w.open(f"if ({' && '.join(rem.expr(x) for x in guard)})")
+          vm = VecEmitter(rem, lane, vl)
+        for ch in range(chunks):
+          sub = self._copy_map(u0, j, {t: ir.add(t0, ch * vl, lane)})
+          term = ir.substitute(masked_body, sub)
+          v = vm.get(term) if vm.is_vec(term) else vm.splat(term)
+          a = accs[(j, ch)]
+          keep = ir.all_of(*[ir.substitute(x, sub) for x in on_t])
+          if keep.is_const:
+            w(f"{a} = {_combine(op, a, v, True)};")
+          else:
+            w(f"{a} = vsel({vm.get(keep)}, {_combine(op, a, v, True)}, {a});")
+        if guard:
+          w.close()
+      w.close()
+    elif checks:
       w.close()
       w.open("else")
       slow = LoopEmitter(w, self.buf_name, {}, self.dyn)
@@ -467,7 +598,17 @@ class TileEmitter:
       for ch in range(chunks):
         sub = self._copy_map(u0, j, {t: ir.add(t0, ch * vl, lane)})
         self._store_vec(body, ve, bname, ir.substitute(index, sub), ir.substitute(fast_value, sub), lane)
-    if checks:
+    if checks and all(maskable(x) for x in conj):
+      w.close()
+      w.open("else")   # some lanes fail a gate: vector code whose gated loads read lane by lane
+      vm = VecEmitter(body, lane, vl)
+      masked_value = ir.substitute(value, fast)
+      for j in range(U):
+        for ch in range(chunks):
+          sub = self._copy_map(u0, j, {t: ir.add(t0, ch * vl, lane)})
+          self._store_vec(body, vm, bname, ir.substitute(index, sub), ir.substitute(masked_value, sub), lane)
+      w.close()
+    elif checks:
       w.close()
       w.open("else")
       slow = LoopEmitter(w, self.buf_name, {}, self.dyn)

@@ -430,18 +430,18 @@ def overlap(K, strides, dil) -> int:
 
 
 def padded_input(ctx, x: Lazy, pads_begin, pads_end, value):
-  """x (N, C, *spatial) realized with the window padding filled with the reduction's identity (`value`), so the
-  windows read it without gates and the inner loops stay vector code. Returns (x, pads_begin, pads_end) for
-  the windows over the result (no padding left). A value not yet in a buffer is computed straight into the
-  padded buffer (its kernel also fills the border); one in a buffer already is copied once."""
+  """x (N, C, *spatial) for windows that pad it with the reduction's identity (`value`). Returns (x, pads_begin,
+  pads_end) for the windows over the result. A value a loop kernel is about to compute anyway (it holds a
+  reduction) is computed straight into a padded buffer whose border that kernel also fills, so the windows read
+  it without gates (no padding left). Anything else (a value in a buffer already, a pending BLAS result, a cheap
+  expression) is read through gated loads where the windows cross the border: no kernel copies it into a
+  padded buffer, and the vector path evaluates the gates lane by lane only in the tiles that cross it."""
   if not any(pads_begin) and not any(pads_end):
     return x, pads_begin, pads_end
   nd = len(pads_begin)
-  if x.view is None:  # not in a buffer yet: its producer stores straight into the padded buffer's interior
+  if x.view is None and x.red == "reduce":
     return ctx.padded_home(x, list(pads_begin), list(pads_end), value), [0] * nd, [0] * nd
-  padded = ctx.realize(x.pad([0, 0] + list(pads_begin), [0, 0] + list(pads_end), value),
-                       tags={"ops": x.tags.get("ops", []) + ["pad"]})
-  return padded, [0] * nd, [0] * nd
+  return x, pads_begin, pads_end
 
 
 def window_gate(pos: list[E], sizes, pads_begin, pads_end) -> E:
@@ -578,7 +578,7 @@ def pool(ctx, node, ins, specs, consts):
     recip = recip_arr.reshape(-1)[0].item() if np.all(recip_arr == recip_arr.reshape(-1)[0]) else \
         Lazy.of_buffer(ctx.const_buf(recip_arr), ir.View.contiguous(recip_arr.shape))
   fill = (-math.inf if dt.kind == "f" else int(np.iinfo(dt).min)) if is_max else 0
-  x, pb, need_end = padded_input(ctx, x, pb, need_end, fill)   # padding: x is computed into a padded buffer
+  x, pb, need_end = padded_input(ctx, x, pb, need_end, fill)   # padding: a padded buffer or gated loads
   x = ctx.prologue(x, overlap(K, strides, dil))
   S = list(x.shape[2:])
   fn, uid = x.fn, ctx.uid()

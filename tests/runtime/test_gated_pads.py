@@ -1,0 +1,124 @@
+"""Padding read through gated loads: a Pad or a window's padding feeding a conv or a pool is never a kernel of
+its own (the consumer gates its loads at the border, the vector tiles that cross it masking their lanes) and an
+explicit zero Pad folds into the conv's padding.
+Every case is checked against onnxruntime and for bit-identical results across runs."""
+import numpy as np
+import pytest
+from onnx import helper
+
+from runtime import OnnxRunner
+
+from rt_helpers import memory_cache, node_model, ort_run
+
+R = np.random.default_rng(77)
+
+
+def f32(*shape):
+  return R.uniform(-2.0, 2.0, shape).astype(np.float32)
+
+
+def weights(*shape):
+  return (R.standard_normal(shape) * 0.3).astype(np.float32)
+
+
+def checked(model, feeds, rtol=1e-4, atol=1e-4) -> OnnxRunner:
+  """The runner after parity with onnxruntime and a second run giving the same bits."""
+  r = OnnxRunner(model, device="CPU", cache=memory_cache())
+  first = {k: np.array(v, copy=True) for k, v in r(**feeds).items()}
+  for name, ref in zip(r.program.outputs, ort_run(model, feeds)):
+    np.testing.assert_allclose(first[name], ref, rtol=rtol, atol=atol, err_msg=name)
+  again = r(**feeds)
+  for name, v in first.items():
+    assert np.array_equal(v, again[name], equal_nan=True), name
+  return r
+
+
+def kernel_ops(r) -> list[list[str]]:
+  return [k.tags.get("ops", []) for k in r.program.kernels]
+
+
+def pad_kernels(r) -> list[list[str]]:
+  """Kernels that only pad or copy (no op of the model's computes in them)."""
+  return [ops for ops in kernel_ops(r) if all(o.lower() == "pad" for o in ops)]
+
+
+def schedules(r) -> list[str]:
+  return [s for k in r.program.kernels for s in k.tags.get("schedules", [])]
+
+
+def test_a_pad_feeding_a_conv_is_a_gated_load_not_a_kernel():
+  x = f32(1, 8, 19, 37)
+  nodes = [helper.make_node("Pad", ["x", "p"], ["xp"], mode="constant"),
+           helper.make_node("Conv", ["xp", "w"], ["y0"], pads=[1, 1, 1, 1])]
+  consts = {"p": np.array([0, 0, 1, 2, 0, 0, 2, 0], np.int64), "w": weights(16, 8, 3, 3)}
+  r = checked(node_model(nodes, {"x": x}, consts), {"x": x})
+  assert kernel_ops(r) == [["Conv"]], kernel_ops(r)
+
+
+def test_a_zero_pad_of_an_expression_folds_into_the_conv_and_is_never_stored_padded():
+  x = f32(1, 8, 20, 33)
+  nodes = [helper.make_node("Relu", ["x"], ["rx"]),
+           helper.make_node("Pad", ["rx", "p"], ["xp"], mode="constant"),
+           helper.make_node("Conv", ["xp", "w", "b"], ["y0"], pads=[0, 1, 1, 0], strides=[2, 1])]
+  consts = {"p": np.array([0, 0, 2, 1, 0, 0, 0, 3], np.int64), "w": weights(16, 8, 3, 3), "b": f32(16)}
+  r = checked(node_model(nodes, {"x": x}, consts), {"x": x})
+  assert pad_kernels(r) == [], kernel_ops(r)
+  assert all("Pad" not in ops for ops in kernel_ops(r)), kernel_ops(r)   # no kernel stores the padded tensor
+
+
+def test_a_nonzero_pad_feeding_a_conv_is_read_through_its_mask():
+  x = f32(1, 4, 18, 40)
+  nodes = [helper.make_node("Pad", ["x", "p", "v"], ["xp"], mode="constant"),
+           helper.make_node("Conv", ["xp", "w"], ["y0"], pads=[1, 1, 1, 1])]
+  consts = {"p": np.array([0, 0, 1, 3, 0, 0, 2, 1], np.int64), "v": np.array(0.75, np.float32), "w": weights(8, 4, 3, 3)}
+  r = checked(node_model(nodes, {"x": x}, consts), {"x": x})
+  assert pad_kernels(r) == [], kernel_ops(r)
+
+
+@pytest.mark.parametrize("xs,ws,attrs", [
+    ((1, 3, 64, 64), (16, 3, 7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3]}),        # a stem: strided masked loads
+    ((1, 16, 30, 56), (16, 16, 3, 3), {"pads": [1, 1, 1, 1]}),                         # masked tiles at both ends
+    ((1, 16, 12, 20), (16, 1, 3, 3), {"pads": [2, 1, 0, 2], "group": 16}),             # depthwise, uneven pads
+    ((1, 8, 11, 13), (16, 8, 3, 3), {"pads": [1, 1, 1, 1], "dilations": [2, 2]}),       # narrow rows, dilated
+    ((1, 8, 9, 45), (16, 8, 5, 5), {"pads": [2, 4, 2, 4], "strides": [1, 4]}),          # stride 4: a gather
+    ((1, 8, 10, 33), (24, 8, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    ((2, 4, 7, 70), (8, 4, 1, 9), {"pads": [0, 8, 0, 8]}),                             # pads as wide as a tile
+])
+def test_a_padded_conv_on_a_buffer_reads_through_gated_loads(xs, ws, attrs):
+  x = f32(*xs)
+  x[..., 0] = np.nan   # a gated lane never reads across the border, but a NaN inside it propagates
+  model = node_model([helper.make_node("Conv", ["x", "w", "b"], ["y0"], **attrs)], {"x": x},
+                     {"w": weights(*ws), "b": f32(ws[0])})
+  r = checked(model, {"x": x})
+  assert pad_kernels(r) == [], kernel_ops(r)
+
+
+def test_the_vector_tiles_that_cross_a_border_mask_their_lanes():
+  x = f32(1, 3, 64, 64)
+  model = node_model([helper.make_node("Conv", ["x", "w"], ["y0"], strides=[2, 2], pads=[3, 3, 3, 3])], {"x": x},
+                     {"w": weights(16, 3, 7, 7)})
+  r = checked(model, {"x": x})
+  [k] = r.program.kernels
+  assert k.tags["schedules"][0].startswith("tile"), k.tags
+  assert "vf_maskload" in k.source   # the edge tiles are vector code, not a scalar loop per element
+
+
+@pytest.mark.parametrize("op,attrs", [
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ("AveragePool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+    ("AveragePool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
+])
+def test_a_padded_pool_on_a_buffer_reads_through_gated_loads(op, attrs):
+  x = -np.abs(f32(1, 8, 23, 41))   # all below 0: a max pool that read a zero from the border would show it
+  r = checked(node_model([helper.make_node(op, ["x"], ["y0"], **attrs)], {"x": x}, {}), {"x": x})
+  assert pad_kernels(r) == [], kernel_ops(r)
+
+
+def test_a_pointwise_conv_feeding_a_padded_conv_needs_no_pad_kernel():
+  x = f32(1, 96, 14, 30)
+  nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"]), helper.make_node("Relu", ["c1"], ["r1"]),
+           helper.make_node("Conv", ["r1", "w2"], ["y0"], pads=[1, 1, 1, 1])]
+  consts = {"w1": weights(32, 96, 1, 1), "b1": f32(32), "w2": weights(32, 32, 3, 3)}
+  r = checked(node_model(nodes, {"x": x}, consts), {"x": x})
+  assert [k.tags.get("strategy") for k in r.program.kernels] == ["pointwise", "direct"]
+  assert pad_kernels(r) == [], kernel_ops(r)
