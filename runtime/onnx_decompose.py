@@ -191,3 +191,140 @@ def quantize_linear(b: Body):
   lo, hi = QUANT_RANGES[out_t]
   i = b.op("Min", [b.op("Max", [i, b.const(np.int32(lo))]), b.const(np.int32(hi))])
   b.op("Cast", [i], out=b.node.output[0], to=out_t)
+
+
+# ---------------------------------------------------------------- RNN, GRU, LSTM
+
+RNN_GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+RNN_DEFAULT_ACTIVATIONS = {"RNN": ["tanh"], "GRU": ["sigmoid", "tanh"], "LSTM": ["sigmoid", "tanh", "tanh"]}
+
+
+def _i64(*v) -> np.ndarray:
+  return np.array(v, np.int64)
+
+
+def _part(b: Body, value: str, axis: int, start: int, end: int) -> str:
+  return b.op("Slice", [value, b.const(_i64(start)), b.const(_i64(end)), b.const(_i64(axis))])
+
+
+def _row(b: Body, value: str, i: int) -> str:
+  """value[i] (the first axis taken away)."""
+  return b.op("Gather", [value, b.const(np.int64(i))], axis=0)
+
+
+@decomposition("RNN")
+@decomposition("GRU")
+@decomposition("LSTM")
+def recurrent(b: Body):
+  """The recurrence unrolled over the sequence (its length is static): per step one MatMul of the state with
+  the recurrent weights, the input's product with the input weights done for every step in one MatMul first,
+  the gates in the order and form of onnx's reference (GRU's linear_before_reset both ways, LSTM's peepholes).
+  The reference ignores sequence_lens, clip and any activations but the defaults, so we refuse those rather than
+  compute something it does not; input_forget likewise."""
+  op, G = b.node.op_type, RNN_GATES[b.node.op_type]
+  X, W, R, B, seq_lens, init_h = (b.input(i) for i in range(6))
+  init_c, P = (b.input(6), b.input(7)) if op == "LSTM" else ("", "")
+  direction = b.attrs.get("direction", b"forward")
+  direction = direction.decode() if isinstance(direction, bytes) else direction
+  if direction not in ("forward", "reverse", "bidirectional"):
+    raise ModelError(f"{b.where}: direction {direction!r} is not forward, reverse or bidirectional")
+  nd = 2 if direction == "bidirectional" else 1
+  if seq_lens:
+    raise UnsupportedOpError(f"{b.where}: {op} with sequence_lens is not supported")
+  if "clip" in b.attrs:
+    raise UnsupportedOpError(f"{b.where}: {op} with clip is not supported")
+  if int(b.attrs.get("input_forget", 0)):
+    raise UnsupportedOpError(f"{b.where}: LSTM with input_forget is not supported")
+  acts = [a.decode() if isinstance(a, bytes) else a for a in b.attrs.get("activations", [])]
+  if acts and [a.lower() for a in acts] != RNN_DEFAULT_ACTIVATIONS[op] * nd:
+    raise UnsupportedOpError(f"{b.where}: {op} activations {acts} are not supported (only the defaults)")
+  if "activation_alpha" in b.attrs or "activation_beta" in b.attrs:
+    raise UnsupportedOpError(f"{b.where}: {op} with activation_alpha or activation_beta is not supported")
+  layout = int(b.attrs.get("layout", 0))
+  if layout not in (0, 1):
+    raise ModelError(f"{b.where}: layout {layout} is not 0 or 1")
+  xt, xs = b.type_of(X)[0], b.shape_of(X)
+  x_dt = b.dtype(xt, "input")
+  ws, rs = b.shape_of(W), b.shape_of(R)
+  if len(xs) != 3 or len(ws) != 3 or len(rs) != 3:
+    raise ModelError(f"{b.where}: X {list(xs)}, W {list(ws)} and R {list(rs)} must be 3-D")
+  seq, batch = (xs[1], xs[0]) if layout else (xs[0], xs[1])
+  H = rs[2]
+  if ws[0] != nd or rs[0] != nd or ws[1] != G * H or rs[1] != G * H or ws[2] != xs[2] or \
+          int(b.attrs.get("hidden_size", H)) != H:
+    raise ModelError(f"{b.where}: W {list(ws)} and R {list(rs)} do not fit {nd} direction(s), {G} gate(s), "
+                     f"hidden size {b.attrs.get('hidden_size', H)} and X {list(xs)}")
+  if seq == 0:
+    raise UnsupportedOpError(f"{b.where}: {op} over an empty sequence is not supported")
+  swap = {"perm": [1, 0, 2]}
+  if layout:
+    X = b.op("Transpose", [X], **swap)
+    init_h = b.op("Transpose", [init_h], **swap) if init_h else ""
+    init_c = b.op("Transpose", [init_c], **swap) if init_c else ""
+  zeros = b.const(np.zeros((batch, H), x_dt))
+  ys, hs, cs = [], [], []
+  for d in range(nd):
+    WT = b.op("Transpose", [_row(b, W, d)])
+    Rd = _row(b, R, d)
+    XW = b.op("MatMul", [X, WT])                                  # [seq, batch, G*H]
+    Wb = Rb = None
+    if B:
+      Bd = _row(b, B, d)
+      Wb, Rb = _part(b, Bd, 0, 0, G * H), _part(b, Bd, 0, G * H, 2 * G * H)
+    h = _row(b, init_h, d) if init_h else zeros
+    c = (_row(b, init_c, d) if init_c else zeros) if op == "LSTM" else None
+    if op == "GRU":
+      RzrT, RhT = b.op("Transpose", [_part(b, Rd, 0, 0, 2 * H)]), b.op("Transpose", [_part(b, Rd, 0, 2 * H, 3 * H)])
+      bzr = b.op("Add", [_part(b, Wb, 0, 0, 2 * H), _part(b, Rb, 0, 0, 2 * H)]) if B else None
+      Wbh, Rbh = (_part(b, Wb, 0, 2 * H, 3 * H), _part(b, Rb, 0, 2 * H, 3 * H)) if B else (None, None)
+    else:
+      RT = b.op("Transpose", [Rd])
+      bsum = b.op("Add", [Wb, Rb]) if B else None
+    if op == "LSTM" and P:
+      Pd = _row(b, P, d)
+      p_i, p_o, p_f = (_part(b, Pd, 0, k * H, (k + 1) * H) for k in range(3))
+    out = [None] * seq
+    for t in (range(seq) if d == 0 and direction != "reverse" else range(seq - 1, -1, -1)):
+      xw = _row(b, XW, t)                                         # [batch, G*H]
+      if op == "RNN":
+        g = b.op("Add", [xw, b.op("MatMul", [h, RT])])
+        h = b.op("Tanh", [b.op("Add", [g, bsum]) if B else g])
+      elif op == "GRU":
+        g = b.op("Add", [_part(b, xw, 1, 0, 2 * H), b.op("MatMul", [h, RzrT])])
+        g = b.op("Sigmoid", [b.op("Add", [g, bzr]) if B else g])
+        z, r = _part(b, g, 1, 0, H), _part(b, g, 1, H, 2 * H)
+        xh = _part(b, xw, 1, 2 * H, 3 * H)
+        if int(b.attrs.get("linear_before_reset", 0)):
+          hr = b.op("MatMul", [h, RhT])
+          pre = b.op("Add", [xh, b.op("Mul", [r, b.op("Add", [hr, Rbh]) if B else hr])])
+          pre = b.op("Add", [pre, Wbh]) if B else pre
+        else:
+          pre = b.op("Add", [xh, b.op("MatMul", [b.op("Mul", [r, h]), RhT])])
+          pre = b.op("Add", [b.op("Add", [pre, Wbh]), Rbh]) if B else pre
+        hh = b.op("Tanh", [pre])
+        one = b.const(np.ones((), x_dt))
+        h = b.op("Add", [b.op("Mul", [b.op("Sub", [one, z]), hh]), b.op("Mul", [z, h])])
+      else:
+        g = b.op("Add", [xw, b.op("MatMul", [h, RT])])
+        g = b.op("Add", [g, bsum]) if B else g
+        gi, go, gf, gc = (_part(b, g, 1, k * H, (k + 1) * H) for k in range(4))
+        if P:
+          gi, gf = b.op("Add", [gi, b.op("Mul", [p_i, c])]), b.op("Add", [gf, b.op("Mul", [p_f, c])])
+        i, f = b.op("Sigmoid", [gi]), b.op("Sigmoid", [gf])
+        c = b.op("Add", [b.op("Mul", [f, c]), b.op("Mul", [i, b.op("Tanh", [gc])])])
+        o = b.op("Sigmoid", [b.op("Add", [go, b.op("Mul", [p_o, c])]) if P else go])
+        h = b.op("Mul", [o, b.op("Tanh", [c])])
+      out[t] = h
+    ys.append(b.op("Concat", [b.op("Unsqueeze", [y, b.const(_i64(0, 1))]) for y in out], axis=0))  # [seq, 1, batch, H]
+    hs.append(b.op("Unsqueeze", [h, b.const(_i64(0))]))
+    cs.append(b.op("Unsqueeze", [c, b.const(_i64(0))]) if c is not None else None)
+  outs = list(b.node.output) + ["", "", ""]
+  results = [(outs[0], ys, [2, 0, 1, 3]), (outs[1], hs, [1, 0, 2]), (outs[2] if op == "LSTM" else "", cs, [1, 0, 2])]
+  for name, parts, perm in results:
+    if not name:
+      continue
+    axis = 1 if parts is ys else 0
+    if layout:
+      b.op("Transpose", [b.op("Concat", parts, axis=axis) if nd > 1 else parts[0]], out=name, perm=perm)
+    else:
+      b.op("Concat", parts, out=name, axis=axis) if nd > 1 else b.op("Identity", [parts[0]], out=name)

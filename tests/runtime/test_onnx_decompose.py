@@ -7,7 +7,7 @@ from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
 from rt_helpers import memory_cache
-from runtime import ModelError, OnnxRunner, UnsupportedDtypeError
+from runtime import ModelError, OnnxRunner, UnsupportedDtypeError, UnsupportedOpError
 
 
 def _model(node, inputs: dict, opset=21) -> bytes:
@@ -84,3 +84,51 @@ def test_a_scale_that_fits_no_quantisation_layout_is_a_model_error():
   node = helper.make_node("DequantizeLinear", ["x", "s"], ["y"], axis=1)
   with pytest.raises(ModelError, match="DequantizeLinear.*neither one value nor one per index"):
     OnnxRunner(_model(node, {"x": X.astype(np.int8), "s": np.ones(5, np.float32)}), cache=memory_cache())
+
+
+def _recurrent(op, nd, layout, extra=(), **attrs):
+  G, H, I, S, N = {"RNN": 1, "GRU": 3, "LSTM": 4}[op], 5, 3, 4, 2
+  rng = np.random.default_rng(7)
+  f = lambda *s: rng.standard_normal(s).astype(np.float32)   # noqa: E731
+  feeds = {"x": f(N, S, I) if layout else f(S, N, I), "w": f(nd, G * H, I), "r": f(nd, G * H, H), "b": f(nd, 2 * G * H)}
+  names = ["x", "w", "r", "b", "", "h0"]
+  feeds["h0"] = f(N, nd, H) if layout else f(nd, N, H)
+  if op == "LSTM":
+    names.append("c0")
+    feeds["c0"] = f(N, nd, H) if layout else f(nd, N, H)
+    if "p" in extra:
+      names.append("p")
+      feeds["p"] = f(nd, 3 * H)
+  outs = ["y", "yh", "yc"][:3 if op == "LSTM" else 2]
+  direction = "bidirectional" if nd == 2 else attrs.pop("direction", "forward")
+  return helper.make_node(op, names, outs, hidden_size=H, layout=layout, direction=direction, **attrs), feeds
+
+
+@pytest.mark.parametrize("op", ["RNN", "GRU", "LSTM"])
+@pytest.mark.parametrize("nd,layout", [(1, 0), (2, 1)], ids=["forward", "bidirectional-batch-first"])
+def test_recurrent_ops_unrolled_over_the_sequence_agree_with_the_reference(op, nd, layout):
+  node, feeds = _recurrent(op, nd, layout, extra=("p",))
+  _agrees_close(node, feeds)
+
+
+def test_a_reverse_gru_with_linear_before_reset_agrees_with_the_reference():
+  node, feeds = _recurrent("GRU", 1, 0, direction="reverse", linear_before_reset=1)
+  _agrees_close(node, feeds)
+
+
+@pytest.mark.parametrize("attrs", [{"clip": 1.0}, {"activations": ["Relu"]}], ids=["clip", "activations"])
+def test_recurrent_attributes_the_reference_ignores_are_refused(attrs):
+  node, feeds = _recurrent("RNN", 1, 0, **attrs)
+  with pytest.raises(UnsupportedOpError, match="RNN"):
+    OnnxRunner(_model(node, feeds, opset=14), cache=memory_cache())
+
+
+def _agrees_close(node, feeds):
+  model = _model(node, feeds, opset=14)
+  r = OnnxRunner(model, cache=memory_cache())
+  got, again = r(**feeds), r(**feeds)
+  for name, w in zip(node.output, ReferenceEvaluator(model).run(None, feeds)):
+    assert got[name].dtype == w.dtype
+    np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-6)
+    assert got[name].tobytes() == again[name].tobytes()
+  assert not r.program.fallbacks
