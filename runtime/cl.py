@@ -182,6 +182,10 @@ class Context:
     _check(self.lib.clEnqueueReadBuffer(q, mem, 0, offset, dst.nbytes, dst.ctypes.data, 0, None, None),
            "clEnqueueReadBuffer")
 
+  def finish(self, q: int) -> None:
+    """Block until every command queued on q has completed (a host step reads what the kernels before it wrote)."""
+    _check(self.lib.clFinish(q), "clFinish")
+
   def copy(self, q: int, dst: int, dst_off: int, src: int, src_off: int, nbytes: int) -> None:
     _check(self.lib.clEnqueueCopyBuffer(q, src, dst, src_off, dst_off, nbytes, 0, None, None), "clEnqueueCopyBuffer")
 

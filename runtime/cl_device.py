@@ -26,6 +26,7 @@ It keeps the device contract of runtime/device.py (README: the device layer) on 
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import json
 import queue
@@ -41,7 +42,9 @@ from runtime.allocator import LRUAllocator
 from runtime.buffer import Buffer
 from runtime.codegen import render_cl
 from runtime.device import Command, Compiled, DeviceError, without_traceback
-from runtime.errors import CompileError, UnsupportedOpError
+from runtime.errors import CompileError, UnsupportedDtypeError, UnsupportedOpError
+from runtime.graph import Node
+from runtime.kernels import build_kernel
 
 LRU_BYTES = 64 << 20    # freed device memory kept for reuse before it is released to the driver
 
@@ -225,6 +228,16 @@ class CLDevice(Compiled):
       self._programs[source] = prog
     return prog
 
+  @functools.cached_property
+  def float16(self) -> bool:
+    """Whether the driver compiles C's _Float16, the type of float16 data in generated kernels (pocl's Clang does;
+    OpenCL C itself has only `half`, behind cl_khr_fp16)."""
+    try:
+      self.cl.release_program(self.cl.build(render_cl.HEADER + "__kernel void pm_f16(__global _Float16* p) { *p += 1; }"))
+      return True
+    except cl.CLError:
+      return False
+
   def link_program(self, program, kernels=None) -> CLLinked:
     return CLLinked(self, program, kernels)
 
@@ -238,10 +251,14 @@ class CLLinked:
 
   def __init__(self, device: CLDevice, program, kernels=None):
     self.device, self.program, self.ctx = device, program, device.cl
-    if any(k.kind != "cl" for k in program.kernels):
-      bad = next(k for k in program.kernels if k.kind != "cl")
+    if any(k.kind not in ("cl", "host") for k in program.kernels):
+      bad = next(k for k in program.kernels if k.kind not in ("cl", "host"))
       raise UnsupportedOpError(f"{device.name}: kernel {bad.name} is not an OpenCL kernel (built for {program.target})")
-    sources = [part for k in program.kernels for part in re.split(r"(?m)^(?=__kernel )", k.source) if part]
+    f16 = next((k for k in program.kernels if k.kind == "cl" and "_Float16" in k.source), None)
+    if f16 is not None and not device.float16:
+      raise UnsupportedDtypeError(f"{device.name}: kernel {f16.name} holds float16 data, and this OpenCL driver "
+                                  f"({device.cl.identity['device']}) compiles no _Float16")
+    sources = [part for k in program.kernels if k.kind == "cl" for part in re.split(r"(?m)^(?=__kernel )", k.source) if part]
     prog = device.build(render_cl.program_source(sources), kernels)
     self.place: dict[str, tuple[Buffer, int]] = {}
     arena_bytes = program.plan.arena_bytes.get("arena", 0) + program.scratch_bytes
@@ -268,9 +285,13 @@ class CLLinked:
       else:
         base, boff = self.place[b]
         self.outputs[o] = base.view(boff + off * spec.dtype.itemsize, spec.nbytes, spec.dtype)
-    self.calls: list[tuple[int, ctypes.c_size_t]] = []
+    self.calls: list[tuple[int, Any]] = []   # (kernel, its work-item count), or (0, a host step)
     self.slots: dict[str, list[tuple[int, int]]] = {}   # buffer name -> (kernel, argument pair) that bind it
+    self.over: dict[str, tuple[Buffer, int]] = {}       # inputs bound to another buffer (what host steps read)
     for k in program.kernels:
+      if k.kind == "host":
+        self.calls.append((0, self._host_step(k)))
+        continue
       for name, work_items, bufs in k.tags["cl"]:
         if not work_items:
           continue
@@ -292,6 +313,36 @@ class CLLinked:
         views[name] = base.view(0, spec.nbytes, spec.dtype)
     return views
 
+  def _host_step(self, k):
+    """An op's reference kernel between the enqueues: its inputs read back (the queue drained up to them), the
+    kernel run on host arrays of their own, its outputs queued for upload (the arrays outlive the run)."""
+    node = Node.from_json(k.node)
+    in_specs = [self.program.specs[i] if i else None for i in node.inputs]
+    kern = build_kernel(node.op, node.attrs, in_specs, [self.program.graph.consts.get(i) if i else None
+                                                        for i in node.inputs], node.describe())
+    ins = [np.empty(s.shape, s.dtype) if p else None for p, s in zip(k.params[0], in_specs)]
+    outs = [np.empty(s.shape, s.dtype) for s in kern.out_specs]
+    bound = kern.bind(ins, outs, [np.empty(s.shape, s.dtype) for s in kern.scratch_specs])
+    reads = [(p[0], p[1] * a.itemsize, a) for p, a in zip(k.params[0], ins) if p and a.nbytes]
+    writes = [(p[0], p[1] * a.itemsize, a) for p, a in zip(k.params[1], outs) if a.nbytes]
+    # the step holds these, never self: a cycle through self lets the collector run the finalizers of the cl_mems
+    # (releasing them) that the Buffers' own finalizers hand back to the allocator for reuse
+    ctx, over, place = self.ctx, self.over, self.place
+
+    def address(b: str, off: int) -> tuple[int, int]:  # buffer b's cl_mem (or the one its input is bound to)
+      buf, base = over.get(b, place[b])
+      handle, start = buf._locate()
+      return handle.ptr, start + base + off
+
+    def step(q):
+      for b, off, a in reads:
+        ctx.read(q, a, *address(b, off))
+      ctx.finish(q)
+      bound()
+      for b, off, a in writes:
+        ctx.write(q, *address(b, off), a)
+    return step
+
   def _set(self, kern: int, j: int, buf: Buffer, off: int) -> None:
     handle, base_off = buf._locate()
     self.ctx.set_arg(kern, 2 * j, ctypes.c_void_p(handle.ptr))
@@ -301,6 +352,9 @@ class CLLinked:
     """Enqueue every kernel in order (inside a command on the device's queue; the worker waits for them)."""
     enqueue, q = self.ctx.lib.clEnqueueNDRangeKernel, self.device.queue
     for kern, work_items in self.calls:
+      if not kern:
+        work_items(q)
+        continue
       rc = enqueue(q, kern, 1, None, ctypes.byref(work_items), None, 0, None, None)
       if rc:
         raise cl.CLError(f"clEnqueueNDRangeKernel returned OpenCL error {rc}")
@@ -316,6 +370,7 @@ class CLLinked:
     def rebind():
       for kern, j in self.slots.get(b, ()):
         self._set(kern, j, *target)
+      self.over[b] = target
     self.device.wait(self.device.submit(rebind, stage="copy"))
     if buffer is None:
       self.bound.pop(name, None)
@@ -328,6 +383,7 @@ class CLLinked:
   def __del__(self):
     try:
       for kern, _ in self.calls:
-        self.ctx.release_kernel(kern)
+        if kern:
+          self.ctx.release_kernel(kern)
     except Exception:   # interpreter shutdown
       pass

@@ -10,7 +10,8 @@ run; artifacts store it and loading recomputes it.
 Backends: "compiled" devices (CPU, USB+AMD) lower every op they can to generated C; the "reference" device
 (REF) lowers every op to its numpy reference kernel, through the same lowering, plan, link and call list; the
 "opencl" device (CL) lowers through the same rules without BLAS (a GEMM is a loop kernel there) and renders
-OpenCL C (codegen/render_cl.py), refusing at build any kernel it cannot express (no host fallback).
+OpenCL C (codegen/render_cl.py); an op with no generated lowering is its reference kernel there too, which the
+OpenCL device runs as a host step between its enqueues (cl_device.py), and float16 data is refused at build.
 """
 from __future__ import annotations
 
@@ -234,7 +235,7 @@ def optimise(lowered: lowering.Lowered, target: Target, measure: bool = False) -
   consts = {n: bi.array for n, bi in lowered.bufs.items() if bi.role == "const"} if measure else {}
   out = []
   for k in lowered.kernels:
-    if target.backend == "opencl":   # scalar loop nests: the work-item mapping is the renderer's (render_cl)
+    if target.backend == "opencl" and not isinstance(k, HostKernel):   # the schedule is the renderer's (render_cl)
       if not isinstance(k, LoopKernel):
         render_cl.refuse(k, "not a loop kernel")
       lk = opt.merge_axes(k)

@@ -15,20 +15,20 @@ Invariants:
   smaller ones), with a non-zero stride on every parallel axis, so two work-items never write one element. A nest
   that fails this runs as one work-item, in program order.
 - A LoopKernel's `after` nests are kernels of their own, enqueued after it on the same in-order queue.
-- A kernel the OpenCL path cannot express (an op with no generated lowering, a BLAS call, float16 data) is an
-  UnsupportedOpError / UnsupportedDtypeError at build naming the kernel and the reason: never a host fallback.
+- A kernel the OpenCL path cannot express (a BLAS call) is an UnsupportedOpError at build naming the kernel. (An
+  op with no generated lowering is no kernel of this renderer: it stays its reference kernel, which the OpenCL
+  device runs as a host step.) float16 data is C's _Float16, as on the C target: the device refuses a program
+  holding it, typed, where its driver does not compile that type.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
 from ..errors import UnsupportedDtypeError, UnsupportedOpError
 from . import ir
 from .cfamily import LoopEmitter, Writer, _collect, ctype, helpers, kernel_name, vname, walk_many
-from .ir import GemmKernel, HostKernel, LoopKernel
+from .ir import GemmKernel, LoopKernel
 
 HEADER = r"""typedef long int64_t; typedef ulong uint64_t; typedef int int32_t; typedef uint uint32_t;
 typedef short int16_t; typedef ushort uint16_t; typedef char int8_t; typedef uchar uint8_t;
@@ -61,9 +61,6 @@ class CLKernel:
 
 def refuse(k, what: str) -> None:
   """Raise the typed refusal for a kernel this renderer cannot express."""
-  if isinstance(k, HostKernel):
-    raise UnsupportedOpError(f"OpenCL: kernel {k.name} ({k.node.op}) has no generated lowering and would run its "
-                             f"numpy reference kernel on the host; the OpenCL device runs no host fallback")
   if isinstance(k, GemmKernel):
     raise UnsupportedOpError(f"OpenCL: kernel {k.name} calls sgemm through an extern pointer; the OpenCL target "
                              f"lowers GEMMs to loops, so this is a lowering bug")
@@ -107,15 +104,8 @@ def parallel_axes(lk: LoopKernel, order: list) -> list:
   return axes
 
 
-def _check_dtypes(lk: LoopKernel) -> None:
-  for n in walk_many([e for st in lk.stores for e in (st.index, st.value)]):
-    if n.dtype == np.float16 or (n.op == "LOAD" and n.arg.dtype == np.float16):
-      refuse(lk, "float16 needs the cl_khr_fp16 extension, which this renderer does not use")
-
-
 def render_nest(lk: LoopKernel, order: list) -> CLKernel:
   """One loop nest as one __kernel over its parallel axes."""
-  _check_dtypes(lk)
   bufs, written = _collect([lk])
   names = {b: f"b{i}" for i, b in enumerate(bufs)}
   w = Writer()

@@ -2,18 +2,20 @@
 reopen contract tests shared with the simulator are in test_device_timeline.py (fixture `dev`); these are the ones
 only OpenCL has: opening without a driver, memory that is never host-mapped, the enqueue list a linked program is,
 and parity with the CPU target. Every test is skipped, saying why, where no OpenCL platform is found."""
+import gc
 import os
 
 import numpy as np
 import pytest
+from onnx import helper
 
-from rt_helpers import tiny_model
+from rt_helpers import node_model, tiny_model
 from runtime import OnnxRunner, cl
 from runtime.buffer import Buffer, Lease
 from runtime.cache import KernelCache
 from runtime.codegen import render_cl
 from runtime.device import Device, DeviceError, DeviceUnavailable
-from runtime.errors import UnsupportedOpError
+from runtime.errors import UnsupportedDtypeError
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 DM_MODEL = os.path.join(REPO, "daemons", "dmonitoringmodeld", "models", "dmonitoring_model.onnx")
@@ -79,10 +81,52 @@ def test_freed_device_memory_is_released_to_the_driver_when_trimmed(cl_dev):
   assert all(h.ptr is None for h in handles)
 
 
-def test_an_op_without_a_generated_lowering_is_refused_at_load_naming_the_kernel_not_run_on_the_host(cl_dev):
-  model = tiny_model("Acos", {"x": np.zeros(4, np.float32)})
-  assert OnnxRunner(model, device="CPU").program.fallbacks == ["Acos"]   # the CPU target falls back to numpy
-  with pytest.raises(UnsupportedOpError, match=r"OpenCL: kernel k0 \(Acos\) has no generated lowering.*no host"):
+def _around_a_fallback(x: np.ndarray) -> bytes:
+  """Abs, Acos (no generated lowering: the CPU target runs its numpy kernel), Neg and Mul: kernels before and after."""
+  nodes = [helper.make_node("Abs", ["x"], ["a"]), helper.make_node("Acos", ["a"], ["b"]),
+           helper.make_node("Neg", ["b"], ["c"]), helper.make_node("Mul", ["c", "x"], ["y0"])]
+  return node_model(nodes, {"x": x}, {})
+
+
+def test_an_op_without_a_generated_lowering_runs_its_reference_kernel_between_the_kernels_around_it(cl_dev):
+  x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+  cpu, gpu = OnnxRunner(_around_a_fallback(x), device="CPU"), OnnxRunner(_around_a_fallback(x), device="CL")
+  assert cpu.program.fallbacks == gpu.program.fallbacks == ["Acos"]
+  kinds = [k.kind for k in gpu.program.kernels]
+  assert kinds.index("host") > 0 and "cl" in kinds[kinds.index("host") + 1:]   # it reads a kernel's output, and a
+  for scale in (1, -0.5):                                                      # later kernel reads its output
+    np.testing.assert_array_equal(gpu(x=x * scale)["y0"], cpu(x=x * scale)["y0"])
+
+
+def test_an_input_a_host_step_reads_is_read_from_the_buffer_it_is_bound_to(cl_dev):
+  x = np.linspace(-1, 1, 8, dtype=np.float32)
+  runner = OnnxRunner(tiny_model("Acos", {"x": x}), device="CL")
+  frame = Buffer(cl_dev, x.nbytes, np.float32)
+  frame.copyin(x / 2)
+  runner.bind_input("x", frame)
+  np.testing.assert_array_equal(runner.run({})["y0"], np.arccos(x / 2))
+  runner.unbind_input("x")
+  np.testing.assert_array_equal(runner(x=x)["y0"], np.arccos(x))
+
+
+def test_programs_with_host_steps_dropped_one_after_another_leave_the_memory_they_free_usable(cl_dev):
+  """The host steps hold no reference to their program: a cycle through it let the collector release cl_mems that
+  the program's Buffers had just handed back to the allocator, and the next program got a released one."""
+  for n in (4, 8, 4, 8, 4):
+    x = np.linspace(-1, 1, n, dtype=np.float32)
+    runner = OnnxRunner(_around_a_fallback(x), device="CL")
+    np.testing.assert_allclose(runner(x=x)["y0"], -np.arccos(np.abs(x)) * x, rtol=1e-6)
+    del runner
+    gc.collect()
+
+
+def test_float16_data_is_cs_float16_and_refused_at_load_with_a_typed_error_where_the_driver_lacks_it(cl_dev):
+  x = np.linspace(-2, 2, 8, dtype=np.float16)
+  model = tiny_model("Relu", {"x": x})
+  if cl_dev.float16:   # pocl's Clang compiles _Float16
+    assert OnnxRunner(model, device="CL")(x=x)["y0"].tolist() == np.maximum(x, 0).tolist()
+  cl_dev.__dict__["float16"] = False   # a driver whose compiler has no _Float16
+  with pytest.raises(UnsupportedDtypeError, match=r"kernel k_\w+ holds float16 data.*compiles no _Float16"):
     OnnxRunner(model, device="CL")
 
 
