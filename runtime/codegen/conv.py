@@ -299,7 +299,7 @@ def _blas_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, stra
     epi = None
     if not identity:
       epi = LoopKernel("epilogue", ev, (M, band_rows) + tuple(out_sp[1:]), [Store(buf, view.index(e_idx), value)],
-                       {}, {ev[1]: rows})
+                       {"vector_map": True}, {ev[1]: rows})
     return GemmKernel(f"k{len(ctx.kernels)}", gemm, packs, epi, bvar, band_rows, scratch,
                       dict(tags, band_rows=band_rows, outer=[nvar], inner=[gvar]))
   pending = GemmPending(ctx, shape, dt, build, tags)
@@ -403,7 +403,8 @@ def _matmul(ctx, a: Lazy, b: Lazy, shape, alpha: float, tags) -> Lazy:
     e_idx = bvars + ev
     value = _replace_acc(lazy.at(e_idx), pending.tag, c_at)
     identity = direct_c and value.op == "LOAD" and value.arg == buf and value.srcs[0] is view.index(e_idx)
-    epi = None if identity else LoopKernel("epilogue", ev, (M, Nn), [Store(buf, view.index(e_idx), value)])
+    epi = None if identity else LoopKernel("epilogue", ev, (M, Nn), [Store(buf, view.index(e_idx), value)],
+                                           {"vector_map": True})
     return GemmKernel(f"k{len(ctx.kernels)}", gemm, [], epi, None, 0, scratch,
                       dict(tags, outer=bvars, inner=[]))
   pending = GemmPending(ctx, shape, dt, build, tags)

@@ -200,12 +200,15 @@ def schedule(k: LoopKernel, vl: int, narrow: bool = True) -> Schedule:
   t = order[-1]
   if not rs:
     # elementwise: plain C loops vectorise well, except strided or gated loads along the inner axis
-    # (and math functions: the C compiler does not vectorise a loop calling exp)
+    # (and math functions: the C compiler does not vectorise a loop calling exp). A nest tagged vector_map
+    # (the epilogue a BLAS kernel runs over each band sgemm wrote) takes the vector path whenever it computes
+    # it: whether the C compiler vectorises that loop is left to no cost model (in place, over short rows)
     n = lanes_for(t.arg[1], vl, narrow)
     if st.value.dtype == F32 and n and ir.coef(st.index, t) == 1 and vectorizable(st.value, t) and \
-            any((n.op == "LOAD" and (ir.coef(n.srcs[0], t) not in (0, 1) or len(n.srcs) > 1)) or n.op in VECTOR_MATH
-                or (n.op == "cast" and n.srcs[0].dtype.itemsize == 1)  # nor byte -> float widening
-                for n in ir.walk(st.value) if t in ir.free_vars(n)):
+            (k.tags.get("vector_map") or
+             any((n.op == "LOAD" and (ir.coef(n.srcs[0], t) not in (0, 1) or len(n.srcs) > 1)) or n.op in VECTOR_MATH
+                 or (n.op == "cast" and n.srcs[0].dtype.itemsize == 1)  # nor byte -> float widening
+                 for n in ir.walk(st.value) if t in ir.free_vars(n))):
       sched.mode, sched.tile_var, sched.tile, sched.vl = "tile", t, max(1, min(4, t.arg[1] // n)) * n, n
     return sched
   if len(rs) != 1 or rs[0].arg[0] not in ("sum", "max", "min", "prod") or rs[0].dtype != F32:

@@ -1,11 +1,12 @@
 """Padding read through gated loads: a Pad or a window's padding feeding a conv or a pool is never a kernel of
-its own (the consumer gates its loads at the border, the vector tiles that cross it masking their lanes) and an
-explicit zero Pad folds into the conv's padding.
+its own (the consumer gates its loads at the border, the vector tiles that cross it masking their lanes), an
+explicit zero Pad folds into the conv's padding, and a 1x1 conv's loops are vector code or BLAS, never scalar.
 Every case is checked against onnxruntime and for bit-identical results across runs."""
 import numpy as np
 import pytest
 from onnx import helper
 
+import runtime.codegen.conv as conv
 from runtime import OnnxRunner
 
 from rt_helpers import memory_cache, node_model, ort_run
@@ -122,3 +123,22 @@ def test_a_pointwise_conv_feeding_a_padded_conv_needs_no_pad_kernel():
   r = checked(node_model(nodes, {"x": x}, consts), {"x": x})
   assert [k.tags.get("strategy") for k in r.program.kernels] == ["pointwise", "direct"]
   assert pad_kernels(r) == [], kernel_ops(r)
+
+
+@pytest.mark.parametrize("xs,band_bytes,strategy", [
+    ((1, 520, 7, 7), None, "pointwise"),      # a 7x7 plane: one band, its rows merged into one vector axis
+    ((1, 96, 14, 30), None, "pointwise"),
+    ((2, 128, 20, 24), 16 << 10, "pointwise"),  # several bands: the band's rows are a run-time extent
+    ((1, 96, 7, 7), None, "direct"),          # a tiny output: generated loops
+    ((1, 40, 10, 10), None, "direct"),
+])
+def test_a_one_by_one_convs_loops_are_never_scalar(monkeypatch, xs, band_bytes, strategy):
+  if band_bytes is not None:
+    monkeypatch.setattr(conv, "EPILOGUE_BAND_BYTES", band_bytes)
+  x = f32(*xs)
+  nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"]), helper.make_node("Relu", ["c"], ["r"]),
+           helper.make_node("Add", ["r", "x2"], ["y0"])]
+  x2 = f32(xs[0], 48, *xs[2:])
+  r = checked(node_model(nodes, {"x": x, "x2": x2}, {"w": weights(48, xs[1], 1, 1), "b": f32(48)}), {"x": x, "x2": x2})
+  assert [k.tags.get("strategy") for k in r.program.kernels] == [strategy]
+  assert schedules(r) and not any(s == "scalar" for s in schedules(r)), schedules(r)
