@@ -328,3 +328,90 @@ def recurrent(b: Body):
       b.op("Transpose", [b.op("Concat", parts, axis=axis) if nd > 1 else parts[0]], out=name, perm=perm)
     else:
       b.op("Concat", parts, out=name, axis=axis) if nd > 1 else b.op("Identity", [parts[0]], out=name)
+
+
+# ---------------------------------------------------------------- Einsum
+
+def _einsum_terms(eq: str, ranks: list[int], where: str) -> tuple[list[list[str]], list[str]]:
+  """Each operand's labels and the output's, '...' spelled out as labels of their own (digits, which the
+  equation cannot use), right-aligned across operands as numpy broadcasts them."""
+  eq = eq.replace(" ", "")
+  lhs, arrow, rhs = eq.partition("->")
+  terms = lhs.split(",")
+  if len(terms) != len(ranks) or any(not (c.isalpha() or c in ".,->") for c in eq):
+    raise ModelError(f"{where}: equation {eq!r} does not fit {len(ranks)} input(s)")
+  widths = []
+  for t, r in zip(terms, ranks):
+    n = len(t.replace("...", ""))
+    if t.count("...") > 1 or ("..." not in t and n != r) or n > r or t.replace("...", "").count("."):
+      raise ModelError(f"{where}: term {t!r} of {eq!r} does not fit an input of rank {r}")
+    widths.append(r - n if "..." in t else 0)
+  E = max(widths, default=0)
+  if E > 10:
+    raise UnsupportedOpError(f"{where}: Einsum with more than 10 dims under '...' is not supported")
+  ell = [str(i) for i in range(E)]
+  labels = [list(t.replace("...", "\0")) for t in terms]
+  labels = [sum(([*ell[E - w:]] if c == "\0" else [c] for c in ls), []) for ls, w in zip(labels, widths)]
+  if arrow:
+    if rhs.replace("...", "").count(".") or rhs.count("...") > 1:
+      raise ModelError(f"{where}: output term {rhs!r} of {eq!r} is malformed")
+    out = sum((ell if c == "\0" else [c] for c in rhs.replace("...", "\0")), [])
+  else:   # implicit output: '...' first, then every letter that appears once, in alphabetical order
+    counts: dict = {}
+    for ls in labels:
+      for c in ls:
+        counts[c] = counts.get(c, 0) + 1
+    out = ell + sorted(c for c, k in counts.items() if k == 1 and c.isalpha())
+  if len(set(out)) != len(out) or any(c not in sum(labels, []) for c in out):
+    raise ModelError(f"{where}: output labels {out} of {eq!r} repeat or are not among the inputs'")
+  return labels, out
+
+
+@decomposition("Einsum")
+def einsum(b: Body):
+  """Each operand's repeated labels taken to their diagonal (times an identity mask, summed over one copy),
+  the operands laid over one axis per label (Transpose, Unsqueeze), multiplied with broadcasting, summed over
+  the labels the output lacks and transposed into the output's order."""
+  eq = b.attrs["equation"]
+  eq = eq.decode() if isinstance(eq, bytes) else eq
+  names = list(b.node.input)
+  shapes = [b.shape_of(n) for n in names]
+  dt = b.dtype(b.type_of(names[0])[0], "input")
+  labels, out = _einsum_terms(eq, [len(s) for s in shapes], b.where)
+  order = list(dict.fromkeys(c for ls in labels for c in ls))   # one axis per label, by first appearance
+  sizes: dict = {}
+  vals = []
+  for name, shape, ls in zip(names, shapes, labels):
+    ls, shape = list(ls), list(shape)
+    for c, d in zip(ls, shape):
+      if d != 1 and sizes.setdefault(c, d) != d and sizes[c] != 1:
+        raise ModelError(f"{b.where}: label {c!r} of {eq!r} has sizes {sizes[c]} and {d}")
+      sizes[c] = max(sizes.get(c, 1), d)
+    while len(set(ls)) != len(ls):   # a repeated label: its diagonal
+      c = next(c for c in ls if ls.count(c) > 1)
+      p, q = ls.index(c), ls.index(c, ls.index(c) + 1)
+      if shape[p] != shape[q]:
+        raise ModelError(f"{b.where}: repeated label {c!r} of {eq!r} has sizes {shape[p]} and {shape[q]}")
+      mask = np.ones([shape[p] if i in (p, q) else 1 for i in range(len(shape))], dt)
+      mask[...] = np.eye(shape[p], dtype=dt).reshape(mask.shape)
+      name = b.op("ReduceSum", [b.op("Mul", [name, b.const(mask)]), b.const(_i64(q))], keepdims=0)
+      del ls[q], shape[q]
+    mine = sorted(ls, key=order.index)
+    if mine != ls:
+      name = b.op("Transpose", [name], perm=[ls.index(c) for c in mine])
+    missing = [i for i, c in enumerate(order) if c not in mine]
+    if missing:
+      name = b.op("Unsqueeze", [name, b.const(_i64(*missing))])
+    vals.append(name)
+  y = vals[0]
+  for v in vals[1:]:
+    y = b.op("Mul", [y, v])
+  gone = [i for i, c in enumerate(order) if c not in out]
+  kept = [c for c in order if c in out]
+  if gone:
+    y = b.op("ReduceSum", [y, b.const(_i64(*gone))], keepdims=0)
+  perm = [kept.index(c) for c in out]
+  if perm != list(range(len(perm))):
+    b.op("Transpose", [y], out=b.node.output[0], perm=perm)
+  else:
+    b.op("Identity", [y], out=b.node.output[0])

@@ -132,3 +132,25 @@ def _agrees_close(node, feeds):
     np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-6)
     assert got[name].tobytes() == again[name].tobytes()
   assert not r.program.fallbacks
+
+
+EINSUMS = [("bij,bjk->bik", [(5, 2, 3), (5, 3, 4)]), ("...ii->...i", [(3, 5, 5)]), ("ij,jk", [(2, 3), (3, 4)]),
+           ("i,j->ij", [(3,), (4,)]), ("...ij,...jk->...ik", [(2, 1, 3, 4), (5, 4, 2)]), ("ii", [(4, 4)]),
+           ("ijk->kji", [(2, 3, 4)]), ("bhqd,bhkd->bhqk", [(1, 2, 3, 4), (1, 2, 5, 4)])]
+
+
+@pytest.mark.parametrize("eq,shapes", EINSUMS, ids=[e for e, _ in EINSUMS])
+def test_einsum_agrees_with_numpy(eq, shapes):
+  rng = np.random.default_rng(8)
+  feeds = {f"x{i}": rng.standard_normal(s).astype(np.float32) for i, s in enumerate(shapes)}
+  model = _model(helper.make_node("Einsum", list(feeds), ["y"], equation=eq), feeds, opset=12)
+  r = OnnxRunner(model, cache=memory_cache())
+  got = r(**feeds)["y"]
+  np.testing.assert_allclose(got, np.einsum(eq, *feeds.values()), rtol=1e-5, atol=1e-5)
+  assert got.tobytes() == r(**feeds)["y"].tobytes() and not r.program.fallbacks
+
+
+def test_an_einsum_whose_terms_do_not_fit_its_inputs_is_a_model_error():
+  x = np.zeros((2, 3), np.float32)
+  with pytest.raises(ModelError, match="Einsum.*does not fit"):
+    OnnxRunner(_model(helper.make_node("Einsum", ["x"], ["y"], equation="ijk->i"), {"x": x}, opset=12), cache=memory_cache())
