@@ -415,3 +415,58 @@ def einsum(b: Body):
     b.op("Transpose", [y], out=b.node.output[0], perm=perm)
   else:
     b.op("Identity", [y], out=b.node.output[0])
+
+
+# ---------------------------------------------------------------- MatMulInteger, ConvInteger, ReverseSequence
+
+def _int32_less(b: Body, x: str, zp: str, zp_axes: list[int] | None = None) -> str:
+  """int32(x) - zp, the zero point broadcast as numpy does (or along zp_axes added to a vector one), as the
+  reference kernels compute it."""
+  x = b.op("Cast", [x], to=TensorProto.INT32)
+  if not zp:
+    return x
+  z = b.op("Cast", [zp], to=TensorProto.INT32)
+  if zp_axes and len(b.shape_of(zp)) == 1:
+    z = b.op("Unsqueeze", [z, b.const(_i64(*zp_axes))])
+  return b.op("Sub", [x, z])
+
+
+@decomposition("MatMulInteger")
+def matmul_integer(b: Body):
+  a, bb = _int32_less(b, b.input(0), b.input(2)), _int32_less(b, b.input(1), b.input(3))
+  b.op("MatMul", [a, bb], out=b.node.output[0])
+
+
+@decomposition("ConvInteger")
+def conv_integer(b: Body):
+  rank = len(b.shape_of(b.input(1)))
+  x = _int32_less(b, b.input(0), b.input(2))
+  w = _int32_less(b, b.input(1), b.input(3), list(range(1, rank)))
+  attrs = {k: v for k, v in b.attrs.items()}
+  b.op("Conv", [x, w], out=b.node.output[0], **attrs)
+
+
+@decomposition("ReverseSequence")
+def reverse_sequence(b: Body):
+  """y[.., t, .., i, ..] = x[.., lens[i] - 1 - t, .., i, ..] for t < lens[i], else x itself: per batch entry a
+  Gather along the time axis with indices computed from the run-time lengths (each length clamped into the axis,
+  so no index leaves it), the entries concatenated back."""
+  x, lens = b.input(0), b.input(1)
+  shape = b.shape_of(x)
+  rank = len(shape)
+  bax, tax = int(b.attrs.get("batch_axis", 1)), int(b.attrs.get("time_axis", 0))
+  if rank < 2 or {bax, tax} - {0, 1} or bax == tax:
+    raise ModelError(f"{b.where}: batch_axis {bax} and time_axis {tax} must be 0 and 1 of a rank >= 2 input")
+  T, N = shape[tax], shape[bax]
+  if b.shape_of(lens) != (N,):
+    raise ModelError(f"{b.where}: sequence_lens of shape {list(b.shape_of(lens))} is not one length per batch entry ({N})")
+  t = b.const(np.arange(T, dtype=np.int64).reshape(1, T))
+  n = b.op("Unsqueeze", [b.op("Cast", [lens], to=TensorProto.INT64), b.const(_i64(1))])          # [N, 1]
+  n = b.op("Min", [b.op("Max", [n, b.const(np.int64(0))]), b.const(np.int64(T))])
+  rev = b.op("Sub", [b.op("Sub", [n, b.const(np.int64(1))]), t])
+  idx = b.op("Where", [b.op("Less", [t, n]), rev, b.op("Expand", [t, b.const(_i64(N, T))])])      # [N, T]
+  parts = []
+  for i in range(N):
+    xi = _row(b, x, i) if bax == 0 else b.op("Gather", [x, b.const(np.int64(i))], axis=1)     # time axis now 0
+    parts.append(b.op("Unsqueeze", [b.op("Gather", [xi, _row(b, idx, i)], axis=0), b.const(_i64(bax))]))
+  b.op("Concat", parts, out=b.node.output[0], axis=bax)

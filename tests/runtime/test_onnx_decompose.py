@@ -154,3 +154,25 @@ def test_an_einsum_whose_terms_do_not_fit_its_inputs_is_a_model_error():
   x = np.zeros((2, 3), np.float32)
   with pytest.raises(ModelError, match="Einsum.*does not fit"):
     OnnxRunner(_model(helper.make_node("Einsum", ["x"], ["y"], equation="ijk->i"), {"x": x}, opset=12), cache=memory_cache())
+
+
+def test_matmul_integer_and_conv_integer_agree_with_the_reference():
+  rng = np.random.default_rng(9)
+  a, bm = rng.integers(0, 256, (4, 3)).astype(np.uint8), rng.integers(0, 256, (3, 5)).astype(np.uint8)
+  _agrees(helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"]),
+          {"a": a, "b": bm, "az": np.array([12], np.uint8), "bz": np.array([200], np.uint8)}, opset=10, compiled=False)
+  x, w = rng.integers(-128, 128, (1, 2, 5, 5)).astype(np.int8), rng.integers(-128, 128, (3, 2, 3, 3)).astype(np.int8)
+  _agrees(helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], pads=[1, 1, 1, 1]),
+          {"x": x, "w": w, "xz": np.array(3, np.int8), "wz": np.array([1, -2, 5], np.int8)}, opset=10, compiled=False)
+
+
+@pytest.mark.parametrize("batch_axis,time_axis", [(0, 1), (1, 0)])
+def test_reverse_sequence_with_run_time_lengths_agrees_with_the_reference(batch_axis, time_axis):
+  x = np.arange(4 * 5 * 3, dtype=np.float32).reshape((4, 5, 3) if batch_axis == 0 else (5, 4, 3))
+  node = helper.make_node("ReverseSequence", ["x", "lens"], ["y"], batch_axis=batch_axis, time_axis=time_axis)
+  model = _model(node, {"x": x, "lens": np.array([5, 1, 3, 0], np.int64)}, opset=10)
+  r = OnnxRunner(model, cache=memory_cache())
+  for lens in (np.array([5, 1, 3, 2], np.int64), np.array([1, 4, 5, 2], np.int64)):   # read on every call
+    want = ReferenceEvaluator(model).run(None, {"x": x, "lens": lens})[0]
+    np.testing.assert_array_equal(r(x=x, lens=lens)["y"], want)
+  assert not r.program.fallbacks
