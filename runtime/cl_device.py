@@ -299,7 +299,7 @@ class CLLinked:
         for j, b in enumerate(bufs):
           self._set(kern, j, *self.place[b])
           self.slots.setdefault(b, []).append((kern, j))
-        self.calls.append((kern, ctypes.c_size_t(work_items)))
+        self.calls.append((kern, ctypes.byref(ctypes.c_size_t(work_items))))
     self.bound: dict[str, Buffer] = {}
 
   def _own(self, specs: dict, bufs: dict) -> dict[str, Buffer]:
@@ -355,7 +355,7 @@ class CLLinked:
       if not kern:
         work_items(q)
         continue
-      rc = enqueue(q, kern, 1, None, ctypes.byref(work_items), None, 0, None, None)
+      rc = enqueue(q, kern, 1, None, work_items, None, 0, None, None)
       if rc:
         raise cl.CLError(f"clEnqueueNDRangeKernel returned OpenCL error {rc}")
 

@@ -186,6 +186,37 @@ def test_the_driver_monitoring_model_on_cl_matches_the_cpu_target(cl_dev):
   assert t["upload_s"] > 0 and t["compute_s"] > 0 and t["readback_s"] > 0
 
 
+def test_the_driver_monitoring_model_on_cl_is_one_enqueue_per_kernel_and_bit_identical_run_to_run(cl_dev):
+  gpu = OnnxRunner(DM_MODEL, device="CL")
+  assert len(gpu.linked.calls) == len(gpu.program.kernels)   # a padded buffer's borders: in its producer's kernel
+  feeds = {n: np.random.default_rng(1).integers(0, 256, s, dtype=np.uint8) if d == np.uint8 else
+           np.random.default_rng(1).standard_normal(s).astype(d) for n, (s, d) in gpu.input_specs.items()}
+  first = {n: a.tobytes() for n, a in gpu(**feeds).items()}
+  assert {n: a.tobytes() for n, a in gpu(**feeds).items()} == first
+
+
+def test_a_conv_the_optimiser_vectorises_is_the_c_targets_vector_code_a_work_item_per_row_on_cl(cl_dev):
+  rng = np.random.default_rng(5)
+  x, w = rng.standard_normal((1, 16, 12, 20)).astype(np.float32), rng.standard_normal((32, 16, 3, 3)).astype(np.float32)
+  model = tiny_model("Conv", {"x": x}, {"pads": [1, 1, 1, 1]}, consts={"w": w})
+  cpu, gpu = OnnxRunner(model, device="CPU"), OnnxRunner(model, device="CL")
+  (conv,) = [k for k in gpu.program.kernels if "Conv" in k.tags.get("ops", [])]
+  assert conv.tags["schedules"][0].startswith("work-items 12, tile") and "vf_load(" in conv.source
+  out = gpu(x=x)["y0"]
+  np.testing.assert_allclose(out, cpu(x=x)["y0"], rtol=1e-5, atol=1e-5)
+  assert gpu(x=x)["y0"].tobytes() == out.tobytes()
+
+
+def test_bytes_widened_to_float_lanes_on_cl_match_the_cpu_target(cl_dev):
+  x = np.random.default_rng(2).integers(0, 256, (1, 3, 8, 256), dtype=np.uint8)
+  nodes = [helper.make_node("Cast", ["x"], ["f"], to=1),
+           helper.make_node("AveragePool", ["f"], ["y0"], kernel_shape=[1, 8], strides=[1, 8])]
+  model = node_model(nodes, {"x": x}, {})
+  cpu, gpu = OnnxRunner(model, device="CPU"), OnnxRunner(model, device="CL")
+  assert any("vu8_loadf(" in k.source for k in gpu.program.kernels)
+  np.testing.assert_array_equal(gpu(x=x)["y0"], cpu(x=x)["y0"])
+
+
 def test_a_program_binary_is_kept_in_the_kernel_cache_and_a_damaged_one_is_rebuilt_from_source(cl_dev, tmp_path):
   src = render_cl.program_source(["__kernel void twice(__global float* x) { x[get_global_id(0)] *= 2.0f; }\n"])
   kernels = KernelCache(str(tmp_path / "cache"))
