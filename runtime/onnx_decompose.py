@@ -33,8 +33,8 @@ def decomposition(op: str):
 class Body:
   """The nodes a decomposition emits, named under `prefix`."""
 
-  def __init__(self, node: onnx.NodeProto, types: dict, where: str, prefix: str):
-    self.node, self.types, self.where, self.prefix = node, types, where, prefix
+  def __init__(self, node: onnx.NodeProto, types: dict, where: str, prefix: str, opset: int):
+    self.node, self.types, self.where, self.prefix, self.opset = node, types, where, prefix, opset
     self.nodes: list[onnx.NodeProto] = []
     self.attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     self.n = 0
@@ -78,12 +78,12 @@ class Body:
     return ONNX_DTYPES[code]
 
 
-def decompose(node: onnx.NodeProto, types: dict, where: str, prefix: str) -> list[onnx.NodeProto] | None:
-  """The nodes standing in for `node`, or None when we have no decomposition of its op."""
+def decompose(node: onnx.NodeProto, types: dict, where: str, prefix: str, opset: int) -> list[onnx.NodeProto] | None:
+  """The nodes standing in for `node` (read under `opset`), or None when we have no decomposition of its op."""
   fn = DECOMPOSITIONS.get(node.op_type)
   if fn is None:
     return None
-  b = Body(node, types, where, prefix)
+  b = Body(node, types, where, prefix, opset)
   fn(b)
   return b.nodes
 
@@ -470,3 +470,76 @@ def reverse_sequence(b: Body):
     xi = _row(b, x, i) if bax == 0 else b.op("Gather", [x, b.const(np.int64(i))], axis=1)     # time axis now 0
     parts.append(b.op("Unsqueeze", [b.op("Gather", [xi, _row(b, idx, i)], axis=0), b.const(_i64(bax))]))
   b.op("Concat", parts, out=b.node.output[0], axis=bax)
+
+
+# ---------------------------------------------------------------- DFT
+
+def _dft_matrices(n: int, L: int, onesided: bool) -> tuple[np.ndarray, np.ndarray]:
+  """C[j, k] = cos(2 pi j k / L) and S[j, k] = sin(2 pi j k / L) in float64, for the n input positions j (those
+  past L, which numpy's fft cuts, get zeros) and the L output bins k, or the first L // 2 + 1 when one-sided."""
+  j = np.arange(n)[:, None]
+  k = np.arange((L // 2 + 1) if onesided else L)[None, :]
+  ang = 2 * np.pi * ((j * k) % L) / L
+  return np.cos(ang) * (j < L), np.sin(ang) * (j < L)
+
+
+@decomposition("DFT")
+def dft(b: Body):
+  """The transform as products with constant cosine and sine matrices along the axis, in float64, cast back to
+  the input's type: forward, one-sided forward (the first L // 2 + 1 bins) and one-sided inverse (numpy's
+  irfft: a real signal from the first L // 2 + 1 bins, the others taken as their conjugates). The axis and
+  dft_length must be known at load."""
+  x = b.input(0)
+  shape = b.shape_of(x)
+  xt = b.type_of(x)[0]
+  b.dtype(xt, "input")
+  rank = len(shape)
+  if b.input(1):
+    raise UnsupportedOpError(f"{b.where}: DFT with a dft_length input is not supported")
+  if b.input(2):
+    raise UnsupportedOpError(f"{b.where}: DFT with an axis input is not supported (its value is known only at run time)")
+  axis = int(b.attrs.get("axis", 1 if b.opset < 20 else -2))
+  if rank < 2 or shape[-1] not in (1, 2) or not -rank <= axis < rank or axis % rank == rank - 1:
+    raise ModelError(f"{b.where}: input {list(shape)} and axis {axis} do not make a signal of real or complex values")
+  axis %= rank
+  inverse, onesided = bool(b.attrs.get("inverse", 0)), bool(b.attrs.get("onesided", 0))
+  n = shape[axis]
+  L = 2 * (n - 1) if inverse and onesided else n
+  if L <= 0:
+    raise UnsupportedOpError(f"{b.where}: DFT of length {L} is not supported")
+  perm = [i for i in range(rank - 1) if i != axis] + [axis]
+  back = [perm.index(i) for i in range(rank - 1)]
+  f64 = b.op("Cast", [x], to=TensorProto.DOUBLE)
+  re = b.op("Transpose", [b.op("Gather", [f64, b.const(np.int64(0))], axis=rank - 1)], perm=perm)
+  im = b.op("Transpose", [b.op("Gather", [f64, b.const(np.int64(1))], axis=rank - 1)], perm=perm) \
+      if shape[-1] == 2 else None
+
+  def mm(v, m):
+    return b.op("MatMul", [v, b.const(np.ascontiguousarray(m))])
+
+  def add(p, q, sign=1.0):
+    if q is None:
+      return p
+    return b.op("Add" if sign > 0 else "Sub", [p, q])
+
+  if inverse and onesided:   # irfft: x_j = (sum_k w_k (Re X_k cos - Im X_k sin)) / L over the first L // 2 + 1 bins
+    bins = L // 2 + 1
+    k = np.arange(n)[:, None]
+    j = np.arange(L)[None, :]
+    w = np.where((k == 0) | ((L % 2 == 0) & (k == L // 2)), 1.0, 2.0) * (k < bins)
+    ang = 2 * np.pi * ((k * j) % L) / L
+    C, S = w * np.cos(ang) / L, w * np.sin(ang) / L
+    parts = [add(mm(re, C), mm(im, S) if im is not None else None, -1.0)]
+  elif inverse:
+    # onnx's reference computes this one in single precision (numpy's fft keeps complex64), so the exact zeros
+    # of a real signal's round trip come out near 2e-7 there, past its cases' tolerance of 1e-7: refused until
+    # a reference of its own can check it
+    raise UnsupportedOpError(f"{b.where}: DFT inverse of a two-sided spectrum is not supported")
+  else:           # X = sum x e^{-i..}: real re C + im S, imaginary im C - re S
+    C, S = _dft_matrices(n, L, onesided)
+    real = add(mm(re, C), mm(im, S) if im is not None else None)
+    imag = b.op("Neg", [mm(re, S)]) if im is None else b.op("Sub", [mm(im, C), mm(re, S)])
+    parts = [real, imag]
+  outs = [b.op("Unsqueeze", [b.op("Transpose", [p], perm=back), b.const(_i64(rank - 1))]) for p in parts]
+  y = b.op("Concat", outs, axis=rank - 1) if len(outs) > 1 else outs[0]
+  b.op("Cast", [y], out=b.node.output[0], to=xt)

@@ -356,7 +356,7 @@ def _expanded_nodes(g: onnx.GraphProto, opset: int, types: _ValueTypes) -> list[
       f = _function_body(n, schema, ver, types)
     elif ours:
       _check_node(n, _schema(n.op_type, ver, where), where)
-      body = decompose(n, types, where, prefix)
+      body = decompose(n, types, where, prefix, ver)
     if f is None and body is None:
       out.append((n, ver, origin))
       types.nodes.append(n)

@@ -176,3 +176,32 @@ def test_reverse_sequence_with_run_time_lengths_agrees_with_the_reference(batch_
     want = ReferenceEvaluator(model).run(None, {"x": x, "lens": lens})[0]
     np.testing.assert_array_equal(r(x=x, lens=lens)["y"], want)
   assert not r.program.fallbacks
+
+
+@pytest.mark.parametrize("onesided", [0, 1])
+@pytest.mark.parametrize("complex_in", [False, True])
+def test_dft_forward_agrees_with_numpys_fft(onesided, complex_in):
+  rng = np.random.default_rng(10)
+  x = rng.standard_normal((2, 6, 3, 2 if complex_in else 1)).astype(np.float32)
+  signal = x[..., 0] + 1j * x[..., 1] if complex_in else x[..., 0]
+  want = np.fft.fft(signal.astype(np.complex128), axis=1)[:, :(4 if onesided else 6)]
+  r = OnnxRunner(_model(helper.make_node("DFT", ["x"], ["y"], axis=1, onesided=onesided), {"x": x}, opset=17),
+                 cache=memory_cache())
+  got = r(x=x)["y"]
+  np.testing.assert_allclose(got, np.stack([want.real, want.imag], -1).astype(np.float32), rtol=1e-5, atol=1e-5)
+
+
+def test_dft_one_sided_inverse_agrees_with_numpys_irfft():
+  rng = np.random.default_rng(11)
+  x = rng.standard_normal((1, 5, 3, 2)).astype(np.float32)
+  r = OnnxRunner(_model(helper.make_node("DFT", ["x"], ["y"], axis=1, inverse=1, onesided=1), {"x": x}, opset=17),
+                 cache=memory_cache())
+  want = np.fft.irfft((x[..., 0] + 1j * x[..., 1]).astype(np.complex128), n=8, axis=1)[..., None]
+  np.testing.assert_allclose(r(x=x)["y"], want.astype(np.float32), rtol=1e-5, atol=1e-5)
+
+
+def test_a_dft_axis_given_at_run_time_is_refused_naming_the_op():
+  x = np.zeros((1, 4, 1), np.float32)
+  model = _model(helper.make_node("DFT", ["x", "", "axis"], ["y"]), {"x": x, "axis": np.array(1, np.int64)}, opset=20)
+  with pytest.raises(UnsupportedOpError, match="DFT with an axis input"):
+    OnnxRunner(model, cache=memory_cache())
