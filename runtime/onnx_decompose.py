@@ -543,3 +543,23 @@ def dft(b: Body):
   outs = [b.op("Unsqueeze", [b.op("Transpose", [p], perm=back), b.const(_i64(rank - 1))]) for p in parts]
   y = b.op("Concat", outs, axis=rank - 1) if len(outs) > 1 else outs[0]
   b.op("Cast", [y], out=b.node.output[0], to=xt)
+
+
+@decomposition("QLinearMatMul")
+def qlinear_matmul(b: Body):
+  """y = saturate(rint((int32(a) - a_zp) @ (int32(b) - b_zp) * (a_scale * b_scale / y_scale) + y_zp)), the
+  product's scaling in float64 as numpy promotes the reference's int32 by float; 8-bit outputs only."""
+  a, a_s, a_z, bb, b_s, b_z, y_s, y_z = (b.input(i) for i in range(8))
+  out_t = b.type_of(y_z)[0] if y_z else b.type_of(a)[0]
+  if out_t not in QUANT_RANGES:
+    raise UnsupportedDtypeError(f"{b.where}: QLinearMatMul to {ONNX_DTYPE_NAMES.get(out_t, out_t)} is not supported")
+  for s in (a_s, b_s, y_s):
+    b.dtype(b.type_of(s)[0], "scale")
+  c = b.op("MatMul", [_int32_less(b, a, a_z), _int32_less(b, bb, b_z)])
+  scale = b.op("Cast", [b.op("Div", [b.op("Mul", [a_s, b_s]), y_s])], to=TensorProto.DOUBLE)
+  d = b.op("Mul", [b.op("Cast", [c], to=TensorProto.DOUBLE), scale])
+  if y_z:
+    d = b.op("Add", [d, b.op("Cast", [y_z], to=TensorProto.DOUBLE)])
+  lo, hi = QUANT_RANGES[out_t]
+  d = b.op("Min", [b.op("Max", [b.op("Round", [d]), b.const(np.float64(lo))]), b.const(np.float64(hi))])
+  b.op("Cast", [d], out=b.node.output[0], to=out_t)

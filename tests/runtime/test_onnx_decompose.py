@@ -205,3 +205,13 @@ def test_a_dft_axis_given_at_run_time_is_refused_naming_the_op():
   model = _model(helper.make_node("DFT", ["x", "", "axis"], ["y"]), {"x": x, "axis": np.array(1, np.int64)}, opset=20)
   with pytest.raises(UnsupportedOpError, match="DFT with an axis input"):
     OnnxRunner(model, cache=memory_cache())
+
+
+@pytest.mark.parametrize("dt", [np.uint8, np.int8])
+def test_qlinear_matmul_agrees_with_the_reference(dt):
+  rng = np.random.default_rng(12)
+  info = np.iinfo(dt)
+  q = lambda *s: rng.integers(info.min, info.max + 1, s).astype(dt)   # noqa: E731
+  feeds = {"a": q(2, 3, 4), "as": np.array([0.02], np.float32), "az": q(1), "b": q(4, 5), "bs": np.array([0.05], np.float32),
+           "bz": q(1), "ys": np.array([0.3], np.float32), "yz": q(1)}
+  _agrees(helper.make_node("QLinearMatMul", list(feeds), ["y"]), feeds, opset=10, compiled=False)
