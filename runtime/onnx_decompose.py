@@ -442,8 +442,8 @@ def conv_integer(b: Body):
   rank = len(b.shape_of(b.input(1)))
   x = _int32_less(b, b.input(0), b.input(2))
   w = _int32_less(b, b.input(1), b.input(3), list(range(1, rank)))
-  attrs = {k: v for k, v in b.attrs.items()}
-  b.op("Conv", [x, w], out=b.node.output[0], **attrs)
+  b.op("Conv", [x, w], out=b.node.output[0])
+  b.nodes[-1].attribute.extend(b.node.attribute)   # as given, whatever their values (the Conv checks them)
 
 
 @decomposition("ReverseSequence")
@@ -563,3 +563,88 @@ def qlinear_matmul(b: Body):
   lo, hi = QUANT_RANGES[out_t]
   d = b.op("Min", [b.op("Max", [b.op("Round", [d]), b.const(np.float64(lo))]), b.const(np.float64(hi))])
   b.op("Cast", [d], out=b.node.output[0], to=out_t)
+
+
+# ---------------------------------------------------------------- ai.onnx.preview.training: Adagrad, Momentum, Adam
+
+TRAINING_DOMAIN = "ai.onnx.preview.training"
+TRAINING_OPS = frozenset({"Adagrad", "Momentum", "Adam"})
+
+
+def _optimizer_groups(b: Body, groups: int) -> tuple[str, str, list[list[str]]]:
+  """(R, T, [[X_i, G_i, ...] per tensor]) of an optimizer node whose inputs are R, T and `groups` runs of n."""
+  ins = list(b.node.input)
+  n = (len(ins) - 2) // groups
+  if n < 1 or len(ins) != 2 + groups * n or len(b.node.output) != (groups - 1) * n:
+    raise ModelError(f"{b.where}: {len(ins)} inputs and {len(b.node.output)} outputs do not make {groups} runs of tensors")
+  for name in ins[2:]:
+    if b.type_of(name)[0] != TensorProto.FLOAT or b.type_of(ins[0])[0] != TensorProto.FLOAT:
+      raise UnsupportedDtypeError(f"{b.where}: {b.node.op_type} of tensors other than float32 is not supported")
+  return ins[0], ins[1], [[ins[2 + k * n + i] for k in range(groups)] for i in range(n)]
+
+
+def _f32(b: Body, name: str) -> float:
+  return b.const(np.float32(b.attrs.get(name, 0.0)))
+
+
+def _lin(b: Body, a: str, x: str, c: str) -> str:
+  """a * x + c"""
+  return b.op("Add", [b.op("Mul", [a, x]), c])
+
+
+@decomposition("Adagrad")
+def adagrad(b: Body):
+  """The reference's update: r' = r / (1 + t * decay_factor), g' = norm_coefficient * x + g, h' = h + g'^2,
+  x' = x - r' * g' / (sqrt(h') + epsilon); in float32."""
+  R, T, tensors = _optimizer_groups(b, 3)
+  t = b.op("Cast", [T], to=TensorProto.FLOAT)
+  r = b.op("Div", [R, _lin(b, t, _f32(b, "decay_factor"), b.const(np.float32(1)))])
+  n = len(tensors)
+  for i, (x, g, h) in enumerate(tensors):
+    gr = _lin(b, _f32(b, "norm_coefficient"), x, g)
+    h2 = b.op("Add", [h, b.op("Mul", [gr, gr])], out=b.node.output[n + i])
+    den = b.op("Add", [b.op("Sqrt", [h2]), _f32(b, "epsilon")])
+    b.op("Sub", [x, b.op("Div", [b.op("Mul", [r, gr]), den])], out=b.node.output[i])
+
+
+@decomposition("Momentum")
+def momentum(b: Body):
+  """The reference's update: g' = norm_coefficient * x + g, v' = alpha * v + (beta if t > 0 else 1) * g',
+  x' = x - r * v' (standard) or x - r * (g' + alpha * v') (nesterov); in float32."""
+  R, T, tensors = _optimizer_groups(b, 3)
+  mode = b.attrs.get("mode", b"standard")
+  mode = mode.decode() if isinstance(mode, bytes) else mode
+  if mode not in ("standard", "nesterov"):
+    raise ModelError(f"{b.where}: mode {mode!r} is not standard or nesterov")
+  beta = b.op("Where", [b.op("Greater", [T, b.const(np.int64(0))]), _f32(b, "beta"), b.const(np.float32(1))])
+  n = len(tensors)
+  for i, (x, g, v) in enumerate(tensors):
+    gr = _lin(b, _f32(b, "norm_coefficient"), x, g)
+    v2 = b.op("Add", [b.op("Mul", [_f32(b, "alpha"), v]), b.op("Mul", [beta, gr])], out=b.node.output[n + i])
+    step = v2 if mode == "standard" else _lin(b, _f32(b, "alpha"), v2, gr)
+    b.op("Sub", [x, b.op("Mul", [R, step])], out=b.node.output[i])
+
+
+@decomposition("Adam")
+def adam(b: Body):
+  """The reference's update: g' = norm_coefficient * x + g, v' = alpha * v + (1 - alpha) * g',
+  h' = beta * h + (1 - beta) * g'^2, r' = r * sqrt(1 - beta^t) / (1 - alpha^t) if t > 0 else r,
+  x' = (1 - norm_coefficient_post) * (x - r' * (v' / (sqrt(h') + epsilon))); in float32."""
+  R, T, tensors = _optimizer_groups(b, 4)
+  alpha, beta = float(np.float32(b.attrs.get("alpha", 0.9))), float(np.float32(b.attrs.get("beta", 0.999)))
+  t = b.op("Cast", [T], to=TensorProto.FLOAT)
+  one = b.const(np.float32(1))
+  bias = b.op("Div", [b.op("Sqrt", [b.op("Sub", [one, b.op("Pow", [b.const(np.float32(beta)), t])])]),
+                      b.op("Sub", [one, b.op("Pow", [b.const(np.float32(alpha)), t])])])
+  r = b.op("Where", [b.op("Greater", [T, b.const(np.int64(0))]), b.op("Mul", [R, bias]), R])
+  n = len(tensors)
+  post = b.const(np.float32(1) - np.float32(b.attrs.get("norm_coefficient_post", 0.0)))
+  for i, (x, g, v, h) in enumerate(tensors):
+    gr = _lin(b, _f32(b, "norm_coefficient"), x, g)
+    v2 = b.op("Add", [b.op("Mul", [b.const(np.float32(alpha)), v]), b.op("Mul", [b.const(np.float32(1 - alpha)), gr])],
+              out=b.node.output[n + i])
+    h2 = b.op("Add", [b.op("Mul", [b.const(np.float32(beta)), h]),
+                      b.op("Mul", [b.const(np.float32(1 - beta)), b.op("Mul", [gr, gr])])], out=b.node.output[2 * n + i])
+    den = b.op("Add", [b.op("Sqrt", [h2]), _f32(b, "epsilon")])
+    x2 = b.op("Sub", [x, b.op("Mul", [r, b.op("Div", [v2, den])])])
+    b.op("Mul", [post, x2], out=b.node.output[i])

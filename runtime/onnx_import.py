@@ -29,7 +29,7 @@ from .errors import InputError, ModelError, UnsupportedDtypeError, UnsupportedOp
 from .graph import Graph, Node, Spec, dtype_from_onnx
 from .kernels import supported_ops
 from .limits import LoadTotal, check_tensor
-from .onnx_decompose import BODY_OPSET, DECOMPOSITIONS, decompose
+from .onnx_decompose import BODY_OPSET, DECOMPOSITIONS, TRAINING_DOMAIN, TRAINING_OPS, decompose
 
 ONNX_OPS = frozenset(supported_ops())
 
@@ -174,9 +174,9 @@ def _given_spec(vi: onnx.ValueInfoProto, shape, where: str) -> Spec:
   return Spec(dims, dt)
 
 
-def _schema(op: str, opset: int, where: str):
+def _schema(op: str, opset: int, where: str, domain: str = ""):
   try:
-    return onnx.defs.get_schema(op, opset, "")
+    return onnx.defs.get_schema(op, opset, domain)
   except onnx.defs.SchemaError:
     raise ModelError(f"{where}: op {op!r} does not exist in opset {opset}") from None
 
@@ -334,7 +334,8 @@ class _ValueTypes:
     return self.known.get(name, default)
 
 
-def _expanded_nodes(g: onnx.GraphProto, opset: int, types: _ValueTypes) -> list[tuple[onnx.NodeProto, int, str]]:
+def _expanded_nodes(g: onnx.GraphProto, opset: int, types: _ValueTypes,
+                    training: int) -> list[tuple[onnx.NodeProto, int, str]]:
   """The graph's nodes, each op no kernel implements replaced by its function body when its schema has one, or
   by our decomposition of it (recursively), as (node, opset it is read under, the model's op it came from)."""
   out = []
@@ -346,7 +347,8 @@ def _expanded_nodes(g: onnx.GraphProto, opset: int, types: _ValueTypes) -> list[
     schema = None
     if n.domain in DEFAULT_DOMAINS and n.op_type not in ONNX_OPS and depth < MAX_EXPANSION_DEPTH:
       schema = _function_schema(n.op_type, ver)
-    ours = n.domain in DEFAULT_DOMAINS and n.op_type not in ONNX_OPS and n.op_type in DECOMPOSITIONS
+    ours = (n.domain in DEFAULT_DOMAINS and n.op_type not in ONNX_OPS and n.op_type in DECOMPOSITIONS) or \
+        (n.domain == TRAINING_DOMAIN and n.op_type in TRAINING_OPS and depth == 0)
     f = body = None
     where = f"{n.op_type} node {n.name!r}" if n.name else f"{n.op_type} node -> {list(n.output)}"
     prefix = f"{n.output[0] if n.output else n.op_type}::{n.op_type}{count + 1}::"
@@ -355,7 +357,7 @@ def _expanded_nodes(g: onnx.GraphProto, opset: int, types: _ValueTypes) -> list[
       _check_expandable(n, where)
       f = _function_body(n, schema, ver, types)
     elif ours:
-      _check_node(n, _schema(n.op_type, ver, where), where)
+      _check_node(n, _schema(n.op_type, training if n.domain == TRAINING_DOMAIN else ver, where, n.domain), where)
       body = decompose(n, types, where, prefix, ver)
     if f is None and body is None:
       out.append((n, ver, origin))
@@ -377,15 +379,19 @@ def import_onnx(model, input_shapes: dict | None = None) -> Graph:
     raise ModelError("the model has no graph (not an ONNX model?)")
   g = proto.graph
   opsets = [int(imp.version) for imp in proto.opset_import if imp.domain in DEFAULT_DOMAINS]
-  foreign = sorted({f"{n.domain}.{n.op_type}" for n in g.node if n.domain not in DEFAULT_DOMAINS})
+  training = [int(imp.version) for imp in proto.opset_import if imp.domain == TRAINING_DOMAIN]
+  foreign = sorted({f"{n.domain}.{n.op_type}" for n in g.node if n.domain not in DEFAULT_DOMAINS and not
+                    (n.domain == TRAINING_DOMAIN and n.op_type in TRAINING_OPS and training)})
   if foreign:
     raise UnsupportedOpError(f"model uses unsupported ops: {', '.join(foreign)}")
+  if not opsets and g.node and all(n.domain == TRAINING_DOMAIN for n in g.node):
+    opsets = [BODY_OPSET]   # only optimizer nodes, which we decompose into ai.onnx ops of our own opset
   if not opsets:
     raise ModelError("the model imports no ai.onnx opset")
   opset = opsets[-1]
   if not 1 <= opset <= MAX_OPSET:
     raise UnsupportedOpError(f"the model imports ai.onnx opset {opset}; this runtime knows opsets 1..{MAX_OPSET}")
-  expanded = _expanded_nodes(g, opset, _ValueTypes(proto, dict(input_shapes or {})))
+  expanded = _expanded_nodes(g, opset, _ValueTypes(proto, dict(input_shapes or {})), training[-1] if training else 0)
   unsupported: dict[str, set] = {}
   for n, _, origin in expanded:
     if n.domain not in DEFAULT_DOMAINS or n.op_type not in ONNX_OPS:

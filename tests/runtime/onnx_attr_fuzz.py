@@ -45,8 +45,9 @@ def _values(typ, current):
 
 def mutants(model: onnx.ModelProto):
   node = model.graph.node[0]
-  opset = max([o.version for o in model.opset_import if o.domain in ("", "ai.onnx")] or [1])
-  schema = onnx.defs.get_schema(node.op_type, opset, "")
+  domains = ("", "ai.onnx") if node.domain in ("", "ai.onnx") else (node.domain,)
+  opset = max([o.version for o in model.opset_import if o.domain in domains] or [1])
+  schema = onnx.defs.get_schema(node.op_type, opset, node.domain if node.domain != "ai.onnx" else "")
   current = {a.name: helper.get_attribute_value(a) for a in node.attribute}
   for name in sorted(schema.attributes):
     typ = schema.attributes[name].type

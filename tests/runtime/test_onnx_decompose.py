@@ -215,3 +215,27 @@ def test_qlinear_matmul_agrees_with_the_reference(dt):
   feeds = {"a": q(2, 3, 4), "as": np.array([0.02], np.float32), "az": q(1), "b": q(4, 5), "bs": np.array([0.05], np.float32),
            "bz": q(1), "ys": np.array([0.3], np.float32), "yz": q(1)}
   _agrees(helper.make_node("QLinearMatMul", list(feeds), ["y"]), feeds, opset=10, compiled=False)
+
+
+OPTIMIZERS = [("Adagrad", 3, {"decay_factor": 0.1, "epsilon": 1e-5, "norm_coefficient": 0.001}),
+              ("Momentum", 3, {"alpha": 0.95, "beta": 0.1, "mode": "nesterov", "norm_coefficient": 0.01}),
+              ("Adam", 4, {"alpha": 0.9, "beta": 0.85, "epsilon": 0.01, "norm_coefficient": 0.001, "norm_coefficient_post": 0.02})]
+
+
+@pytest.mark.parametrize("op,groups,attrs", OPTIMIZERS, ids=[o for o, _, _ in OPTIMIZERS])
+@pytest.mark.parametrize("t", [0, 3])
+def test_training_optimizers_of_the_preview_domain_agree_with_the_reference(op, groups, attrs, t):
+  rng = np.random.default_rng(13)
+  names = [f"{k}{i}" for k in "xgvh"[:groups] for i in range(2)]
+  feeds = {"r": np.array(0.1, np.float32), "t": np.array(t, np.int64)}
+  feeds.update({n: np.abs(rng.standard_normal((3,) if n.endswith("0") else (2, 2))).astype(np.float32) for n in names})
+  outs = [f"o{i}" for i in range(2 * (groups - 1))]
+  node = helper.make_node(op, list(feeds), outs, domain="ai.onnx.preview.training", **attrs)
+  g = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+                                      for n, a in feeds.items()], [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs])
+  model = helper.make_model(g, opset_imports=[helper.make_opsetid("ai.onnx.preview.training", 1)]).SerializeToString()
+  r = OnnxRunner(model, cache=memory_cache())
+  got = r(**feeds)
+  for name, w in zip(outs, ReferenceEvaluator(model).run(None, feeds)):
+    np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-6)
+  assert not r.program.fallbacks
