@@ -120,12 +120,12 @@ def test_programs_with_host_steps_dropped_one_after_another_leave_the_memory_the
     gc.collect()
 
 
-def test_float16_data_is_cs_float16_and_refused_at_load_with_a_typed_error_where_the_driver_lacks_it(cl_dev):
+def test_float16_data_is_the_c_float16_type_and_refused_typed_at_load_where_the_driver_lacks_it(cl_dev, monkeypatch):
   x = np.linspace(-2, 2, 8, dtype=np.float16)
   model = tiny_model("Relu", {"x": x})
   if cl_dev.float16:   # pocl's Clang compiles _Float16
     assert OnnxRunner(model, device="CL")(x=x)["y0"].tolist() == np.maximum(x, 0).tolist()
-  cl_dev.__dict__["float16"] = False   # a driver whose compiler has no _Float16
+  monkeypatch.setitem(cl_dev.__dict__, "float16", False)   # a driver whose compiler has no _Float16
   with pytest.raises(UnsupportedDtypeError, match=r"kernel k_\w+ holds float16 data.*compiles no _Float16"):
     OnnxRunner(model, device="CL")
 
