@@ -22,7 +22,7 @@ import numpy as np
 from cereal.messaging import sub_sock
 from common.cameras import DEVICE_CAMERAS
 from daemons.common.dm_warp import BORDER_VALUE, dm_transform
-from selfdrive_stub.cabin_warp import plan_for_camera
+from selfdrive_stub.supervisor.cabin_warp import plan_for_camera
 from common.realtime import stack_pins
 from msgq.namespace import Namespace
 from bench.results import record
@@ -85,7 +85,7 @@ def main(argv=None):
 
   with Namespace():
     cams, states = sub_sock("cabinCameraState"), sub_sock("driverStateV2")
-    procs = [start("selfdrive_stub.camerad", "--camera", args.camera), start("selfdrive_stub.car")]
+    procs = [start("selfdrive_stub.producers.camerad", "--camera", args.camera), start("selfdrive_stub.producers.car")]
     with_modeld = not args.no_modeld and os.path.exists(os.path.join(REPO_ROOT, "daemons", "modeld", "__main__.py"))
     if with_modeld:
       procs.append(start("daemons.modeld"))

@@ -4,7 +4,7 @@
 
 For the DM model (cabin luma warp) and the small road model (road + wide warps, image history), per frame:
 - program: FrameProgram.run (frames bound as external memory, the warps compiled into the model's program);
-- peer: the numpy warp (the cabin plan selfdrive_stub/cabin_warp.py, the tests' road oracle tests/warp_oracles.py,
+- peer: the numpy warp (the cabin plan selfdrive_stub/supervisor/cabin_warp.py, the tests' road oracle tests/warp_oracles.py,
   built once), a ring of the last five warped frames for the road model's image pair, then OnnxRunner on the
   same device.
 The two are interleaved frame by frame (so a busy neighbour slows both alike) and checked bit-identical on
@@ -22,7 +22,7 @@ from bench.results import record
 from daemons.common import frame_program as fp
 from common.cameras import DEVICE_CAMERAS
 from daemons.common.dm_warp import dm_transform
-from selfdrive_stub.cabin_warp import plan_for_camera
+from selfdrive_stub.supervisor.cabin_warp import plan_for_camera
 from tests.warp_oracles import RoadWarp
 from common.transforms import get_warp_matrix
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH as DM_MODEL

@@ -57,7 +57,7 @@ def run_mode(mode: str, args) -> dict:
       usb_amd.plug()
     models = sub_sock("modelV2", conflate=False)
     cams = [sub_sock(service, conflate=False) for service in ("narrowRoadCameraState", "wideRoadCameraState")]
-    procs = [start("selfdrive_stub.camerad", "--camera", args.camera), start("selfdrive_stub.car", "--camera", args.camera),
+    procs = [start("selfdrive_stub.producers.camerad", "--camera", args.camera), start("selfdrive_stub.producers.car", "--camera", args.camera),
              start("daemons.dmonitoringmodeld"), start("daemons.modeld", *(["--no-big"] if mode == "small" else []))]
     print(f"[{mode}] camerad ({args.camera}), car, dmonitoringmodeld, modeld; pinned: {stack_pins() or 'none'}; "
           f"warm-up {args.warmup:.0f} s, then {args.duration:.0f} s", flush=True)

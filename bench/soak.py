@@ -2,7 +2,7 @@
 
     python -m bench.soak [--minutes 10] [--fault-every 60] [--warmup 60] [--json out.json]
 
-Runs `selfdrive_stub.manager --usb-gpu` in a fresh bus namespace and, while it runs:
+Runs `selfdrive_stub.supervisor.manager --usb-gpu` in a fresh bus namespace and, while it runs:
 - injects a fault every --fault-every seconds, cycling through: one USB+AMD fault into the big model (modeld
   falls back to the small model for the rest of its life), then SIGKILL of camerad, car and dmonitoringd in
   turn (the manager restarts them; the model daemons reconnect). These restarts are expected; any other is not;
@@ -309,7 +309,7 @@ def main(argv=None) -> int:
   with Namespace() as ns:
     log = open(os.path.join(os.environ.get("TMPDIR", "/tmp"), f"soak_manager_{ns.prefix}.log"), "w")
     print(f"soak: {args.minutes:g} min in namespace {ns.prefix}; manager log {log.name}", flush=True)
-    manager = subprocess.Popen([sys.executable, "-m", "selfdrive_stub.manager", "--usb-gpu", "--no-view",
+    manager = subprocess.Popen([sys.executable, "-m", "selfdrive_stub.supervisor.manager", "--usb-gpu", "--no-view",
                                 "--status-every", "30"], cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT)
     soak = Soak(args)
     end = soak.start + args.minutes * 60

@@ -47,7 +47,7 @@ def main(argv=None) -> int:
   prefix = f"bench{os.getpid()}_{secrets.token_hex(3)}"
   os.environ[PREFIX_ENV] = prefix
   total = args.warmup + args.minutes * 60
-  cmd = [sys.executable, "-m", "selfdrive_stub.manager", "--duration", f"{total + 3:.0f}", "--no-view",
+  cmd = [sys.executable, "-m", "selfdrive_stub.supervisor.manager", "--duration", f"{total + 3:.0f}", "--no-view",
          "--status-every", "60", "--camera", args.camera] + (["--usb-gpu"] if args.usb_gpu else [])
   socks = {s: sub_sock(s, conflate=False) for s in OUTPUTS}
   lat = {s: [] for s in OUTPUTS}

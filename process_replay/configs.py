@@ -111,8 +111,8 @@ CONFIGS: dict[str, ProcessConfig] = {c.name: c for c in (
   ),
   ProcessConfig(
     name="dmonitoringd",
-    module="selfdrive_stub.dmonitoringd",
-    entry="selfdrive_stub.dmonitoringd:main",
+    module="selfdrive_stub.consumers.dmonitoringd",
+    entry="selfdrive_stub.consumers.dmonitoringd:main",
     pubs=("driverStateV2", "extrinsicsCalibration", "carState", "selfdriveState", "modelV2"),
     subs=("driverMonitoringState",),
     trigger=("driverStateV2",),
@@ -122,8 +122,8 @@ CONFIGS: dict[str, ProcessConfig] = {c.name: c for c in (
   ),
   ProcessConfig(
     name="selfdrived",
-    module="selfdrive_stub.selfdrived",
-    entry="selfdrive_stub.selfdrived:main",
+    module="selfdrive_stub.consumers.selfdrived",
+    entry="selfdrive_stub.consumers.selfdrived:main",
     pubs=("modelV2", "drivingModelData", "usbGpuState", "driverMonitoringState", "extrinsicsCalibration",
           "engageRequest", "carState"),
     subs=("selfdriveState",),

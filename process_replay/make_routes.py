@@ -29,8 +29,8 @@ from cereal.route import Route, RouteWriter
 from process_replay.cli import ArgParser, usage_exit
 from process_replay.configs import get_config
 from process_replay.harness import LogMessage, load_messages, replay
-from selfdrive_stub.car import CarStub, DriveModel
-from selfdrive_stub.scenes import SceneRenderer
+from selfdrive_stub.producers.car import CarStub, DriveModel
+from selfdrive_stub.producers.scenes import SceneRenderer
 from visionipc.nv12 import padded_nv12_layout
 
 START_NS = 1_000_000_000_000

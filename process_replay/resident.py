@@ -19,7 +19,7 @@ replaying routes A, B, A in one resident and getting A's bytes twice.
 
 A replayed daemon never outlives its harness, and SIGTERM ends it at any time:
 - before anything slow is imported it asks the kernel to SIGKILL it when PARENT_PID (the harness) dies
-  (selfdrive_stub.process.die_with_parent, the manager's own guard); `--exec` does only that and then execs the
+  (selfdrive_stub.supervisor.process.die_with_parent, the manager's own guard); `--exec` does only that and then execs the
   daemon, which keeps the request across exec;
 - the daemons' SIGTERM handlers only ask their loop to stop, and a loop parked at its replay gate never looks
   again while the harness is stopped or gone, so a SIGTERM (`kill`, a supervisor) would be ignored. Here SIGTERM
@@ -36,7 +36,7 @@ import signal
 import sys
 import traceback
 
-from selfdrive_stub.process import die_with_parent
+from selfdrive_stub.supervisor.process import die_with_parent
 
 _install_handler = signal.signal
 

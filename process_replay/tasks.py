@@ -34,7 +34,7 @@ from process_replay.compare import compare_logs, format_diff, format_diff_long, 
 from process_replay.configs import CHAIN, CHAIN_NAME, get_config, owner_of
 from process_replay.harness import ProcessRunner, ReplayError, load_messages, replay
 from process_replay.references import RefMissingError, load_ref, save_ref, truncate
-from selfdrive_stub.process import die_with_parent
+from selfdrive_stub.supervisor.process import die_with_parent
 
 ROUTES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "routes")
 PRELAUNCH_AHEAD = 1    # inline runs launch the daemons of this many next tasks early

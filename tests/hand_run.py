@@ -9,7 +9,7 @@ from repo_paths import REPO_ROOT
 
 
 def start_camerad() -> subprocess.Popen:
-  return subprocess.Popen([sys.executable, "-m", "selfdrive_stub.camerad", "--camera", "tici"], cwd=REPO_ROOT,
+  return subprocess.Popen([sys.executable, "-m", "selfdrive_stub.producers.camerad", "--camera", "tici"], cwd=REPO_ROOT,
                           env={**os.environ, "PYMODELD_PROCESS": "camerad"}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 

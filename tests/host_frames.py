@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from selfdrive_stub.cabin_warp import plan_for_camera
+from selfdrive_stub.supervisor.cabin_warp import plan_for_camera
 from daemons.common.stage_times import StageTimes, last_stage_times
 from runtime import OnnxRunner
 from warp_oracles import RoadWarp

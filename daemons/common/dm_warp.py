@@ -1,6 +1,6 @@
 """The fixed cabin-camera luma warp to the DM model's 1440×960 input: its geometry (facts: openpilot
 compile_dm_warp.py). The frame program (warp_program.py) does the warp; the host plan the viewer draws with,
-which is also the tests' oracle, is selfdrive_stub/cabin_warp.py.
+which is also the tests' oracle, is selfdrive_stub/supervisor/cabin_warp.py.
 
 Invariants:
 - The transform maps an output pixel to a source pixel: M = K_cam @ inv(K_dm), in float32, computed once per

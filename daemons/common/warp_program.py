@@ -2,7 +2,7 @@
 
 openpilot's compile_warp (selfdrive/modeld/compile_warp.py): the homography inlined as elementwise ops, round, clip, then one
 flat gather into the frame. The numpy warps (the tests' road oracle tests/warp_oracles.py, the cabin plan
-selfdrive_stub/cabin_warp.py) are the oracle: these graphs are bit-exact against them, which fixes the arithmetic:
+selfdrive_stub/supervisor/cabin_warp.py) are the oracle: these graphs are bit-exact against them, which fixes the arithmetic:
 - Road warp: the transform is a graph INPUT (3x3 float32), so a new calibration is new data, not a new
   program. Per output pixel, in float32 and in the oracle's order: w = (M20 x + M21 y) + M22,
   sx = ((M00 x + M01 y) + M02) / w, likewise sy; rint (half to even); NaN -> 0; clip to the image (which

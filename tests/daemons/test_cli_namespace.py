@@ -9,7 +9,8 @@ import pytest
 from repo_paths import REPO_ROOT
 
 
-@pytest.mark.parametrize("name", ["daemons.modeld", "daemons.dmonitoringmodeld", "selfdrive_stub.camerad", "selfdrive_stub.dmonitoringd"])
+@pytest.mark.parametrize("name", ["daemons.modeld", "daemons.dmonitoringmodeld", "selfdrive_stub.producers.camerad",
+                                  "selfdrive_stub.consumers.dmonitoringd"])
 def test_a_daemon_refuses_a_prefix_with_a_slash_in_one_line(name):
   r = subprocess.run([sys.executable, "-m", name], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
                      env={**os.environ, "OPENPILOT_PREFIX": "a/b"})

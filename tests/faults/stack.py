@@ -1,7 +1,7 @@
 """Helpers for the fault matrix: real processes started the way the manager starts them, and a bus recorder.
 
 Invariants:
-- Every child runs as `python -m selfdrive_stub.process NAME MODULE ...` with PYMODELD_PROCESS=NAME (its
+- Every child runs as `python -m selfdrive_stub.supervisor.process NAME MODULE ...` with PYMODELD_PROCESS=NAME (its
   publishing rights) and the test process as its "manager" (it is SIGKILLed if the test process dies).
 - A child's stdout+stderr go to a log file, readable with `log(name)` for assertions and diagnostics.
 - Stack.stop_all() stops every child (SIGINT, then SIGKILL) and reaps it: no zombies are left behind.
@@ -17,7 +17,7 @@ import time
 from cereal import messaging
 from procfs import proc_stats
 from repo_paths import REPO_ROOT
-from selfdrive_stub.process import spawn_child
+from selfdrive_stub.supervisor.process import spawn_child
 
 GENEROUS_S = 90.0    # "something should happen": a loaded 2-core machine may need a long time
 
@@ -49,7 +49,7 @@ class Stack:
     path = os.path.join(self.logdir, f"{name}.{len([k for k in self._logs if k.startswith(name)])}.log")
     self._logs[name] = path
     with open(path, "w") as log:
-      proc = spawn_child([sys.executable, "-m", "selfdrive_stub.child", name, module, *args], cwd=REPO_ROOT,
+      proc = spawn_child([sys.executable, "-m", "selfdrive_stub.supervisor.child", name, module, *args], cwd=REPO_ROOT,
                          env=child_env, stdout=log)
     self.procs[name] = proc
     return proc

@@ -7,7 +7,7 @@ import pytest
 import msgq
 from cereal import messaging
 from cereal.services import SERVICE_LIST
-from selfdrive_stub.liveview import ServiceMonitor
+from selfdrive_stub.supervisor.liveview import ServiceMonitor
 
 from .stack import Recorder, Stack, wait_for
 
@@ -135,7 +135,7 @@ def test_malformed_truncated_oversize_on_a_service_are_dropped_and_counted(tmp_p
   car = messaging.PubMaster(["carState", "extrinsicsCalibration"], allow_foreign=True)
   faulty = msgq.pub_sock("driverStateV2", SERVICE_LIST["driverStateV2"].queue_size)   # the raw bus, as a buggy writer
   try:
-    stack.start("dmonitoringd", "selfdrive_stub.dmonitoringd")
+    stack.start("dmonitoringd", "selfdrive_stub.consumers.dmonitoringd")
     rng = np.random.default_rng(7)
     sent_bad = sent_good = 0
     frame_id = 0

@@ -35,7 +35,7 @@ def test_camerad_killed_and_restarted(tmp_path):
   stack = Stack(str(tmp_path))
   rec = Recorder(list(OUTPUTS) + list(OUTPUTS.values()))
   try:
-    stack.start("camerad", "selfdrive_stub.camerad", "--camera", "tici")
+    stack.start("camerad", "selfdrive_stub.producers.camerad", "--camera", "tici")
     stack.start("modeld", "daemons.modeld", "--no-big")
     stack.start("dmonitoringmodeld", "daemons.dmonitoringmodeld")
     rec.wait(lambda r: all(len(r[s]) >= 3 for s in OUTPUTS), what="outputs of both daemons before the kill")
@@ -50,7 +50,7 @@ def test_camerad_killed_and_restarted(tmp_path):
     time.sleep(1.0)
     rec.poll()
     gaps = {s: max_gap(s) for s in OUTPUTS}
-    stack.start("camerad", "selfdrive_stub.camerad", "--camera", "tici")
+    stack.start("camerad", "selfdrive_stub.producers.camerad", "--camera", "tici")
     restarted_at = time.monotonic()
     rec.wait(lambda r: all(len(r.since(s, restarted_at)) >= 3 for s in OUTPUTS),
              what=lambda: f"outputs after the restart; logs:\n{stack.log('modeld')[-1500:]}\n"
@@ -154,7 +154,7 @@ def test_external_frame_memory_released_early(tmp_path):
   stack = Stack(str(tmp_path))
   rec = Recorder(["cabinCameraState"])
   try:
-    stack.start("camerad", "selfdrive_stub.camerad", "--camera", "tici")
+    stack.start("camerad", "selfdrive_stub.producers.camerad", "--camera", "tici")
     client = VisionIpcClient("camerad", VISION_STREAM_CABIN, conflate=True)
     wait_for(lambda: client.connect(False), what="camerad's cabin stream")
     frame = wait_for(lambda: client.recv(100), what="a cabin frame")
@@ -199,7 +199,7 @@ def test_external_frame_upload_matches_the_frame_when_not_overwritten(tmp_path):
   usb = Device["USB+AMD"]
   stack = Stack(str(tmp_path))
   try:
-    stack.start("camerad", "selfdrive_stub.camerad", "--camera", "tici")
+    stack.start("camerad", "selfdrive_stub.producers.camerad", "--camera", "tici")
     client = VisionIpcClient("camerad", VISION_STREAM_CABIN, conflate=True)
     wait_for(lambda: client.connect(False), what="camerad's cabin stream")
     for _ in range(3):

@@ -17,8 +17,8 @@ from runtime.device import Device
 from runtime.errors import ArtifactError
 from runtime.program import CompileCache
 from runtime.runner import OnnxRunner
-from selfdrive_stub import manager as manager_mod
-from selfdrive_stub.process import ProcessConfig
+from selfdrive_stub.supervisor import manager as manager_mod
+from selfdrive_stub.supervisor.process import ProcessConfig
 from visionipc import VISION_STREAM_CABIN, VISION_STREAM_NARROW_ROAD, VISION_STREAM_WIDE_ROAD, VisionIpcServer
 
 from .stack import Recorder, Stack, wait_for
@@ -46,7 +46,7 @@ def _bad_models(tmp_path) -> dict[str, tuple[str, list[str]]]:
 @pytest.mark.timeout(240)
 def test_bad_model_files_stop_the_daemon_at_startup_and_the_manager_shows_it(tmp_path):
   bad = _bad_models(tmp_path)
-  procs = [ProcessConfig("camerad", "selfdrive_stub.camerad", args=lambda o: ["--camera", "tici"])]
+  procs = [ProcessConfig("camerad", "selfdrive_stub.producers.camerad", args=lambda o: ["--camera", "tici"])]
   procs += [ProcessConfig(name, "daemons.dmonitoringmodeld", args=lambda o, p=path: ["--model", p], after=("camerad",))
             for name, (path, _) in bad.items()]
   opts = manager_mod.parse_args(["--duration", "150", "--no-view", "--status-every", "100"])
@@ -142,7 +142,7 @@ def test_code_built_for_another_device_is_never_run(tmp_path, monkeypatch):
   stack = Stack(str(tmp_path))
   rec = Recorder(["driverStateV2"])
   try:
-    stack.start("camerad", "selfdrive_stub.camerad", "--camera", "tici")
+    stack.start("camerad", "selfdrive_stub.producers.camerad", "--camera", "tici")
     stack.start("dmonitoringmodeld", "daemons.dmonitoringmodeld", env={"DEV": "USB+AMD"})
     rec.wait(lambda r: len(r["driverStateV2"]) >= 3,
              what=lambda: f"driverStateV2 from the USB+AMD daemon:\n{stack.log('dmonitoringmodeld')[-3000:]}")

@@ -28,11 +28,11 @@ def _start_dm_chain(stack: Stack, *dm_args: str, dm_env: dict | None = None) -> 
   """camerad, the car stub, dmonitoringmodeld (with dm_args / dm_env) and its consumers dmonitoringd and
   selfdrived, these two with SIMULATION=1."""
   sim = {"SIMULATION": "1"}
-  stack.start("camerad", "selfdrive_stub.camerad", "--camera", "tici")
-  stack.start("car", "selfdrive_stub.car", "--cal-seconds", "0.5")
+  stack.start("camerad", "selfdrive_stub.producers.camerad", "--camera", "tici")
+  stack.start("car", "selfdrive_stub.producers.car", "--cal-seconds", "0.5")
   stack.start("dmonitoringmodeld", "daemons.dmonitoringmodeld", *dm_args, env=dm_env)
-  stack.start("dmonitoringd", "selfdrive_stub.dmonitoringd", env=sim)
-  stack.start("selfdrived", "selfdrive_stub.selfdrived", env=sim)
+  stack.start("dmonitoringd", "selfdrive_stub.consumers.dmonitoringd", env=sim)
+  stack.start("selfdrived", "selfdrive_stub.consumers.selfdrived", env=sim)
 
 
 def _constant_camera(stop: threading.Event) -> tuple[VisionIpcServer, threading.Thread]:

@@ -21,7 +21,7 @@ DAEMONS = ("camerad", "car", "modeld", "dmonitoringmodeld", "dmonitoringd", "sel
 
 def _start_manager(log_path: str) -> subprocess.Popen:
   log = open(log_path, "w")
-  proc = subprocess.Popen([sys.executable, "-m", "selfdrive_stub.manager", "--no-view", "--status-every", "5"],
+  proc = subprocess.Popen([sys.executable, "-m", "selfdrive_stub.supervisor.manager", "--no-view", "--status-every", "5"],
                           cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
   log.close()
   return proc

@@ -39,11 +39,11 @@ def stack(namespace, tmp_path_factory):
   usb_amd.plug()
   s = Stack(str(tmp_path_factory.mktemp("usb_faults")))
   sim = {"SIMULATION": "1"}
-  s.start("camerad", "selfdrive_stub.camerad", "--camera", "tici")
-  s.start("car", "selfdrive_stub.car", "--chestnut", "--cal-seconds", "0.5", "--engage-after", "0.5")
+  s.start("camerad", "selfdrive_stub.producers.camerad", "--camera", "tici")
+  s.start("car", "selfdrive_stub.producers.car", "--chestnut", "--cal-seconds", "0.5", "--engage-after", "0.5")
   s.start("dmonitoringmodeld", "daemons.dmonitoringmodeld")
-  s.start("dmonitoringd", "selfdrive_stub.dmonitoringd", env=sim)
-  s.start("selfdrived", "selfdrive_stub.selfdrived", env=sim)
+  s.start("dmonitoringd", "selfdrive_stub.consumers.dmonitoringd", env=sim)
+  s.start("selfdrived", "selfdrive_stub.consumers.selfdrived", env=sim)
   yield s
   s.stop_all()
   usb_amd.unplug()

@@ -58,7 +58,7 @@ def _wait_for(predicate, timeout: float = 60.0, what: str = "condition") -> None
 def test_running_camerad_leaves_only_owner_only_files(namespace):
   """A real camerad process: its segments are 0600, its VisionIPC control socket 0600 or in a 0700 dir."""
   env = dict(os.environ, PYMODELD_PROCESS="camerad")
-  proc = subprocess.Popen([sys.executable, "-m", "selfdrive_stub.camerad", "--camera", "tici"], cwd=REPO_ROOT,
+  proc = subprocess.Popen([sys.executable, "-m", "selfdrive_stub.producers.camerad", "--camera", "tici"], cwd=REPO_ROOT,
                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
   try:
     sock_path = os.path.join(namespace.runtime_dir, "visionipc_camerad.sock")

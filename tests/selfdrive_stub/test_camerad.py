@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 from cereal import messaging
-from selfdrive_stub.camerad import FRAME_PERIOD_NS, READOUT_NS
-from selfdrive_stub.scenes import SceneRenderer
+from selfdrive_stub.producers.camerad import FRAME_PERIOD_NS, READOUT_NS
+from selfdrive_stub.producers.scenes import SceneRenderer
 from visionipc import VISION_STREAM_CABIN, VISION_STREAM_NARROW_ROAD, VISION_STREAM_WIDE_ROAD, VisionIpcClient
 from visionipc.framefile import FrameWriter
 from visionipc.nv12 import padded_nv12_layout
 from common.cameras import device_config
-from selfdrive_stub.camerad import CAMERAS, Camerad
+from selfdrive_stub.producers.camerad import CAMERAS, Camerad
 
 STREAMS = {"road": VISION_STREAM_NARROW_ROAD, "wide": VISION_STREAM_WIDE_ROAD, "cabin": VISION_STREAM_CABIN}
 
@@ -24,7 +24,7 @@ def camerad():
   procs = []
 
   def start(*args):
-    proc = subprocess.Popen([sys.executable, "-m", "selfdrive_stub.camerad", *args], stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "selfdrive_stub.producers.camerad", *args], stderr=subprocess.PIPE, text=True)
     procs.append(proc)
     return proc
 
@@ -43,7 +43,7 @@ def connect(stream, conflate=False):
 
 
 def test_help_describes_the_options():
-  out = subprocess.run([sys.executable, "-m", "selfdrive_stub.camerad", "--help"], capture_output=True, text=True,
+  out = subprocess.run([sys.executable, "-m", "selfdrive_stub.producers.camerad", "--help"], capture_output=True, text=True,
                        timeout=60)
   assert out.returncode == 0
   for option in ("--camera", "--seed", "--duration", "--frames", "--cabin-frames", "--buffers"):
@@ -120,7 +120,7 @@ def test_bad_recorded_input_is_a_clear_error(tmp_path):
   path = tmp_path / "fcamera.nv12z"
   with FrameWriter(str(path), 1344, 760, stride, uv_offset, size) as writer:
     writer.write(bytes(size), 0)
-  out = subprocess.run([sys.executable, "-m", "selfdrive_stub.camerad", "--camera", "tici", "--frames",
+  out = subprocess.run([sys.executable, "-m", "selfdrive_stub.producers.camerad", "--camera", "tici", "--frames",
                         str(tmp_path)], capture_output=True, text=True, timeout=60)
   assert out.returncode != 0 and "frames are 1344x760" in out.stderr and "tici road camera" in out.stderr
 

@@ -7,13 +7,13 @@ import sys
 import time
 
 from repo_paths import REPO_ROOT
-from selfdrive_stub.process import spawn_child
+from selfdrive_stub.supervisor.process import spawn_child
 
 
 def test_a_child_interrupted_anywhere_in_its_start_up_exits_without_a_traceback():
   tracebacks = []
   for i in range(16):
-    p = spawn_child([sys.executable, "-P", "-m", "selfdrive_stub.child", "probe", "selfdrive_stub.env"],
+    p = spawn_child([sys.executable, "-P", "-m", "selfdrive_stub.supervisor.child", "probe", "selfdrive_stub.env"],
                     cwd=REPO_ROOT, text=True, env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"})
     time.sleep(0.01 + 0.01 * i)   # from the interpreter's own start to the module's import
     p.send_signal(signal.SIGINT)

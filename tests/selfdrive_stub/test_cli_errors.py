@@ -50,7 +50,7 @@ def _dm_model_with_slices(tmp_path, slices) -> str:
 
 def test_manager_console_script_refuses_a_bad_flag_in_one_line():
   script = os.path.join(os.path.dirname(sys.executable), "pymodeld-manager")
-  argv = [script] if os.path.exists(script) else module("selfdrive_stub.manager")
+  argv = [script] if os.path.exists(script) else module("selfdrive_stub.supervisor.manager")
   code, lines = run([*argv, "--block", "nosuchd"])
   assert_one_line_error(code, lines, "pymodeld-manager", "nosuchd", "-h")
   assert len(lines) == 1, lines
@@ -81,21 +81,21 @@ def test_modeld_refuses_a_road_model_with_the_wrong_inputs_before_waiting_for_ca
 
 
 def test_camerad_names_a_frames_dir_that_is_not_there():
-  code, lines = run(module("selfdrive_stub.camerad", "--frames", "/nope"), env={"PYMODELD_PROCESS": "camerad"})
+  code, lines = run(module("selfdrive_stub.producers.camerad", "--frames", "/nope"), env={"PYMODELD_PROCESS": "camerad"})
   assert_one_line_error(code, lines, "camerad", "--frames /nope", "not a directory")
   assert len(lines) == 1, lines
 
 
 def test_camerad_names_a_frame_file_that_is_not_one(tmp_path):
   (tmp_path / "junk").write_bytes(b"not frames" * 100)
-  code, lines = run(module("selfdrive_stub.camerad", "--road-frames", str(tmp_path / "junk")),
+  code, lines = run(module("selfdrive_stub.producers.camerad", "--road-frames", str(tmp_path / "junk")),
                     env={"PYMODELD_PROCESS": "camerad"})
   assert_one_line_error(code, lines, "camerad", str(tmp_path / "junk"), "not a frame file")
 
 
 def test_car_names_a_bad_calibration_time():
-  code, lines = run(module("selfdrive_stub.car", "--cal-seconds", "0"), env={"PYMODELD_PROCESS": "car"})
-  assert_one_line_error(code, lines, "python -m selfdrive_stub.car", "--cal-seconds must be > 0")
+  code, lines = run(module("selfdrive_stub.producers.car", "--cal-seconds", "0"), env={"PYMODELD_PROCESS": "car"})
+  assert_one_line_error(code, lines, "python -m selfdrive_stub.producers.car", "--cal-seconds must be > 0")
   assert len(lines) == 1, lines
 
 
@@ -104,7 +104,7 @@ def test_logger_refuses_an_out_dir_of_another_user(tmp_path):
   out = tmp_path / "theirs"
   out.mkdir()
   os.chown(out, NOBODY, NOBODY)
-  code, lines = run(module("selfdrive_stub.logger", "--out", str(out)), env={"PYMODELD_PROCESS": "logger"})
+  code, lines = run(module("selfdrive_stub.supervisor.logger", "--out", str(out)), env={"PYMODELD_PROCESS": "logger"})
   assert_one_line_error(code, lines, "logger", str(out), f"owned by uid {NOBODY}", "private directory")
   assert len(lines) == 1 and os.listdir(out) == [], lines
 
@@ -113,13 +113,13 @@ def test_logger_refuses_a_world_writable_out_dir(tmp_path):
   out = tmp_path / "shared"
   out.mkdir()
   out.chmod(0o1777)
-  code, lines = run(module("selfdrive_stub.logger", "--out", str(out)), env={"PYMODELD_PROCESS": "logger"})
+  code, lines = run(module("selfdrive_stub.supervisor.logger", "--out", str(out)), env={"PYMODELD_PROCESS": "logger"})
   assert_one_line_error(code, lines, "logger", str(out), "writable by every user")
 
 
 def test_viewer_names_an_out_path_whose_dir_is_missing():
-  code, lines = run(module("selfdrive_stub.viewer", "--out", "/nonexistent-dir/view.png"))
-  assert_one_line_error(code, lines, "python -m selfdrive_stub.viewer", "/nonexistent-dir/view.png", "does not exist")
+  code, lines = run(module("selfdrive_stub.supervisor.viewer", "--out", "/nonexistent-dir/view.png"))
+  assert_one_line_error(code, lines, "python -m selfdrive_stub.supervisor.viewer", "/nonexistent-dir/view.png", "does not exist")
   assert len(lines) == 1, lines
 
 
@@ -127,7 +127,7 @@ def test_viewer_names_an_out_path_whose_dir_is_missing():
 def test_a_second_copy_of_a_consumer_says_another_one_runs(namespace, name, service):
   holder = messaging.PubMaster([service], allow_foreign=True)   # the copy already running
   try:
-    code, lines = run(module(f"selfdrive_stub.{name}"), env={"PYMODELD_PROCESS": name})
+    code, lines = run(module(f"selfdrive_stub.consumers.{name}"), env={"PYMODELD_PROCESS": name})
   finally:
     holder.close()
   assert_one_line_error(code, lines, name, service, "another copy already runs in this namespace")

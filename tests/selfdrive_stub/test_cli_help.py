@@ -10,14 +10,21 @@ import common.cli as cli
 from daemons.dmonitoringmodeld import daemon as dm_daemon
 from daemons.modeld import daemon as modeld_daemon
 from repo_paths import REPO_ROOT
-from selfdrive_stub import camerad, car, dmonitoringd, logger, manager, selfdrived, viewer
+from selfdrive_stub.producers import camerad
+from selfdrive_stub.producers import car
+from selfdrive_stub.consumers import dmonitoringd
+from selfdrive_stub.supervisor import logger
+from selfdrive_stub.supervisor import manager
+from selfdrive_stub.consumers import selfdrived
+from selfdrive_stub.supervisor import viewer
 
 # CLI -> the function that builds its parser and parses argv
 ENTRY_POINTS = {
-  "selfdrive_stub.manager": manager.parse_args, "daemons.dmonitoringmodeld": dm_daemon.main,
-  "daemons.modeld": modeld_daemon.main, "selfdrive_stub.camerad": camerad.parse_args,
-  "selfdrive_stub.car": car.parse_args, "selfdrive_stub.logger": logger.parse_args, "selfdrive_stub.viewer": viewer.main,
-  "selfdrive_stub.dmonitoringd": dmonitoringd.main, "selfdrive_stub.selfdrived": selfdrived.main,
+  "selfdrive_stub.supervisor.manager": manager.parse_args, "daemons.dmonitoringmodeld": dm_daemon.main,
+  "daemons.modeld": modeld_daemon.main, "selfdrive_stub.producers.camerad": camerad.parse_args,
+  "selfdrive_stub.producers.car": car.parse_args, "selfdrive_stub.supervisor.logger": logger.parse_args,
+  "selfdrive_stub.supervisor.viewer": viewer.main,
+  "selfdrive_stub.consumers.dmonitoringd": dmonitoringd.main, "selfdrive_stub.consumers.selfdrived": selfdrived.main,
 }
 FILE_LIKE = re.compile(r"[\w./-]+\.(?:md|py|onnx|json|capnp|txt)\b")
 

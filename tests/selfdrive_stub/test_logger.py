@@ -5,13 +5,13 @@ import sys
 from cereal import messaging
 from cereal.messaging import new_message
 from cereal.route import Route, RouteWriter
-from selfdrive_stub.logger import Logger
+from selfdrive_stub.supervisor.logger import Logger
 from repo_paths import REPO_ROOT
 
 
 
 def _logger(*args, **kw):
-  return subprocess.run([sys.executable, "-m", "selfdrive_stub.logger", *args], cwd=REPO_ROOT, capture_output=True,
+  return subprocess.run([sys.executable, "-m", "selfdrive_stub.supervisor.logger", *args], cwd=REPO_ROOT, capture_output=True,
                         text=True, timeout=120, **kw)
 
 
@@ -25,7 +25,7 @@ def test_refuses_unknown_camera_and_an_existing_route(tmp_path):
 
 def test_records_the_bus_without_cameras(tmp_path):
   out = tmp_path / "r"
-  proc = subprocess.Popen([sys.executable, "-m", "selfdrive_stub.logger", "--out", str(out), "--cameras", "",
+  proc = subprocess.Popen([sys.executable, "-m", "selfdrive_stub.supervisor.logger", "--out", str(out), "--cameras", "",
                            "--duration", "60"], cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
   try:
     pm = messaging.PubMaster(["carState"], allow_foreign=True)

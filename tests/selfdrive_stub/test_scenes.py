@@ -1,7 +1,7 @@
 """Synthetic scenes: deterministic per seed, moving over time, and a cabin driver that follows the script."""
 import numpy as np
 
-from selfdrive_stub.scenes import CABIN_SCRIPT_PERIOD_S, FPS, SceneRenderer, cabin_script, render_frame
+from selfdrive_stub.producers.scenes import CABIN_SCRIPT_PERIOD_S, FPS, SceneRenderer, cabin_script, render_frame
 from visionipc.nv12 import padded_nv12_layout
 
 

@@ -8,8 +8,8 @@ import pytest
 from PIL import Image, ImageDraw
 
 from common.cameras import TICI
-from selfdrive_stub import viewer
-from selfdrive_stub.viewer import (LANE_COLOR, LEGEND, NOTE_BACKGROUND, PATH_COLOR, STAND_IN_NOTE, Scene, render_view,
+from selfdrive_stub.supervisor import viewer
+from selfdrive_stub.supervisor.viewer import (LANE_COLOR, LEGEND, NOTE_BACKGROUND, PATH_COLOR, STAND_IN_NOTE, Scene, render_view,
                                    title_line)
 
 T = time.mktime((2026, 12, 2, 19, 30, 5, 0, 0, 0)) - time.timezone   # 2026-12-02 19:30:05 UTC

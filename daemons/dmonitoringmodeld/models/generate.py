@@ -43,7 +43,7 @@ N_FEATURES = 512
 DRIVER_HEADS = ("face_prob", "left_eye_prob", "right_eye_prob", "left_blink_prob", "right_blink_prob",
                 "sunglasses_prob", "using_phone_prob", "sleep_prob")
 
-# hand-designed face branch constants (tuned on selfdrive_stub/scenes.py's synthetic cabin face)
+# hand-designed face branch constants (tuned on selfdrive_stub/producers/scenes.py's synthetic cabin face)
 SKIN_MARGIN = 0.03   # skin must be this much brighter than the frame mean (luma scale 0..1)
 DARK_MARGIN = 0.06   # a dark feature is this much darker than its 7×7 neighbourhood
 SIL_GAIN = 20.0       # skin → 0..1 membership ramps
@@ -170,7 +170,7 @@ def face_branch(g, b60):
 
 # Hand weights: head logit = HAND[:, head] · features + bias, features =
 #   [head cx, head cy, yaw_dx, dark_dy, head mass, dark ratio, sclera image-left, sclera image-right].
-# Tuned on the synthetic cabin (selfdrive_stub/scenes.py), both cameras: head mass ≈ 0.08-0.12 with a face, 0
+# Tuned on the synthetic cabin (selfdrive_stub/producers/scenes.py), both cameras: head mass ≈ 0.08-0.12 with a face, 0
 # without; yaw_dx ≈ 0 facing the camera, ≈ -0.05..-0.07 turned 0.75 rad away; sclera ≈ 0.4-1.3 per open eye,
 # exactly 0 closed (the closed lid is darker than skin, the sclera brighter).
 N_FACE = 8

@@ -7,12 +7,12 @@ import pytest
 
 import runtime.link
 from cereal.messaging import new_message
-from selfdrive_stub.cabin_warp import WarpPlan
+from selfdrive_stub.supervisor.cabin_warp import WarpPlan
 from daemons.common.frame_loop import Frame
 from daemons.dmonitoringmodeld.core import Calibration, DMonitoringmodeld
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH, ModelState
 from daemons.dmonitoringmodeld.programs import load_programs
-from selfdrive_stub.scenes import SceneRenderer
+from selfdrive_stub.producers.scenes import SceneRenderer
 from host_frames import HostDMFrames, RuntimeModel
 from visionipc import VISION_STREAM_CABIN, VisionIpcClient, VisionIpcServer, get_nv12_info
 

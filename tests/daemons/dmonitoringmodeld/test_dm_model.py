@@ -5,11 +5,11 @@ import numpy as np
 import onnx
 import pytest
 
-from selfdrive_stub.cabin_warp import plan_for_camera
+from selfdrive_stub.supervisor.cabin_warp import plan_for_camera
 from daemons.dmonitoringmodeld.models import generate
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH, load_dm_metadata
 from daemons.dmonitoringmodeld.parse import parse_outputs
-from selfdrive_stub.scenes import SceneRenderer, cabin_script
+from selfdrive_stub.producers.scenes import SceneRenderer, cabin_script
 from host_frames import RuntimeModel
 
 MODEL_SHA256 = "2f7e41e8922c4b7232cdab5203f7fd516fcfb7bab3e3b7a3adbd67a02bc61e85"

@@ -20,7 +20,7 @@ from daemons.dmonitoringmodeld.model_state import MODEL_PATH, ModelState, load_d
 from daemons.dmonitoringmodeld.parse import non_finite_heads, parse_outputs
 from daemons.dmonitoringmodeld.programs import dm_frame_runner
 from host_frames import HostDMFrames
-from selfdrive_stub.scenes import SceneRenderer
+from selfdrive_stub.producers.scenes import SceneRenderer
 
 META = load_dm_metadata(MODEL_PATH)
 TICI = (1928, 1208, 2048)

@@ -4,7 +4,7 @@ import pytest
 
 from common.cameras import MICI, TICI, UnknownCameraError
 from daemons.common.dm_warp import BORDER_VALUE, dm_transform
-from selfdrive_stub.cabin_warp import build_plan, plan_for_camera
+from selfdrive_stub.supervisor.cabin_warp import build_plan, plan_for_camera
 
 OUT_W, OUT_H = 1440, 960
 

@@ -10,8 +10,8 @@ def test_camerad_to_modelv2(camera):
     return (sum(not warming_up(m) for m in got["modelV2"]) >= 10 and any(m.valid for m in got["modelV2"])
             and any(m.valid for m in got["drivingModelData"]))
 
-  procs = [spawn("selfdrive_stub.camerad", "--camera", camera, "--duration", "120"),
-           spawn("selfdrive_stub.car", "--camera", camera, "--duration", "120"),
+  procs = [spawn("selfdrive_stub.producers.camerad", "--camera", camera, "--duration", "120"),
+           spawn("selfdrive_stub.producers.car", "--camera", camera, "--duration", "120"),
            spawn("daemons.modeld", "--no-big")]
   try:
     got = collect(["modelV2", "drivingModelData", "cameraOdometry", "narrowRoadCameraState"], enough)

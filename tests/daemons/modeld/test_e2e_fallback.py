@@ -9,8 +9,8 @@ WAIT_TIMEOUT_MS = 5000   # short enough for a quick hang test, long enough that 
 
 def test_big_model_then_injected_hang_falls_back_to_small():
   usb_amd.plug()   # presence file in this test's namespace, inherited by the children
-  procs = [spawn("selfdrive_stub.camerad", "--camera", "mici", "--duration", "120"),
-           spawn("selfdrive_stub.car", "--camera", "mici", "--duration", "120"),
+  procs = [spawn("selfdrive_stub.producers.camerad", "--camera", "mici", "--duration", "120"),
+           spawn("selfdrive_stub.producers.car", "--camera", "mici", "--duration", "120"),
            spawn("daemons.modeld", "--wait-timeout-ms", str(WAIT_TIMEOUT_MS))]
   arrivals = []
   try:

@@ -10,7 +10,7 @@ from common.cameras import TICI
 from daemons.modeld.core import CarInputs, Frame, Modeld
 from runtime import usb_amd as usb_amd_sim
 from runtime.device import Device
-from selfdrive_stub.selfdrived import SelfdriveStateMachine, collect_events
+from selfdrive_stub.consumers.selfdrived import SelfdriveStateMachine, collect_events
 from visionipc import get_nv12_info
 from daemons.modeld.daemon import BigModelLoader, big_model_available
 from daemons.modeld.programs import load_programs

@@ -36,8 +36,8 @@ def test_a_bug_keeps_its_traceback():
 
 
 @pytest.mark.parametrize("module, unneeded", [
-  ("selfdrive_stub.selfdrived", ("numpy", "cereal.route", "runtime.device")),
-  ("selfdrive_stub.dmonitoringd", ("cereal.route", "runtime.device")),   # its policy's pose maths uses numpy
+  ("selfdrive_stub.consumers.selfdrived", ("numpy", "cereal.route", "runtime.device")),
+  ("selfdrive_stub.consumers.dmonitoringd", ("cereal.route", "runtime.device")),   # its policy's pose maths uses numpy
 ])
 def test_the_safety_consumers_start_without_the_route_reader_or_the_runtimes_devices(module, unneeded):
   """Their replay is launch-bound: each heavy import they do not need costs every replay task its start-up."""

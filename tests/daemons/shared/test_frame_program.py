@@ -10,7 +10,7 @@ import runtime.runner
 from daemons.common import frame_program as fp
 from common.cameras import config_for_frame
 from daemons.common.dm_warp import dm_transform
-from selfdrive_stub.cabin_warp import plan_for_camera
+from selfdrive_stub.supervisor.cabin_warp import plan_for_camera
 from warp_oracles import RoadWarp
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH as DM_MODEL
 from daemons.common.stage_times import StageTimes

@@ -10,7 +10,7 @@ import pytest
 
 from common.realtime import (PRIORITIES, SchedulingPlan, config_realtime_process, cores_requested,
                                      default_pins, parse_cpu_list, realtime_requested, scheduling_plan)
-from selfdrive_stub import manager
+from selfdrive_stub.supervisor import manager
 
 CHILD = """
 import json, os, sys
@@ -160,8 +160,8 @@ def test_plan_uses_the_reference_priority_and_the_cores_and_logs_the_outcome(spa
   assert applied.split()[2] == "True"
 
 
-@pytest.mark.parametrize("module", ["selfdrive_stub.camerad", "daemons.dmonitoringmodeld", "daemons.modeld",
-                                    "selfdrive_stub.manager"])
+@pytest.mark.parametrize("module", ["selfdrive_stub.producers.camerad", "daemons.dmonitoringmodeld", "daemons.modeld",
+                                    "selfdrive_stub.supervisor.manager"])
 def test_daemons_refuse_a_bad_value_at_start_up(spawn_python, module):
   proc = spawn_python(f"import runpy; runpy.run_module({module!r}, run_name='__main__')",
                       env={"PYMODELD_CORES": "modeld=x"})

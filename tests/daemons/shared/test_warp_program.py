@@ -7,7 +7,7 @@ import pytest
 from daemons.common import warp_program as wp
 from common.cameras import config_for_frame
 from daemons.common.dm_warp import dm_transform
-from selfdrive_stub.cabin_warp import build_plan, plan_for_camera
+from selfdrive_stub.supervisor.cabin_warp import build_plan, plan_for_camera
 from daemons.common.road_warp import WarpError
 from warp_oracles import RoadWarp
 from runtime.link import link

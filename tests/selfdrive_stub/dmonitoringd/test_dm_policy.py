@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from selfdrive_stub.dm_policy import (DT_DMON, DMInputs, DriverData, DriverMonitoring, MalformedInput, Settings,
+from selfdrive_stub.consumers.dm_policy import (DT_DMON, DMInputs, DriverData, DriverMonitoring, MalformedInput, Settings,
                                       face_orientation_from_model)
 
 

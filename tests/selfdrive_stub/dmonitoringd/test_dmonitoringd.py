@@ -3,7 +3,7 @@
 import math
 
 from cereal.messaging import SubMaster, log_from_bytes, new_message
-from selfdrive_stub import dmonitoringd
+from selfdrive_stub.consumers import dmonitoringd
 
 def driver_state(yaw=0.0, valid=True, face=0.95):
   msg = new_message("driverStateV2", valid=valid)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from cereal.messaging import PubMaster, log_from_bytes, new_message, sub_sock
-from selfdrive_stub.scenes import SceneRenderer, cabin_script
+from selfdrive_stub.producers.scenes import SceneRenderer, cabin_script
 from visionipc import VISION_STREAM_CABIN, VisionIpcServer
 from visionipc.nv12 import padded_nv12_layout
 
@@ -42,10 +42,10 @@ def test_camerad_to_driver_state_and_daemon_death_raises_alerts(procs):
   states = sub_sock("driverStateV2")
   dms = sub_sock("driverMonitoringState")
   pm = PubMaster(["selfdriveState"], allow_foreign=True)
-  procs.start("camerad", "selfdrive_stub.camerad", "--camera", "tici")
-  procs.start("car", "selfdrive_stub.car")
+  procs.start("camerad", "selfdrive_stub.producers.camerad", "--camera", "tici")
+  procs.start("car", "selfdrive_stub.producers.car")
   model = procs.start("dmonitoringmodeld", "daemons.dmonitoringmodeld")
-  procs.start("dmonitoringd", "selfdrive_stub.dmonitoringd")
+  procs.start("dmonitoringd", "selfdrive_stub.consumers.dmonitoringd")
 
   cam_frames, outputs = {}, []
   deadline = time.monotonic() + 90
@@ -91,7 +91,7 @@ def test_camerad_to_driver_state_and_daemon_death_raises_alerts(procs):
 
 
 def test_clean_exit_on_sigterm(procs):
-  procs.start("camerad", "selfdrive_stub.camerad", "--camera", "mici")
+  procs.start("camerad", "selfdrive_stub.producers.camerad", "--camera", "mici")
   model = procs.start("dmonitoringmodeld", "daemons.dmonitoringmodeld")
   states = sub_sock("driverStateV2")
   deadline = time.monotonic() + 60
@@ -133,7 +133,7 @@ def test_looking_away_raises_alerts_at_the_vision_timings(procs):
   dms = sub_sock("driverMonitoringState")
   lockstep = {"REPLAY": "1", "SIMULATION": "1"}
   procs.start("dmonitoringmodeld", "daemons.dmonitoringmodeld", env=lockstep)
-  procs.start("dmonitoringd", "selfdrive_stub.dmonitoringd", env=lockstep)
+  procs.start("dmonitoringd", "selfdrive_stub.consumers.dmonitoringd", env=lockstep)
 
   def step(what, timeout=30.0):
     for service, msg in context_messages().items():

@@ -40,7 +40,7 @@ def run_manager(namespace, tmp_path):
   """run_manager(*args) runs the manager CLI in the test's namespace -> (exit code, output, summary dict)."""
   def run(*args, timeout=240):
     summary = tmp_path / "summary.json"
-    proc = subprocess.run([sys.executable, "-m", "selfdrive_stub.manager", "--summary-json", str(summary), *args],
+    proc = subprocess.run([sys.executable, "-m", "selfdrive_stub.supervisor.manager", "--summary-json", str(summary), *args],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout)
     report = json.loads(summary.read_text()) if summary.exists() else None
     return proc.returncode, proc.stdout + proc.stderr, report

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from cereal import messaging
-from selfdrive_stub.car import INPUTS_NEEDED, DriveModel
+from selfdrive_stub.producers.car import INPUTS_NEEDED, DriveModel
 from repo_paths import REPO_ROOT
 
 
@@ -51,7 +51,7 @@ def test_bad_calibration_time_is_refused():
 def test_car_process_publishes_its_services():
   names = ["carState", "carControl", "deviceState", "extrinsicsCalibration", "lateralDelay", "engageRequest"]
   socks = {n: messaging.sub_sock(n, conflate=False) for n in names}
-  proc = subprocess.Popen([sys.executable, "-m", "selfdrive_stub.car", "--camera", "mici", "--engage-after", "1",
+  proc = subprocess.Popen([sys.executable, "-m", "selfdrive_stub.producers.car", "--camera", "mici", "--engage-after", "1",
                            "--cal-seconds", "1.5"], cwd=REPO_ROOT, env={**os.environ, "PYMODELD_PROCESS": "car"})
   got = {n: [] for n in names}
   try:

@@ -15,7 +15,7 @@ def test_a_module_in_the_working_directory_does_not_shadow_the_childrens_package
     (cwd / f"{name}.py").write_text('raise SystemExit("SHADOWED by the working directory")\n')
   summary = tmp_path / "summary.json"
   # the manager itself runs with -P as its console script would (a console script's path has no cwd either)
-  r = subprocess.run([sys.executable, "-P", "-m", "selfdrive_stub.manager", "--duration", "4", "--no-view",
+  r = subprocess.run([sys.executable, "-P", "-m", "selfdrive_stub.supervisor.manager", "--duration", "4", "--no-view",
                       "--summary-json", str(summary), *LIGHT], cwd=cwd, capture_output=True, text=True, timeout=120,
                      env=os.environ)
   out = r.stdout + r.stderr

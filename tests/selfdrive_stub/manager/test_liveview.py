@@ -5,9 +5,9 @@ import time
 
 from cereal import messaging
 from cereal.messaging import new_message
-from selfdrive_stub import manager as mgr
-from selfdrive_stub.liveview import CpuMeter, ServiceMonitor, process_rows, render_line, render_screen
-from selfdrive_stub.process import ManagedProcess, ProcessConfig
+from selfdrive_stub.supervisor import manager as mgr
+from selfdrive_stub.supervisor.liveview import CpuMeter, ServiceMonitor, process_rows, render_line, render_screen
+from selfdrive_stub.supervisor.process import ManagedProcess, ProcessConfig
 
 
 class FakeClock:
@@ -144,9 +144,9 @@ def test_frames_lost_across_a_fallback_are_counted_and_low_validity_is_flagged()
 
 def test_the_status_line_does_not_count_a_disabled_process_as_down_and_shows_a_crash_reason():
   clock, mon, pm = _fake_monitor({"carState": 100.0})
-  logger = ManagedProcess(ProcessConfig("logger", "selfdrive_stub.logger"))
+  logger = ManagedProcess(ProcessConfig("logger", "selfdrive_stub.supervisor.logger"))
   logger.state = "disabled"
-  car = ManagedProcess(ProcessConfig("car", "selfdrive_stub.car"))
+  car = ManagedProcess(ProcessConfig("car", "selfdrive_stub.producers.car"))
   car.state, car.crashes, car.last_error = "backoff", 1, "car: something went wrong"
   line = render_line([logger, car], mon, 1.0)
   assert "procs 0/1 up" in line and "car crashed: car: something went wrong" in line

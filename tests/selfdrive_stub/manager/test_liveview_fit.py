@@ -17,9 +17,9 @@ import time
 import unicodedata
 
 from repo_paths import REPO_ROOT
-from selfdrive_stub import manager as mgr
-from selfdrive_stub.liveview import CLEAR
-from selfdrive_stub.process import ProcessConfig
+from selfdrive_stub.supervisor import manager as mgr
+from selfdrive_stub.supervisor.liveview import CLEAR
+from selfdrive_stub.supervisor.process import ProcessConfig
 
 LIGHT = ("--block", "modeld,dmonitoringmodeld,dmonitoringd,selfdrived")
 LONG_ERROR = "car: the calibration file " + " ".join(f"part{i}" for i in range(40)) + " is missing"
@@ -84,7 +84,7 @@ def event_log(frame):
 
 def test_the_real_manager_fits_80x24_and_follows_a_resize(namespace):
   term = PtyReader(80, 24)
-  proc = subprocess.Popen([sys.executable, "-m", "selfdrive_stub.manager", "--duration", "8", *LIGHT], cwd=REPO_ROOT,
+  proc = subprocess.Popen([sys.executable, "-m", "selfdrive_stub.supervisor.manager", "--duration", "8", *LIGHT], cwd=REPO_ROOT,
                           stdin=subprocess.DEVNULL, stdout=term.slave, stderr=subprocess.PIPE, text=True)
   os.close(term.slave)   # the child has its own copy: the reader ends when the manager exits
   try:

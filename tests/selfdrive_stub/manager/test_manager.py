@@ -9,11 +9,11 @@ from contextlib import contextmanager
 
 import pytest
 
-from selfdrive_stub import manager as mgr
-from selfdrive_stub.process import ProcessConfig
+from selfdrive_stub.supervisor import manager as mgr
+from selfdrive_stub.supervisor.process import ProcessConfig
 from msgq.namespace import runtime_dir_path, shm_dir_path
-from selfdrive_stub.process import ManagedProcess
-from selfdrive_stub.process import module_exists
+from selfdrive_stub.supervisor.process import ManagedProcess
+from selfdrive_stub.supervisor.process import module_exists
 from repo_paths import REPO_ROOT
 
 
@@ -41,7 +41,7 @@ def test_killed_process_is_restarted(run_manager, assert_nothing_left):
 
 def test_unexpected_exit_is_a_crash_restarted_with_backoff_and_fails_the_run(namespace):
   # a car stub that ends on its own after 0.2 s: to the manager that is a crash
-  procs = [ProcessConfig("car", "selfdrive_stub.car", args=lambda o: ["--duration", "0.2"])]
+  procs = [ProcessConfig("car", "selfdrive_stub.producers.car", args=lambda o: ["--duration", "0.2"])]
   out = io.StringIO()
   m = mgr.Manager(_opts("11"), processes=procs, out=out)
   code = m.run()
@@ -53,7 +53,7 @@ def test_unexpected_exit_is_a_crash_restarted_with_backoff_and_fails_the_run(nam
 
 
 def test_missing_module_is_reported_not_fatal(namespace):
-  procs = [ProcessConfig("car", "selfdrive_stub.car"),
+  procs = [ProcessConfig("car", "selfdrive_stub.producers.car"),
            ProcessConfig("ghost", "selfdrive_stub.no_such_daemon", after=("car",))]
   out = io.StringIO()
   m = mgr.Manager(_opts("10", "--rate-tolerance", "0.6"), processes=procs, out=out)
@@ -81,7 +81,7 @@ def process_titles(pids) -> dict[int, str]:
 def running_manager(**popen_args):
   """(process, what it printed until all its processes were up) of a manager without the two model daemons;
   killed and reaped on the way out if it is still running."""
-  cmd = [sys.executable, "-m", "selfdrive_stub.manager", "--block", "modeld,dmonitoringmodeld"]
+  cmd = [sys.executable, "-m", "selfdrive_stub.supervisor.manager", "--block", "modeld,dmonitoringmodeld"]
   proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           **popen_args)
   try:
@@ -180,7 +180,7 @@ def test_stale_namespace_of_a_killed_manager_is_swept(monkeypatch):
 
 
 def test_stop_escalates_to_sigkill_when_sigint_is_not_obeyed():
-  p = ManagedProcess(ProcessConfig("car", "selfdrive_stub.car"), stop_timeout=1.0)
+  p = ManagedProcess(ProcessConfig("car", "selfdrive_stub.producers.car"), stop_timeout=1.0)
   assert p.start(dict(os.environ))
   try:
     time.sleep(0.5)
@@ -197,6 +197,6 @@ def test_stop_escalates_to_sigkill_when_sigint_is_not_obeyed():
 
 
 def test_missing_module_detection():
-  assert module_exists("selfdrive_stub.car") and module_exists("daemons.dmonitoringmodeld")   # a package with __main__
+  assert module_exists("selfdrive_stub.producers.car") and module_exists("daemons.dmonitoringmodeld")   # a package with __main__
   assert not module_exists("selfdrive_stub.no_such_thing") and not module_exists("no_such_package.x")
   assert not module_exists("daemons.common")                                               # a package without __main__

@@ -12,7 +12,7 @@ import pytest
 
 from msgq.namespace import runtime_dir_path, shm_dir_path
 from repo_paths import REPO_ROOT
-from selfdrive_stub.owner import LOCK_NAME, NamespaceBusy, NamespaceOwner, clean, holder
+from selfdrive_stub.supervisor.owner import LOCK_NAME, NamespaceBusy, NamespaceOwner, clean, holder
 
 NOBODY = 65534
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="simulating another user needs root (chown)")
@@ -21,12 +21,12 @@ LIGHT = ("--block", "modeld,dmonitoringmodeld,dmonitoringd,selfdrived")
 
 def _manager(*args, env=None, **popen):
   popen = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True, **popen}
-  return subprocess.Popen([sys.executable, "-m", "selfdrive_stub.manager", *args], cwd=REPO_ROOT,
+  return subprocess.Popen([sys.executable, "-m", "selfdrive_stub.supervisor.manager", *args], cwd=REPO_ROOT,
                           env={**os.environ, **(env or {})}, **popen)
 
 
 def _run(*args, env=None, timeout=120):
-  return subprocess.run([sys.executable, "-m", "selfdrive_stub.manager", *args], cwd=REPO_ROOT,
+  return subprocess.run([sys.executable, "-m", "selfdrive_stub.supervisor.manager", *args], cwd=REPO_ROOT,
                         env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=timeout)
 
 
@@ -84,7 +84,7 @@ def test_the_lock_is_released_with_the_owner_and_checked_by_inode(namespace):
 def test_a_sigkilled_owner_loses_the_namespace_at_once(namespace, spawn_python):
   child = spawn_python("""
     import sys, time
-    from selfdrive_stub.owner import NamespaceOwner
+    from selfdrive_stub.supervisor.owner import NamespaceOwner
     owner = NamespaceOwner.acquire(sys.argv[1])
     print("OWNED", flush=True)
     time.sleep(600)
@@ -223,7 +223,7 @@ def _shm_entries(namespace):
 
 
 def test_a_manager_on_a_namespace_a_hand_started_camerad_uses_refuses_naming_it_and_removes_nothing(namespace):
-  camerad = subprocess.Popen([sys.executable, "-m", "selfdrive_stub.camerad"], cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
+  camerad = subprocess.Popen([sys.executable, "-m", "selfdrive_stub.producers.camerad"], cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE, text=True)
   try:
     deadline = time.monotonic() + 60

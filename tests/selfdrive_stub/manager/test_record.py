@@ -6,7 +6,7 @@ import sys
 import numpy as np
 
 from cereal.route import Route
-from selfdrive_stub.scenes import render_frame
+from selfdrive_stub.producers.scenes import render_frame
 from process_replay.compare import compare_logs
 from process_replay.configs import get_config
 from process_replay.harness import replay
@@ -16,14 +16,14 @@ from repo_paths import REPO_ROOT
 
 def test_manager_records_a_route(namespace, tmp_path):
   out = tmp_path / "route"
-  proc = subprocess.run([sys.executable, "-m", "selfdrive_stub.manager", "--duration", "12", "--camera", "mici",
+  proc = subprocess.run([sys.executable, "-m", "selfdrive_stub.supervisor.manager", "--duration", "12", "--camera", "mici",
                          "--seed", "3", "--record", str(out), "--rate-tolerance", "0.6",
                          "--block", "modeld,dmonitoringmodeld,dmonitoringd,selfdrived"],
                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=180)
   assert proc.returncode == 0, proc.stdout + proc.stderr
   with Route(str(out)) as route:
     assert route.header["complete"] and route.camera == "mici" and route.header["seed"] == 3
-    assert route.header["generator"] == "selfdrive_stub.logger"
+    assert route.header["generator"] == "selfdrive_stub.supervisor.logger"
     events = route.events()
     times = [e.logMonoTime for e in events]
     assert times == sorted(times)

@@ -56,7 +56,7 @@ class Lines:
 def test_the_big_road_model_on_cl_runs_and_an_injected_hang_falls_back_to_the_small_cpu_model(namespace, tmp_path,
                                                                                               assert_nothing_left):
   summary = tmp_path / "summary.json"
-  proc = subprocess.Popen([sys.executable, "-m", "selfdrive_stub.manager", "--model-device", "CL", "--duration", "120",
+  proc = subprocess.Popen([sys.executable, "-m", "selfdrive_stub.supervisor.manager", "--model-device", "CL", "--duration", "120",
                            "--summary-json", str(summary), "--rate-tolerance", "0.95", "--status-every", "5", *LIGHT_ROAD],
                           cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
   lines = Lines(proc)

@@ -14,9 +14,9 @@ from cereal import messaging
 from cereal.messaging import new_message
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH as DM_MODEL_PATH
 from repo_paths import REPO_ROOT
-from selfdrive_stub import manager as mgr
-from selfdrive_stub.liveview import ServiceMonitor
-from selfdrive_stub.process import ProcessConfig
+from selfdrive_stub.supervisor import manager as mgr
+from selfdrive_stub.supervisor.liveview import ServiceMonitor
+from selfdrive_stub.supervisor.process import ProcessConfig
 
 
 def _module(tmp_path, monkeypatch, name, code):
@@ -122,7 +122,7 @@ def test_the_summary_lists_state_changes_with_reasons_fallback_losses_and_low_va
 
 
 def _cli(*args, env=None):
-  r = subprocess.run([sys.executable, "-m", "selfdrive_stub.manager", *args], cwd=REPO_ROOT, capture_output=True,
+  r = subprocess.run([sys.executable, "-m", "selfdrive_stub.supervisor.manager", *args], cwd=REPO_ROOT, capture_output=True,
                      text=True, timeout=120, env={**os.environ, **(env or {})})
   return r.returncode, (r.stdout + r.stderr).strip().splitlines()
 

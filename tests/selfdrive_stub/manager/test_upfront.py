@@ -11,7 +11,7 @@ from repo_paths import REPO_ROOT
 
 
 def _run(*args, env=None):
-  return subprocess.run([sys.executable, "-m", "selfdrive_stub.manager", *args], cwd=REPO_ROOT, capture_output=True, text=True,
+  return subprocess.run([sys.executable, "-m", "selfdrive_stub.supervisor.manager", *args], cwd=REPO_ROOT, capture_output=True, text=True,
                         timeout=60, env={**os.environ, **(env or {})})
 
 

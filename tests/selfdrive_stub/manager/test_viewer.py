@@ -3,7 +3,7 @@ import numpy as np
 from PIL import Image
 
 from common.cameras import TICI
-from selfdrive_stub.viewer import (FACE_COLOR, LANE_COLOR, PATH_COLOR, Scene, face_pixel, project, render_cabin,
+from selfdrive_stub.supervisor.viewer import (FACE_COLOR, LANE_COLOR, PATH_COLOR, Scene, face_pixel, project, render_cabin,
                                    render_road, render_view)
 from repo_paths import REPO_ROOT
 
@@ -54,7 +54,7 @@ def test_viewer_cli_without_a_stack_says_so(tmp_path):
   import sys
   out = tmp_path / "v.png"
   root = REPO_ROOT
-  proc = subprocess.run([sys.executable, "-m", "selfdrive_stub.viewer", "--out", str(out), "--wait", "0.3"],
+  proc = subprocess.run([sys.executable, "-m", "selfdrive_stub.supervisor.viewer", "--out", str(out), "--wait", "0.3"],
                         cwd=root, capture_output=True, text=True, timeout=120)
   assert proc.returncode == 0, proc.stderr
   assert "no camera frames" in proc.stdout and "no messages from: modelV2" in proc.stdout
@@ -68,7 +68,7 @@ def test_the_viewer_run_where_no_stack_is_leaves_no_namespace_behind(tmp_path, n
   import sys
   for d in (namespace.shm_dir, namespace.runtime_dir):   # no stack here: nothing of the namespace exists
     os.rmdir(d)
-  proc = subprocess.run([sys.executable, "-m", "selfdrive_stub.viewer", "--out", str(tmp_path / "v.png"), "--wait",
+  proc = subprocess.run([sys.executable, "-m", "selfdrive_stub.supervisor.viewer", "--out", str(tmp_path / "v.png"), "--wait",
                          "0.3"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
   assert proc.returncode == 0, proc.stderr
   assert not os.path.exists(namespace.shm_dir) and not os.path.exists(namespace.runtime_dir)
@@ -80,7 +80,7 @@ def test_the_viewer_next_to_a_running_stack_leaves_its_namespace_alone(tmp_path,
   import sys
   marker = os.path.join(namespace.shm_dir, "someones_segment")
   open(marker, "wb").close()
-  proc = subprocess.run([sys.executable, "-m", "selfdrive_stub.viewer", "--out", str(tmp_path / "v.png"), "--wait",
+  proc = subprocess.run([sys.executable, "-m", "selfdrive_stub.supervisor.viewer", "--out", str(tmp_path / "v.png"), "--wait",
                          "0.3"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
   assert proc.returncode == 0, proc.stderr
   assert os.path.exists(marker) and os.path.isdir(namespace.runtime_dir)

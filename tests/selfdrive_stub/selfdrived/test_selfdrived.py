@@ -2,7 +2,7 @@
 import pytest
 
 from cereal import messaging
-from selfdrive_stub.selfdrived import (BIG_MODEL_LOADING, SOFT_DISABLE_STEPS, SelfdriveStateMachine, collect_events,
+from selfdrive_stub.consumers.selfdrived import (BIG_MODEL_LOADING, SOFT_DISABLE_STEPS, SelfdriveStateMachine, collect_events,
                                        fill_selfdrive_state, malformed_services)
 
 RATES = {"modelV2": 20, "drivingModelData": 20, "usbGpuState": 20, "driverMonitoringState": 20, "extrinsicsCalibration": 4,

@@ -14,7 +14,7 @@ from repo_paths import REPO_ROOT
 def test_selfdrived_process_refuses_without_inputs():
   sock = messaging.sub_sock("selfdriveState", conflate=False)
   pm = messaging.PubMaster(["engageRequest"], allow_foreign=True)
-  proc = subprocess.Popen([sys.executable, "-m", "selfdrive_stub.selfdrived"], cwd=REPO_ROOT, env=dict(os.environ),
+  proc = subprocess.Popen([sys.executable, "-m", "selfdrive_stub.consumers.selfdrived"], cwd=REPO_ROOT, env=dict(os.environ),
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
   states = []
   try:

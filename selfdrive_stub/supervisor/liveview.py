@@ -33,7 +33,7 @@ import unicodedata
 from collections import deque
 from dataclasses import dataclass, field
 from cereal import messaging
-from selfdrive_stub.selfdrived import MODEL_SERVICES
+from selfdrive_stub.consumers.selfdrived import MODEL_SERVICES
 
 RATE_WINDOW_S = 5.0
 VALID_OK = 0.95      # a service with a lower share of valid messages is flagged
@@ -49,7 +49,7 @@ COMPILE_PROGRESS = re.compile(r"runtime: compiled (\d+)/(\d+) (\w+)")
 MODEL_OUTPUTS = {"modeld": "modelV2", "dmonitoringmodeld": "driverStateV2"}
 VIEW_SERVICES = ("modelV2", "driverStateV2", "driverMonitoringState", "selfdriveState", "extrinsicsCalibration",
                  "carState", "managerState")
-# selfdrived event -> the inputs whose state explains it (selfdrive_stub/selfdrived.py collect_events)
+# selfdrived event -> the inputs whose state explains it (selfdrive_stub/consumers/selfdrived.py collect_events)
 EVENT_INPUTS = {
   "modeldLagging": MODEL_SERVICES, "modelInvalid": MODEL_SERVICES, "bigModelLoading": ("modelV2",),
   "bigModelFailed": ("modelV2",), "driverMonitoringUnavailable": ("driverMonitoringState", "driverStateV2"),

@@ -8,7 +8,7 @@ Invariants:
   published since it started), has given up (missing/crashed) or READY_TIMEOUT_S has passed.
 - Every run gets its own namespace: OPENPILOT_PREFIX if set (so outside tools can join), a fresh
   manager<pid>_<hex> otherwise; at start, such namespaces left by a SIGKILLed manager are removed.
-- A namespace has one owner (selfdrive_stub/owner.py: an flock in its runtime dir). A second manager on the
+- A namespace has one owner (selfdrive_stub/supervisor/owner.py: an flock in its runtime dir). A second manager on the
   same prefix refuses in one line naming the owner's pid and touches nothing; so does a manager on a prefix whose
   services live processes already publish (pieces started by hand: named with their pids); a namespace dir another user
   planted is refused in one line saying how to fix it. Exit 2 for all three, as for every user mistake.
@@ -60,11 +60,11 @@ from runtime import config as runtime_config
 from runtime import cl, faults, usb_amd
 from runtime.device import DeviceUnavailable
 from runtime.faults import DEVICE_KINDS, FAULT_KINDS
-from selfdrive_stub.car import SCENARIOS
-from selfdrive_stub.liveview import CLEAR, VALID_OK, CpuMeter, ServiceMonitor, render_line, render_screen
-from selfdrive_stub.owner import NamespaceBusy, NamespaceOwner, clean, holder, label, publishers
-from selfdrive_stub.process import ManagedProcess, ProcessConfig
-from selfdrive_stub.viewer import Viewer
+from selfdrive_stub.producers.car import SCENARIOS
+from selfdrive_stub.supervisor.liveview import CLEAR, VALID_OK, CpuMeter, ServiceMonitor, render_line, render_screen
+from selfdrive_stub.supervisor.owner import NamespaceBusy, NamespaceOwner, clean, holder, label, publishers
+from selfdrive_stub.supervisor.process import ManagedProcess, ProcessConfig
+from selfdrive_stub.supervisor.viewer import Viewer
 
 READY_TIMEOUT_S = 30.0
 LOOP_DT = 0.1
@@ -104,14 +104,14 @@ def _logger_args(o) -> list[str]:
 
 PROCESSES = [
   # the logger goes first so the route starts with the first messages; its camera clients connect when they can
-  ProcessConfig("logger", "selfdrive_stub.logger", args=_logger_args, should_run=lambda o: bool(o.record),
+  ProcessConfig("logger", "selfdrive_stub.supervisor.logger", args=_logger_args, should_run=lambda o: bool(o.record),
                 ready_check=lambda o: os.path.exists(os.path.join(o.record, "header.json"))),
-  ProcessConfig("camerad", "selfdrive_stub.camerad", args=_camerad_args, after=("logger",)),
-  ProcessConfig("car", "selfdrive_stub.car", args=_car_args, after=("logger",)),
+  ProcessConfig("camerad", "selfdrive_stub.producers.camerad", args=_camerad_args, after=("logger",)),
+  ProcessConfig("car", "selfdrive_stub.producers.car", args=_car_args, after=("logger",)),
   ProcessConfig("modeld", "daemons.modeld", env=_modeld_env, after=("camerad",)),
   ProcessConfig("dmonitoringmodeld", "daemons.dmonitoringmodeld", after=("camerad",)),
-  ProcessConfig("dmonitoringd", "selfdrive_stub.dmonitoringd"),
-  ProcessConfig("selfdrived", "selfdrive_stub.selfdrived"),
+  ProcessConfig("dmonitoringd", "selfdrive_stub.consumers.dmonitoringd"),
+  ProcessConfig("selfdrived", "selfdrive_stub.consumers.selfdrived"),
 ]
 
 
@@ -628,7 +628,7 @@ summary: printed at the end of every run (--duration, Ctrl-C, SIGTERM, SIGHUP); 
 namespace: OPENPILOT_PREFIX if set (outside tools can join the run), a fresh one otherwise (printed at
   start). One manager owns a namespace; its shared memory and sockets are removed at exit, and every child is
   stopped (SIGINT, SIGKILL after 5 s). E.g. OPENPILOT_PREFIX=demo pymodeld-manager, then in another terminal
-  OPENPILOT_PREFIX=demo python -m selfdrive_stub.viewer --out view.png. Pieces started by hand leave their
+  OPENPILOT_PREFIX=demo python -m selfdrive_stub.supervisor.viewer --out view.png. Pieces started by hand leave their
   namespace behind: pymodeld-manager --clean [PREFIX] removes it once nothing uses it.
 
 scheduling: camerad is pinned to the first CPU and modeld to the last (with 2 or more), so that modeld's

@@ -15,7 +15,7 @@ Invariants:
   right after a hand-off ran beside the models that the hand-off had just woken, on the same cores, so their
   frames waited for camerad's rendering. A render that overruns its lead makes that frame late (the lateness
   shows in every EOF-based figure); the lead then grows with it.
-- Pixels come from the synthetic scenes (frame k of --seed, selfdrive_stub/scenes.py), or from recorded
+- Pixels come from the synthetic scenes (frame k of --seed, selfdrive_stub/producers/scenes.py), or from recorded
   frame files; recorded pixels are served with this run's frame ids and timestamps.
 - SIGINT/SIGTERM end the run cleanly (exit 0) after the frame in progress. A bad --frames path or frame file
   is one line naming it and exit 2.
@@ -33,7 +33,7 @@ from cereal import messaging
 from common.cameras import DEVICE_CAMERAS, DeviceCameraConfig, config_for_frame, device_config
 from common.cli import Parser, UsageError, run_cli, stop_on_signals
 from common.realtime import SCHEDULING_HELP, scheduling_plan
-from selfdrive_stub.scenes import FPS, SceneRenderer
+from selfdrive_stub.producers.scenes import FPS, SceneRenderer
 from visionipc import VISION_STREAM_CABIN, VISION_STREAM_NARROW_ROAD, VISION_STREAM_WIDE_ROAD, VisionIpcServer
 from visionipc.framefile import STREAM_FILE_NAMES, FrameReader
 from visionipc.nv12 import padded_nv12_layout
@@ -195,7 +195,7 @@ def recorded_sources(frames: str | None, per_stream: dict[str, str | None], loop
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-  p = Parser(prog="python -m selfdrive_stub.camerad",
+  p = Parser(prog="python -m selfdrive_stub.producers.camerad",
                               description="Serve road, wide road and cabin camera frames over VisionIPC at 20 Hz, "
                                           "with their FrameData messages. Streams without recorded frames are "
                                           "synthetic scenes.", epilog=SCHEDULING_HELP)

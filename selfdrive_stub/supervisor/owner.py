@@ -202,7 +202,7 @@ def publishers(prefix: str | None) -> dict[int, str]:
 def _process_name(pid: int) -> str:
   """The name a user knows the process by. The kernel's comm is cut to 15 bytes (dmonitoringmodeld reads
   dmonitoringmode), so when argv[0] (the full title setproctitle wrote) extends comm, argv[0] is the name; a
-  Python piece started by hand without a title (`python -m selfdrive_stub.camerad`) is named by its module."""
+  Python piece started by hand without a title (`python -m selfdrive_stub.producers.camerad`) is named by its module."""
   with open(f"/proc/{pid}/comm") as f:
     comm = f.read().strip()
   try:

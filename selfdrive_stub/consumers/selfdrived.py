@@ -1,6 +1,6 @@
 """selfdrived stub: the engagement gate in front of the model outputs.
 
-    python -m selfdrive_stub.selfdrived
+    python -m selfdrive_stub.consumers.selfdrived
 
 States: disabled -> enabled -> softDisabling -> disabled (openpilot's state machine, reduced to what the gate
 needs). Invariants:
@@ -240,7 +240,7 @@ def fill_selfdrive_state(msg, out: SelfdriveOutput, malformed: int = 0) -> None:
 
 def main(argv=None) -> None:
   import setproctitle
-  parser = Parser(prog="python -m selfdrive_stub.selfdrived",
+  parser = Parser(prog="python -m selfdrive_stub.consumers.selfdrived",
                   description="selfdrived stub: engagement gate on modelV2/DM/calibration/car inputs")
   parser.parse_args(argv)
   setproctitle.setproctitle("selfdrived")

@@ -1,6 +1,6 @@
 """Logger (process "logger"): records every should_log service and the camera frames into a route.
 
-  python -m selfdrive_stub.logger --out DIR [--camera tici|mici] [--cameras road,wide,cabin] [--duration S]
+  python -m selfdrive_stub.supervisor.logger --out DIR [--camera tici|mici] [--cameras road,wide,cabin] [--duration S]
 
 Invariants:
 - Each service is read through its own non-conflating subscriber, so every message that reaches the logger
@@ -72,7 +72,7 @@ class Logger:
     # subscribe before the header appears: the manager takes header.json as "logger ready" and only then
     # starts the publishers, so the route begins with their first messages
     self.socks = {name: messaging.sub_sock(name, conflate=False) for name, s in SERVICE_LIST.items() if s.should_log}
-    self.writer = RouteWriter(out, camera=camera, generator="selfdrive_stub.logger", seed=seed)
+    self.writer = RouteWriter(out, camera=camera, generator="selfdrive_stub.supervisor.logger", seed=seed)
     self.stop_event = threading.Event()
     self.recorders = [FrameRecorder(self.writer, cam, self.stop_event) for cam in cameras]
     # camera states of recorded cameras wait here until their frame is written (or given up on)
@@ -143,7 +143,7 @@ class Logger:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-  p = Parser(prog="python -m selfdrive_stub.logger", description=__doc__.split("\n\nInvariants:")[0],
+  p = Parser(prog="python -m selfdrive_stub.supervisor.logger", description=__doc__.split("\n\nInvariants:")[0],
              formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--out", required=True, metavar="DIR", help="route directory to create (must not hold a route)")
   p.add_argument("--camera", choices=["tici", "mici"], default="tici", help="camera config recorded in the header")

@@ -1,6 +1,6 @@
 """Viewer: a picture of what the models see and predict, as a PNG (Pillow).
 
-  python -m selfdrive_stub.viewer --out view.png     (inside a running stack: OPENPILOT_PREFIX of the manager)
+  python -m selfdrive_stub.supervisor.viewer --out view.png     (inside a running stack: OPENPILOT_PREFIX of the manager)
   pymodeld-manager --png view.png                    (the manager refreshes it every 2 s)
 
 Top: the namespace, the time the picture was taken (UTC), and a note that the shipped models are stand-ins.
@@ -42,10 +42,10 @@ import numpy as np
 from cereal import messaging
 from common.cameras import config_for_frame
 from common.cli import Parser, run_cli
-from selfdrive_stub.cabin_warp import plan_for_camera
+from selfdrive_stub.supervisor.cabin_warp import plan_for_camera
 from common.transforms import rot_from_euler, view_frame_from_device_frame
 from msgq.namespace import prefix, runtime_dir_path, shm_dir_path
-from selfdrive_stub.owner import NamespaceBusy, clean
+from selfdrive_stub.supervisor.owner import NamespaceBusy, clean
 import visionipc
 
 CAMERA_HEIGHT_M = 1.22
@@ -316,7 +316,7 @@ manager refresh one with pymodeld-manager --png view.png."""
 
 
 def main(argv=None) -> int:
-  p = Parser(prog="python -m selfdrive_stub.viewer", description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p = Parser(prog="python -m selfdrive_stub.supervisor.viewer", description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--out", required=True, metavar="PNG", help="where to write the picture (its directory must exist)")
   p.add_argument("--wait", type=float, default=3.0, help="seconds to collect frames and messages (default 3)")
   args = p.parse_args(argv)

@@ -1,4 +1,4 @@
-"""Entry point of a managed child: `python -P -m selfdrive_stub.child NAME MODULE [ARGS...]` (process.run_child).
+"""Entry point of a managed child: `python -P -m selfdrive_stub.supervisor.child NAME MODULE [ARGS...]` (process.run_child).
 
 The manager stops a child with SIGINT at any moment, also while its interpreter is still importing this entry's
 own dependencies; Python's default handler would then print a KeyboardInterrupt traceback from the middle of an
@@ -14,7 +14,7 @@ signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})   # process.spawn_ch
 
 import sys  # noqa: E402
 
-from selfdrive_stub.process import run_child  # noqa: E402
+from selfdrive_stub.supervisor.process import run_child  # noqa: E402
 
 if __name__ == "__main__":
   run_child(sys.argv[1:])

@@ -240,7 +240,7 @@ SERVICES = ["carState", "carControl", "extrinsicsCalibration", "deviceState", "l
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-  p = Parser(prog="python -m selfdrive_stub.car", description=__doc__.split("\n\nInvariants:")[0],
+  p = Parser(prog="python -m selfdrive_stub.producers.car", description=__doc__.split("\n\nInvariants:")[0],
              formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--seed", type=int, default=0, help="drive profile seed (default 0)")
   p.add_argument("--camera", choices=["tici", "mici"], default="tici", help="deviceState.deviceType")

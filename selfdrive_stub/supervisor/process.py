@@ -1,7 +1,7 @@
 """One managed child process: declaration, launch, crash bookkeeping and stop.
 
 Invariants:
-- Every child runs `python -P -m selfdrive_stub.child <name> <module> [args...]`: the entry point below sets the
+- Every child runs `python -P -m selfdrive_stub.supervisor.child <name> <module> [args...]`: the entry point below sets the
   process title to <name>, asks the kernel to SIGKILL it when the manager dies (PR_SET_PDEATHSIG), and runs the
   module as __main__. So a title and an orphan guard exist even for modules that forget them.
 - Each child is the leader of its own session/process group; stop and kill signal the whole group, so helper
@@ -38,7 +38,7 @@ STABLE_AFTER_S = 30.0
 MANAGER_PID_ENV = "PYMODELD_MANAGER_PID"
 OUTPUT_LINES = 50
 MAX_LINE = 400    # a child's line is cut here: a runaway print must not grow the manager
-CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the directory holding our packages
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the directory holding our packages
 
 
 def always_run(ctx) -> bool:
@@ -122,7 +122,7 @@ class ManagedProcess:
     # -P: the working directory is not on the child's path, so a runtime.py (or any module of ours) in the
     # directory the manager was started from cannot shadow the package; the checkout is named explicitly instead
     child_env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH", ""), CHECKOUT) if p)
-    argv = [sys.executable, "-P", "-m", "selfdrive_stub.child", self.name, self.cfg.module, *self.cfg.args(ctx)]
+    argv = [sys.executable, "-P", "-m", "selfdrive_stub.supervisor.child", self.name, self.cfg.module, *self.cfg.args(ctx)]
     self.proc = spawn_child(argv, env=child_env)
     self.tail.clear()
     self._reader = threading.Thread(target=self._read_output, args=(self.proc.stdout,), name=f"out-{self.name}",
@@ -258,7 +258,7 @@ def _die_with_parent() -> None:
 
 
 def spawn_child(argv: list[str], **popen) -> subprocess.Popen:
-  """Start a child entry (selfdrive_stub.child) with SIGINT blocked: the mask survives exec, so a stop that comes
+  """Start a child entry (selfdrive_stub.supervisor.child) with SIGINT blocked: the mask survives exec, so a stop that comes
   while the child's interpreter is still starting stays pending until the entry has made SIGINT a quiet exit and
   unblocked it, instead of printing a KeyboardInterrupt traceback from the middle of an import."""
   old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
@@ -272,7 +272,7 @@ def spawn_child(argv: list[str], **popen) -> subprocess.Popen:
 def run_child(argv: list[str]) -> None:
   """Entry point of a managed child: title, orphan guard, then the module as __main__."""
   if len(argv) < 2:
-    raise SystemExit("usage: python -m selfdrive_stub.child NAME MODULE [ARGS...]")
+    raise SystemExit("usage: python -m selfdrive_stub.supervisor.child NAME MODULE [ARGS...]")
   name, module, args = argv[0], argv[1], argv[2:]
   _die_with_parent()
   try:
@@ -282,7 +282,7 @@ def run_child(argv: list[str]) -> None:
     pass
   import runpy
   sys.argv = [module, *args]
-  signal.signal(signal.SIGINT, signal.default_int_handler)   # selfdrive_stub.child made it a quiet exit until here
+  signal.signal(signal.SIGINT, signal.default_int_handler)   # selfdrive_stub.supervisor.child made it a quiet exit until here
   try:
     runpy.run_module(module, run_name="__main__", alter_sys=True)
   except KeyboardInterrupt:

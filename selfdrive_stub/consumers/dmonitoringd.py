@@ -25,7 +25,7 @@ from setproctitle import setproctitle
 
 from cereal.messaging import PubMaster, SubMaster, new_message
 from common.cli import Parser, run_cli, stop_on_signals
-from selfdrive_stub.dm_policy import DT_DMON, DMInputs, DriverData, DriverMonitoring, MalformedInput
+from selfdrive_stub.consumers.dm_policy import DT_DMON, DMInputs, DriverData, DriverMonitoring, MalformedInput
 from selfdrive_stub.env import SELFDRIVE_ENV
 
 PROCESS_NAME = "dmonitoringd"
@@ -153,7 +153,7 @@ class Monitor:
 
 
 def main(argv=None) -> int:
-  ap = Parser(prog="python -m selfdrive_stub.dmonitoringd", description=__doc__.splitlines()[0])
+  ap = Parser(prog="python -m selfdrive_stub.consumers.dmonitoringd", description=__doc__.splitlines()[0])
   ap.add_argument("--always-on", action="store_true", help="monitor while not engaged (openpilot's AlwaysOnDM)")
   ap.add_argument("--rhd", action="store_true", help="start as right-hand drive (openpilot's IsRhdDetected)")
   args = ap.parse_args(argv)
