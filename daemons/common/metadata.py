@@ -15,7 +15,7 @@ and their widths); `load_metadata(path, contract=...)` checks the model against 
 heads (`my.onnx does not fit dmonitoringmodeld (the driver monitoring model contract): missing inputs ['calib'];
 no output_slices in metadata_props`), so fixing a model file is one round, not one per error. Missing metadata
 does not hide wrong inputs, nor wrong inputs missing metadata.
-The file's header is read without the onnx package (onnx_header.py), so a daemon whose programs come from the
+The file's header is read without the onnx package (runtime/onnx_header.py), so a daemon whose programs come from the
 runtime's program cache never imports onnx. `runner_metadata(runner, ...)` checks the same from a compiled model
 (its metadata_props and I/O specs).
 """
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from daemons.common.onnx_header import HeaderError, read_header
+from runtime.onnx_header import HeaderError, read_header
 
 
 class ModelMetadataError(ValueError):
@@ -223,7 +223,7 @@ def metadata_from(where: str, props: dict[str, str], inputs: dict[str, tuple[str
 
 
 def load_metadata(model_path: str, required: tuple[str, ...] = (), contract: ModelContract | None = None) -> ModelMetadata:
-  """Read and validate the metadata of an ONNX model file (its header only: onnx_header.py, without the onnx
+  """Read and validate the metadata of an ONNX model file (its header only: runtime/onnx_header.py, without the onnx
   package; weights are skipped); with a contract, the whole contract is checked and every mismatch named in one
   ModelMetadataError."""
   try:

@@ -1,4 +1,4 @@
-"""The ONNX header reader (daemons/common/onnx_header.py): what onnx itself reads for the daemons' models and the
+"""The ONNX header reader (runtime/onnx_header.py): what onnx itself reads for the daemons' models and the
 onnx package's own models; malformed bytes are a HeaderError and nothing else; a FIFO is refused, not waited
 on; a daemon started again on cached programs never imports onnx."""
 import glob
@@ -10,8 +10,8 @@ import numpy as np
 import onnx
 import pytest
 
-from daemons.common import onnx_header
-from daemons.common.onnx_header import HeaderError, parse_header, read_header
+from runtime import onnx_header
+from runtime.onnx_header import HeaderError, parse_header, read_header
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH as DM_MODEL
 from daemons.modeld.model_state import MODEL_PATHS
 from repo_paths import REPO_ROOT
