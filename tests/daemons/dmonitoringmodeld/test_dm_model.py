@@ -6,13 +6,13 @@ import onnx
 import pytest
 
 from selfdrive_stub.supervisor.cabin_warp import plan_for_camera
-from daemons.dmonitoringmodeld.models import generate
+from tools import gen_dm_model as generate
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH, load_dm_metadata
 from daemons.dmonitoringmodeld.parse import parse_outputs
 from selfdrive_stub.producers.scenes import SceneRenderer, cabin_script
 from host_frames import RuntimeModel
 
-MODEL_SHA256 = "2f7e41e8922c4b7232cdab5203f7fd516fcfb7bab3e3b7a3adbd67a02bc61e85"
+MODEL_SHA256 = "45f40feb24bfac20767bba27ecd7dcaab10c24d4723be5ef9885957742008239"
 ALLOWED_OPS = {"Conv", "Relu", "LeakyRelu", "Elu", "Sigmoid", "Tanh", "Add", "Sub", "Mul", "Div", "Cast", "Reshape",
                "Flatten", "Transpose", "Concat", "Slice", "Gemm", "MatMul", "AveragePool", "MaxPool",
                "GlobalAveragePool", "Softmax", "Clip", "Identity", "Constant"}

@@ -8,7 +8,7 @@ import pytest
 
 from daemons.common.metadata import load_metadata
 from daemons.modeld.constants import OUTPUT_SIZE, REQUIRED_HEADS
-from daemons.modeld.models import generate
+from tools import gen_road_models as generate
 from daemons.modeld.parse import parse_outputs
 from runtime import OnnxRunner
 from daemons.common.metadata import ModelMetadataError

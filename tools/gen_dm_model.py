@@ -1,6 +1,6 @@
 """Generate dmonitoring_model.onnx: a small, deterministic driver-monitoring CNN with the reference I/O contract.
 
-    python -m daemons.dmonitoringmodeld.models.generate [--out PATH]
+    python -m tools.gen_dm_model [--out PATH]
 
 Regenerating reproduces the file byte for byte (fixed seed, fixed opset/IR version, no timestamps).
 
@@ -27,17 +27,17 @@ phone, roll, wheel side, features) come from the seeded parts and sit in an unsa
 """
 import argparse
 import json
-import os
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from daemons.dmonitoringmodeld.model_state import MODEL_PATH   # a tool beside the packages: it writes where the daemon reads
+
 SEED = 20260611
 OPSET = 17
 IR_VERSION = 8
 IN_W, IN_H = 1440, 960
-MODEL_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dmonitoring_model.onnx")
 
 N_FEATURES = 512
 DRIVER_HEADS = ("face_prob", "left_eye_prob", "right_eye_prob", "left_blink_prob", "right_blink_prob",
@@ -253,7 +253,7 @@ def build_model() -> onnx.ModelProto:
                             producer_name="pymodeld-dm-generate", producer_version="1")
   model.ir_version = IR_VERSION
   helper.set_model_props(model, {"output_slices_json": json.dumps(output_slices(), sort_keys=False),
-                                 "generator": "daemons/dmonitoringmodeld/models/generate.py", "seed": str(SEED)})
+                                 "generator": "tools/gen_dm_model.py", "seed": str(SEED)})
   onnx.checker.check_model(model)
   return model
 

@@ -1,6 +1,6 @@
 """Deterministic generator of modeld's two road models (small for the CPU, big for the USB GPU).
 
-    python -m daemons.modeld.models.generate [--out DIR]
+    python -m tools.gen_road_models [--out DIR]
 
 Both models have the reference base-model contract: inputs img / big_img uint8 (1, 12, 128, 256),
 features_buffer (1, 24, 512), desire_pulse (1, 25, 8), traffic_convention (1, 2), action_t (1, 2); output
@@ -23,8 +23,10 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from daemons.modeld.constants import OUTPUT_HEADS, OUTPUT_SIZE, X_IDXS, T_IDXS
+from daemons.modeld.model_state import MODEL_PATHS
 
-MODELS_DIR = os.path.dirname(os.path.abspath(__file__))
+# a tool beside the packages, not part of them: it writes where the daemon reads (MODELS_DIR)
+MODELS_DIR = os.path.dirname(os.path.abspath(MODEL_PATHS["small"]))
 IR_VERSION = 8
 OPSET = 17
 
@@ -178,6 +180,6 @@ def generate(out_dir: str = MODELS_DIR) -> dict[str, str]:
 
 if __name__ == "__main__":
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--out", default=MODELS_DIR, help="output directory (default: beside this script)")
+  parser.add_argument("--out", default=MODELS_DIR, help="output directory (default: the daemon's models/)")
   for name, path in generate(parser.parse_args().out).items():
     print(f"{name}: {path} ({os.path.getsize(path)} bytes)")
