@@ -7,7 +7,7 @@ OpenCL device the loader finds: pocl's CPU device on a machine without a GPU dri
 are checked against the CPU's (max |cl - cpu| over every output). Timing: the two run the same random input in
 alternating blocks of --block runs, so a load change on this shared machine hits both alike, after one warm-up run
 each; each figure is the median of --runs whole runs (upload, compute, readback: what a daemon waits for), and
-the ratio is CL / CPU. The median stage times (runner.last_timings) are reported too. Each run is appended to
+the ratio is CL / CPU. The median stage times (upload, model, readback from the device timeline) are reported too. Each run is appended to
 bench/results/cl_vs_cpu.json.
 """
 from __future__ import annotations
@@ -19,6 +19,7 @@ import time
 import numpy as np
 
 from bench.results import record
+from daemons.common.stage_times import last_stage_times
 from runtime import OnnxRunner
 
 DM_MODEL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "daemons", "dmonitoringmodeld",
@@ -50,8 +51,9 @@ def main(argv=None):
         t0 = time.perf_counter()
         r.run(feeds)
         walls[dev].append(time.perf_counter() - t0)
-        for k, v in r.last_timings.items():
-          stages[dev].setdefault(k, []).append(v)
+        t = last_stage_times(r)
+        for k in ("upload", "model", "readback"):
+          stages[dev].setdefault(k, []).append(getattr(t, k))
   figures = {"model": os.path.relpath(args.model, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
              "runs": args.runs, "max_abs_diff": diff, "kernels": len(runners["CL"].program.kernels)}
   for dev in runners:

@@ -16,9 +16,9 @@ import sys
 from common.cameras import DEVICE_CAMERAS, UnknownCameraError, device_config
 from daemons.common.frame_program import FrameProgram, device_table
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH as DM_MODEL_PATH
-from daemons.dmonitoringmodeld.programs import dm_frame_runner
+from daemons.dmonitoringmodeld.programs import dm_frame_programs
 from daemons.modeld.model_state import MODEL_PATHS, model_path
-from daemons.modeld.programs import road_frame_runner
+from daemons.modeld.programs import road_frame_programs
 from msgq.namespace import runtime_dir
 from runtime import config as runtime_config
 from runtime.device import DeviceUnavailable
@@ -41,12 +41,12 @@ def build(which: str, camera: str, road_model: str) -> tuple[FrameProgram, str]:
   cams = device_config(camera)
   if which == "dm":
     width, height, stride, _, size = frame_geometry(cams.cabin.width, cams.cabin.height)
-    runner = dm_frame_runner(DM_MODEL_PATH)
+    runner = dm_frame_programs(DM_MODEL_PATH)
     what = f"dmonitoringmodeld frame program: {camera} cabin {width}x{height} -> {DM_MODEL_PATH}"
     return runner.program((width, height, stride, size)), what
   geometry = (frame_geometry(cams.road.width, cams.road.height), frame_geometry(cams.wide.width, cams.wide.height))
   path = model_path(road_model)
-  runner = road_frame_runner(path, device_table(f"modeld.{road_model}"))
+  runner = road_frame_programs(path, device_table(f"modeld.{road_model}"))
   what = f"modeld frame program ({road_model} model): {camera} road and wide {cams.road.width}x{cams.road.height} -> {path}"
   return runner.program(geometry), what
 

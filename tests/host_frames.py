@@ -1,6 +1,6 @@
 """The daemons' frames seam done on the host, for tests: a numpy oracle warp, then a plain model callable.
 
-The daemons run each frame through a captured frame program (daemons/common/frame_runner.py: `frames(geometry,
+The daemons run each frame through a captured frame program (daemons/common/frame_program.FramePrograms: `frames(geometry,
 frames, inputs, after_warp) -> (flat output, StageTimes, after_warp's result)`, plus `program(geometry)` and
 `reset()`). A test that needs a model the program cannot be (one that fails on cue, returns a wrong size or
 NaN, sleeps a known time) or an oracle to compare the program with plugs one of these in its place:

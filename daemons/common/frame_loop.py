@@ -4,7 +4,7 @@ The loop (`run_frame_loop`): receive frames -> read the bus -> step -> publish e
 The step (`FrameStep.step`), for each received frame (or main/extra pair):
   1. the frame is received: the step's clock starts (modelExecutionTime counts from here);
   2. `check`: the daemon's input rules (calibration in camera time, dropped frames, sync, malformed inputs);
-  3. `run`: the daemon's model on the frames through its captured frame program (daemons/common/frame_runner.py:
+  3. `run`: the daemon's model on the frames through its captured frame program (daemons/common/frame_program.FramePrograms:
      the program warps the frame's own memory and runs the model), then the parse of the flat output; the daemon
      adds its own reasons (non-finite output, failure, history filling). The program calls the daemon's
      after-warp hook after it last read the frames: `check_overwritten` asks every frame still_valid there, and

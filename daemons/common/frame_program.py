@@ -39,7 +39,7 @@ import numpy as np
 
 from daemons.common import warp_program as wp
 from daemons.common.env import DAEMONS_ENV
-from daemons.common.stage_times import last_stage_times
+from daemons.common.stage_times import StageTimes, last_stage_times
 from runtime import OnnxRunner
 from runtime.buffer import Buffer, Lease
 from runtime.device import Device
@@ -374,13 +374,26 @@ def _io_names(model: Graph, fed: dict[str, str]) -> dict[str, str]:
   return keep
 
 
-class FramePrograms:
-  """Frame programs by geometry: `get(geometry)` builds one on a miss (`captures` counts builds)."""
+DEVICE_STAGES = frozenset({"warp", "upload", "model", "readback"})
 
-  def __init__(self, build, max_entries: int = 4):
-    self.build, self.max_entries = build, max_entries
+
+class FramePrograms:
+  """A model's frame programs by geometry, and the daemons' one seam to them:
+  `frames(geometry, frames, inputs, after_warp) -> (flat output, StageTimes, after_warp's result)`.
+
+  - `get(geometry)` (alias `program`) builds one on a miss (`captures` counts builds); the least recently used
+    beyond `max_entries` are dropped.
+  - Frames are handed over as the VisionIPC buffer's own memory; `after_warp` (the daemon's still_valid check)
+    runs after the program last read the frames and before their release (FrameProgram.run).
+  - Stage times come from the device timeline, every stage but the parse on_device. When the warp is a program
+    of its own (the device table splits the warp and the model) its seconds are `warp`; in one fused program
+    the warp's device seconds are inside `model` and `warp` is 0.
+  - `output` names the model output returned flat (default: the first)."""
+
+  def __init__(self, build, output: str | None = None, max_entries: int = 4):
+    self.build, self.output, self.max_entries = build, output, max_entries
     self.programs: OrderedDict = OrderedDict()
-    self.captures = 0
+    self.captures = self.runs = 0
 
   def get(self, geometry) -> FrameProgram:
     got = self.programs.get(geometry)
@@ -392,6 +405,22 @@ class FramePrograms:
         self.programs.popitem(last=False)
     self.programs.move_to_end(geometry)
     return got
+
+  program = get
+
+  def reset(self) -> None:
+    """Forget every program's frame history (a model that stood by starts over)."""
+    for prog in self.programs.values():
+      prog.reset()
+
+  def __call__(self, geometry, frames: dict, inputs: dict, after_warp=None) -> tuple[np.ndarray, StageTimes, object]:
+    prog = self.get(geometry)
+    outs, info = prog.run(frames, inputs, after_warp)
+    name = self.output or next(iter(prog.model.output_specs))
+    times = StageTimes(warp=float(info["warp"]), upload=float(info["upload"]), model=float(info["model"]),
+                       readback=float(info["readback"]), on_device=DEVICE_STAGES)
+    self.runs += 1
+    return np.asarray(outs[name], dtype=np.float32).reshape(-1), times, info["after_warp"]
 
 
 __all__ = ["DEVICE_TABLES", "FrameProgram", "FramePrograms", "ModelGraph", "device_table", "dm_frame_program",

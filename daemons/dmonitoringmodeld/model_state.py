@@ -7,7 +7,7 @@ Invariants:
 - The model's metadata is validated at load (required heads, sizes, slices inside the output); its inputs must be
   `input_img` (1, 1382400) and `calib` (1, 3).
 - One path: the captured frame program (programs.load_programs). Per frame, the cabin frame's own memory -> warp
-  -> model as one runtime program per geometry (daemons/common/frame_runner.py), `run_frame()`.
+  -> model as one runtime program per geometry (daemons/common/frame_program.FramePrograms), `run_frame()`.
 - `run_frame()` returns the parsed heads, the raw output and its StageTimes (parse on the host), or raises, as
   modeld's ModelState does: ModelOutputError for an output of the wrong size, NonFiniteOutput naming the heads
   that hold NaN/Inf (daemons/common/outputs.check_output). It never parses a short or non-finite array.
@@ -38,7 +38,7 @@ def load_dm_metadata(path: str) -> ModelMetadata:
 class ModelState:
   def __init__(self, metadata: ModelMetadata, frames):
     self.name = "dmonitoring"
-    self.frames = frames           # the frame programs (programs.py: a FrameRunner)
+    self.frames = frames           # the frame programs (programs.py: FramePrograms)
     self.metadata = metadata
     self.calib = np.zeros(INPUT_SHAPES["calib"], np.float32)
     self.runs = 0

@@ -50,7 +50,7 @@ def model_path(name: str) -> str:
 class ModelState:
   def __init__(self, name: str, metadata: ModelMetadata, frames):
     self.name = name
-    self.frames = frames      # the captured frame programs (programs.py: a FrameRunner)
+    self.frames = frames      # the captured frame programs (programs.py: FramePrograms)
     self.metadata = metadata
     self.history = ModelHistory()
     self.publish_state = PublishState()

@@ -13,12 +13,12 @@ from daemons.common.calibration import camera_time
 from common.cameras import UnknownCameraError
 from daemons.common.frame_loop import Frame
 from daemons.common.metadata import ModelMetadataError
-from daemons.common.frame_runner import FrameRunner
+from daemons.common.frame_program import FramePrograms
 from daemons.common.stage_times import StageTimes
 from daemons.dmonitoringmodeld.core import Calibration, DMonitoringmodeld
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH, ModelState, load_dm_metadata
 from daemons.dmonitoringmodeld.parse import non_finite_heads, parse_outputs
-from daemons.dmonitoringmodeld.programs import dm_frame_runner
+from daemons.dmonitoringmodeld.programs import dm_frame_programs
 from host_frames import HostDMFrames
 from selfdrive_stub.producers.scenes import SceneRenderer
 
@@ -71,7 +71,7 @@ def decoded(result):
 
 def dm(model, send_raw_pred=False) -> DMonitoringmodeld:
   """model: the daemon's frame programs, or a fake model behind the host frames seam (the numpy warp oracle)."""
-  frames = model if isinstance(model, FrameRunner) else HostDMFrames(model)
+  frames = model if isinstance(model, FramePrograms) else HostDMFrames(model)
   return DMonitoringmodeld(ModelState(META, frames), send_raw_pred=send_raw_pred)
 
 
@@ -161,7 +161,7 @@ def test_malicious_pickled_metadata_is_refused(tmp_path):
 @pytest.fixture(scope="module")
 def runner():
   """The daemon's frame programs of the DM model on the CPU."""
-  return dm_frame_runner(MODEL_PATH, {"warp": "CPU", "model": "CPU"})
+  return dm_frame_programs(MODEL_PATH, {"warp": "CPU", "model": "CPU"})
 
 
 def test_good_frame_is_valid_and_complete(runner, tici_frame):

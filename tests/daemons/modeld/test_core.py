@@ -16,7 +16,7 @@ from visionipc import get_nv12_info
 from daemons.modeld.car_inputs import car_inputs
 from daemons.modeld.daemon import SUBSCRIPTIONS
 from daemons.modeld.daemon import pair_extra
-from daemons.modeld.programs import road_frame_runner
+from daemons.modeld.programs import road_frame_programs
 from daemons.common.frame_program import device_table
 from host_frames import HostRoadFrames, RuntimeModel
 
@@ -33,7 +33,7 @@ def small_runtime():
 def small_model():
   """The small model on the daemon's frame programs (shared by the module's tests: a new Modeld resets their
   image rings)."""
-  frames = road_frame_runner(MODEL_PATHS["small"], device_table("modeld.small", {}))
+  frames = road_frame_programs(MODEL_PATHS["small"], device_table("modeld.small", {}))
   return ModelFactory(lambda: ModelState.load("small", lambda path: frames))
 
 

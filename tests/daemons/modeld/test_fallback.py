@@ -136,7 +136,7 @@ def test_big_model_availability_and_loader(usb_amd):
   loader.thread.join(120)
   state, big = loader.poll()
   assert state == "loaded" and big.name == "big" and not big.pair_filled   # warmed up, history untouched
-  assert big.frames.programs.captures == 1 and big.frames.program(geometry).model.device.name == "USB+AMD"
+  assert big.frames.captures == 1 and big.frames.program(geometry).model.device.name == "USB+AMD"
   late = BigModelLoader(0, geometry)
   assert late.poll() == ("failed", "did not load within 0 s")
   late.thread.join(120)    # a timed-out load goes on in the background; let it finish before the unplug below
