@@ -30,7 +30,8 @@ from . import config
 from .errors import JitError
 from .graph import Graph
 from .link import link
-from .program import Program, build_program, compile_program
+from .link import compile_program
+from .program import Program, build_program
 from .tensor import CAPTURING, EAGER_CACHE, GraphBuilder, Tensor, realize
 
 

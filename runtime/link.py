@@ -38,7 +38,6 @@ from .graph import Node, Spec
 from .kernels import build_kernel
 from .limits import check_arena
 from .memory_plan import ALIGN, align
-from .program import Program, compile_program
 
 RUNNER_SOURCE = r"""#include <stdint.h>
 #include <pthread.h>
@@ -165,7 +164,7 @@ class Linked:
   """A program bound to memory: `inputs` and `outputs` are the arrays callers copy into and out of (a rebound
   input reads the array given to bind_input instead; `inputs` keeps its staging array)."""
 
-  def __init__(self, program: Program, arena, inputs, outputs, calls, keep):
+  def __init__(self, program, arena, inputs, outputs, calls, keep):
     self.program, self.arena, self.inputs, self.outputs = program, arena, inputs, outputs
     self._list, self._n, self._keep = calls, len(calls) // 3, keep
     self._ptr = calls.ctypes.data
@@ -227,7 +226,24 @@ class Linked:
     return out
 
 
-def link(program: Program, alloc=None, held: dict | None = None, kernels: KernelCache | None = None) -> Linked:
+def compile_program(program, kernels: KernelCache | None = None) -> tuple[list, str]:
+  """Compile: the loaded machine code of each C kernel of a program.Program (None for host kernels), and where it
+  came from (memory, the disk cache, or the compiler). The first half of link, which runs it; building the
+  program (program.py) is the stage below that, so this module never imports it."""
+  kc = kernels or DEFAULT_KERNELS
+  got = program.loaded.get(kc)
+  if got is not None:
+    return got[0], "memory"
+  c = [(i, k) for i, k in enumerate(program.kernels) if k.kind == "c"]
+  loaded, source = kc.get_many([(k.source, k.name) for _, k in c], program.machine_target)
+  out: list = [None] * len(program.kernels)
+  for (i, _), lk in zip(c, loaded):
+    out[i] = lk
+  program.loaded[kc] = (out, source)
+  return out, source
+
+
+def link(program, alloc=None, held: dict | None = None, kernels: KernelCache | None = None) -> Linked:
   """Compile (or fetch) the program's machine code, allocate its memory and write its call list.
   `held` maps each held name to the caller's array (referenced, never copied)."""
   loaded, _ = compile_program(program, kernels)
@@ -318,7 +334,7 @@ def link(program: Program, alloc=None, held: dict | None = None, kernels: Kernel
   return Linked(program, arena, inputs, outputs, calls, keep)
 
 
-def _host_call(k, arrays, program: Program, errors: list):
+def _host_call(k, arrays, program, errors: list):
   """A ctypes callback running an op's reference kernel on the bound buffers (an exception is kept in
   `errors` and raised by Linked.run once the call list returns: it cannot unwind through C)."""
   node = Node.from_json(k.node)

@@ -34,6 +34,7 @@ from .codegen import render, render_cl
 from .codegen.ir import GemmKernel, HostKernel, LoopKernel
 from .codegen.rules import RULES
 from .graph import Graph, Node, Spec
+from .link import compile_program, link
 from .memory_plan import Plan
 from .passes import fold_constants, optimize
 
@@ -331,7 +332,6 @@ def search_enabled() -> bool:
 
 def measured_conv_strategies(graph: Graph, specs: dict, device: str, cfg: dict) -> dict:
   """Per Conv (by output name): the strategy search.py measured fastest as a one-conv program."""
-  from .link import link  # noqa: PLC0415  (a real cycle: link builds on Program; only the search needs it here)
   out = {}
   for n in graph.nodes:
     if n.op != "Conv" or n.inputs[1] not in graph.consts:
@@ -359,21 +359,6 @@ def measured_conv_strategies(graph: Graph, specs: dict, device: str, cfg: dict) 
       return best
     out[n.outputs[0]] = search.conv_strategy(signature, "", cands, measure)
   return out
-
-
-def compile_program(program: Program, kernels: KernelCache | None = None) -> tuple[list, str]:
-  """The loaded machine code of each C kernel (None for host kernels), and where it came from."""
-  kc = kernels or DEFAULT_KERNELS
-  got = program.loaded.get(kc)
-  if got is not None:
-    return got[0], "memory"
-  c = [(i, k) for i, k in enumerate(program.kernels) if k.kind == "c"]
-  loaded, source = kc.get_many([(k.source, k.name) for _, k in c], program.machine_target)
-  out: list = [None] * len(program.kernels)
-  for (i, _), lk in zip(c, loaded):
-    out[i] = lk
-  program.loaded[kc] = (out, source)
-  return out, source
 
 
 class CompileCache:

@@ -25,7 +25,8 @@ from .buffer import Buffer, LinkedMemory
 from .device import Device
 from .errors import InputError
 from .link import BindError, aligned_bytes, link
-from .program import DEFAULT_CACHE, CompileCache, compile_program
+from .link import compile_program
+from .program import DEFAULT_CACHE, CompileCache
 
 
 def model_digest(proto_bytes: bytes) -> str:

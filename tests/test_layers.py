@@ -15,8 +15,7 @@ LAYERS = {"runtime": 0, "msgq": 0, "visionipc": 1, "cereal": 2, "common": 2, "da
 LAYER_OF_MODULE = {"msgq.visionipc": "visionipc"}
 # known breaks being removed by an open issue, each named; a new one fails the test
 KNOWN: dict = {}
-KNOWN_CYCLES = {("runtime.link", "runtime.program"): "the opt-in conv search (PYMODELD_SEARCH=1) links one-conv "
-                "programs while a program is built; it belongs in a stage above link"}
+KNOWN_CYCLES: dict = {}
 
 
 def module_name(path: pathlib.Path) -> str:
