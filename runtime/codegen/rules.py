@@ -431,17 +431,37 @@ def overlap(K, strides, dil) -> int:
 
 def padded_input(ctx, x: Lazy, pads_begin, pads_end, value):
   """x (N, C, *spatial) for windows that pad it with the reduction's identity (`value`). Returns (x, pads_begin,
-  pads_end) for the windows over the result. A value a loop kernel is about to compute anyway (it holds a
-  reduction) is computed straight into a padded buffer whose border that kernel also fills, so the windows read
-  it without gates (no padding left). Anything else (a value in a buffer already, a pending BLAS result, a cheap
-  expression) is read through gated loads where the windows cross the border: no kernel copies it into a
-  padded buffer, and the vector path evaluates the gates lane by lane only in the tiles that cross it."""
+  pads_end) for the windows over the result. A value some kernel must compute first anyway (it holds a
+  reduction, or it is an expression whose loads are not affine along the rows, such as a channel shuffle the
+  windows could not read as vectors) is computed straight into a padded buffer whose border that kernel also
+  fills, so the windows read it without gates (no padding left). Anything else (a value in a buffer already, a
+  pending BLAS result, an affine expression) is read through gated loads where the windows cross the border:
+  no kernel copies it into a padded buffer, and the vector path evaluates the gates lane by lane only in the
+  tiles that cross it."""
   if not any(pads_begin) and not any(pads_end):
     return x, pads_begin, pads_end
   nd = len(pads_begin)
-  if x.view is None and x.red == "reduce":
+  if x.view is None and (x.red == "reduce" or (x.red is None and not _affine_rows(x, pads_begin, pads_end))):
     return ctx.padded_home(x, list(pads_begin), list(pads_end), value), [0] * nd, [0] * nd
   return x, pads_begin, pads_end
+
+
+def _affine_rows(x: Lazy, pads_begin, pads_end) -> bool:
+  """Whether every load of x's expression, read at padded window positions through gated loads, is affine in
+  the last axis (what a vector along a row needs: an index computed by div/mod over a position that may lie
+  in the padding, as a reshape's is, is not)."""
+  lead = len(x.shape) - len(pads_begin)
+  sizes = x.shape[lead:]
+  # a window position as the windows form it: an output position plus a tap, less the padding before
+  rows = [ir.var(f"_row{d}", s) for d, s in enumerate(sizes)]
+  taps = [ir.var(f"_tap{d}", b + e + 1) for d, (b, e) in enumerate(zip(pads_begin, pads_end))]
+  pos = [ir.add(r, k, -b) for r, k, b in zip(rows, taps, pads_begin)]
+  t = rows[-1]
+  if t.op != "VAR":
+    return True
+  idx = [ir.var(f"_lead{d}", s) for d, s in enumerate(x.shape[:lead])] + pos
+  e = gate_loads(x.at(idx), window_gate(pos, sizes, pads_begin, pads_end))
+  return all(ir.coef(n.srcs[0], t) is not None for n in ir.walk(e) if n.op == "LOAD")
 
 
 def window_gate(pos: list[E], sizes, pads_begin, pads_end) -> E:

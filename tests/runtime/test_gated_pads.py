@@ -125,6 +125,24 @@ def test_a_pointwise_conv_feeding_a_padded_conv_needs_no_pad_kernel():
   assert pad_kernels(r) == [], kernel_ops(r)
 
 
+def test_a_channel_shuffle_feeding_a_padded_conv_is_stored_padded_once_and_read_as_vectors():
+  """A shuffle's loads are div/mod over the position: gated at a border they are not affine along a row, so
+  the shuffle is computed into the conv's padded buffer (its kernel a Reshape, not a pad of its own) and the
+  depthwise conv over it stays vector code."""
+  x = f32(1, 160, 12, 28)   # 40 input channels per group: the grouped 1x1 conv is one sgemm per group
+  nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], group=4), helper.make_node("Relu", ["c1"], ["r1"]),
+           helper.make_node("Reshape", ["r1", "s1"], ["g"]), helper.make_node("Transpose", ["g"], ["gt"], perm=[0, 2, 1, 3, 4]),
+           helper.make_node("Reshape", ["gt", "s2"], ["sh"]),
+           helper.make_node("Conv", ["sh", "w2"], ["y0"], pads=[1, 1, 1, 1], group=32)]
+  consts = {"w1": weights(32, 40, 1, 1), "s1": np.array([1, 4, 8, 12, 28], np.int64),
+            "s2": np.array([1, 32, 12, 28], np.int64), "w2": weights(32, 1, 3, 3)}
+  r = checked(node_model(nodes, {"x": x}, consts), {"x": x})
+  assert pad_kernels(r) == [], kernel_ops(r)
+  assert [k.tags.get("strategy") for k in r.program.kernels] == ["pointwise", None, "direct"], kernel_ops(r)
+  [dw] = [k for k in r.program.kernels if k.tags.get("ops") == ["Conv"] and k.tags.get("strategy") == "direct"]
+  assert dw.tags["schedules"][0].startswith("tile"), dw.tags
+
+
 @pytest.mark.parametrize("xs,band_bytes,strategy", [
     ((1, 520, 7, 7), None, "pointwise"),      # a 7x7 plane: one band, its rows merged into one vector axis
     ((1, 96, 14, 30), None, "pointwise"),
