@@ -53,7 +53,7 @@ def save(program: Program, path: str, *, model_hash: str = "", entry_key: str = 
       "graph": {"inputs": {n: s.to_json() for n, s in g.inputs.items()}, "outputs": list(g.outputs),
                 "nodes": [n.to_json() for n in g.nodes], "opset": g.opset,
                 "consts": {n: f"c{i}.npy" for i, n in enumerate(names)}},
-      "program": {"kernels": [k.to_json() for k in program.kernels], "bufs": program.bufs,
+      "program": {"kernels": [k.to_json() for k in program.kernels], "bufs": {b: r.to_json() for b, r in program.bufs.items()},
                   "plan": {b: [d, o] for b, (d, o) in program.plan.offsets.items()},
                   "scratch_bytes": program.scratch_bytes},
   }

@@ -307,7 +307,7 @@ class CLLinked:
     views = {}
     for name, spec in specs.items():
       info = self.program.bufs[bufs[name]]
-      base = Buffer(self.device, max(spec.nbytes, info["size"] * np.dtype(info["dtype"]).itemsize, 1)).allocate()
+      base = Buffer(self.device, max(spec.nbytes, info.nbytes, 1)).allocate()
       self.place[bufs[name]] = (base, 0)
       if spec.nbytes:
         views[name] = base.view(0, spec.nbytes, spec.dtype)

@@ -257,7 +257,7 @@ def link(program, alloc=None, held: dict | None = None, kernels: KernelCache | N
     top = 0
     for b in sorted(offsets, key=lambda b: (offsets[b], b)):
       info = program.bufs[b]
-      offsets[b], top = top, top + align(info["size"] * np.dtype(info["dtype"]).itemsize)
+      offsets[b], top = top, top + align(info.nbytes)
     planned = top
   check_arena(planned, program.scratch_bytes, sum(s.nbytes for s in program.inputs.values()))
   arena = aligned_bytes(planned + program.scratch_bytes, alloc)
@@ -270,7 +270,7 @@ def link(program, alloc=None, held: dict | None = None, kernels: KernelCache | N
   for name, spec in program.inputs.items():
     b = program.input_bufs[name]
     info = program.bufs[b]   # a zero-size input still has a (never read) buffer of at least one element
-    mem = aligned_bytes(max(spec.nbytes, info["size"] * np.dtype(info["dtype"]).itemsize, 1), alloc)
+    mem = aligned_bytes(max(spec.nbytes, info.nbytes, 1), alloc)
     inputs[name] = mem[:spec.nbytes].view(spec.dtype).reshape(spec.shape)
     arrays[b] = mem.view(np.uint8)
   held = held or {}
@@ -283,13 +283,13 @@ def link(program, alloc=None, held: dict | None = None, kernels: KernelCache | N
     arrays[name] = np.ascontiguousarray(a).reshape(-1).view(np.uint8) if a.size else np.zeros(16, np.uint8)
   for b, off in offsets.items():
     info = program.bufs[b]
-    arrays[b] = arena[off:off + info["size"] * np.dtype(info["dtype"]).itemsize]
+    arrays[b] = arena[off:off + info.nbytes]
   for b, off in program.scratch_offsets.items():
     info = program.bufs[b]
-    arrays[b] = scratch[off:off + info["size"] * np.dtype(info["dtype"]).itemsize]
+    arrays[b] = scratch[off:off + info.nbytes]
   for b, mem in arrays.items():
     info = program.bufs[b]
-    need = info["size"] * np.dtype(info["dtype"]).itemsize
+    need = info.nbytes
     if mem.nbytes < need:
       raise ValueError(f"buffer {b} needs {need} bytes, {mem.nbytes} are bound")
     addr[b] = mem.ctypes.data

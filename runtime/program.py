@@ -112,12 +112,29 @@ class KernelSpec:
             "tags": self.tags, "node": self.node}
 
 
+@dataclass(frozen=True)
+class BufferRecord:
+  """One buffer of a program: its role (input, output, held, const, scratch, intermediate), element dtype (numpy
+  str), element count and the graph value it holds."""
+  role: str
+  dtype: str
+  size: int
+  value: str
+
+  @property
+  def nbytes(self) -> int:
+    return self.size * np.dtype(self.dtype).itemsize
+
+  def to_json(self) -> dict:
+    return {"role": self.role, "dtype": self.dtype, "size": self.size, "value": self.value}
+
+
 @dataclass
 class Program:
   inputs: dict[str, Spec]
   outputs: list[str]
   specs: dict[str, Spec]            # every value of the post-pass graph
-  bufs: dict[str, dict]             # buffer name -> {role, dtype, size, value}
+  bufs: dict[str, BufferRecord]     # buffer name -> its record
   consts: dict[str, np.ndarray]     # const buffer name -> array
   input_bufs: dict[str, str]
   held_bufs: dict[str, str]
@@ -176,7 +193,7 @@ def program_key(p: Program) -> str:
   put(["program", RUNTIME_VERSION, p.target, p.backend, p.config])
   put({n: [list(s.shape), s.dtype.str] for n, s in p.inputs.items()})
   put(p.outputs)
-  put(p.bufs)
+  put({b: r.to_json() for b, r in p.bufs.items()})
   put(p.input_bufs)
   put(p.held_bufs)
   put(p.output_place)
@@ -301,7 +318,7 @@ def build_program(graph: Graph, device: str = "CPU", config: dict | None = None,
   for name, bi in lowered.bufs.items():
     if bi.role == "const" and name not in used:
       continue  # a rule's operand it re-laid out (conv weights, a transposed Gemm B): not part of the program
-    bufs[name] = {"role": bi.role, "dtype": bi.buf.dtype.str, "size": bi.buf.size, "value": bi.value}
+    bufs[name] = BufferRecord(bi.role, bi.buf.dtype.str, int(bi.buf.size), bi.value)
     if bi.role == "const":
       consts[name] = bi.array
   for (k, _), spec in zip(scheduled, kernels):
@@ -315,13 +332,15 @@ def build_program(graph: Graph, device: str = "CPU", config: dict | None = None,
     if place[0] == "const":
       cname = f"out:{o}"
       consts[cname] = place[1]
-      bufs[cname] = {"role": "const", "dtype": place[1].dtype.str, "size": int(place[1].size), "value": o}
+      bufs[cname] = BufferRecord("const", place[1].dtype.str, int(place[1].size), o)
       output_place[o] = ["const", cname]
     else:
       output_place[o] = [place[0], int(place[1].offset)]
-  p = Program(dict(lowered.inputs), list(lowered.outputs), dict(specs), bufs, consts, dict(lowered.input_bufs),
-              dict(lowered.held_bufs), output_place, lowered.plan, lowered.scratch_bytes, scratch_offsets, kernels,
-              target.program_name, backend, config, graph, dict(graph.metadata), dict(graph.held), target.name)
+  p = Program(inputs=dict(lowered.inputs), outputs=list(lowered.outputs), specs=dict(specs), bufs=bufs, consts=consts,
+              input_bufs=dict(lowered.input_bufs), held_bufs=dict(lowered.held_bufs), output_place=output_place,
+              plan=lowered.plan, scratch_bytes=lowered.scratch_bytes, scratch_offsets=scratch_offsets, kernels=kernels,
+              target=target.program_name, backend=backend, config=config, graph=graph, metadata=dict(graph.metadata),
+              held=dict(graph.held), machine_target=target.name)
   p.program_key = program_key(p)
   return p
 

@@ -61,9 +61,9 @@ def test_adjacent_lifetimes_share_memory():
 def test_compiled_model_plan_is_sound_and_smaller_than_naive(model):
   p = build_program(import_onnx(os.path.join(ONNX_DATA, "light", model + ".onnx")))
   step_buffers = [sorted(set(bufs)) for bufs in p.touched()]
-  held = {b for b, info in p.bufs.items() if info["role"] in ("input", "const", "held", "scratch")}
-  sizes = {b: p.bufs[b]["size"] * np.dtype(p.bufs[b]["dtype"]).itemsize for b in p.plan.offsets}
-  outputs = {b for b, info in p.bufs.items() if info["role"] == "output"}
+  held = {b for b, info in p.bufs.items() if info.role in ("input", "const", "held", "scratch")}
+  sizes = {b: p.bufs[b].nbytes for b in p.plan.offsets}
+  outputs = {b for b, info in p.bufs.items() if info.role == "output"}
   assert_plan_sound(step_buffers, sizes, held, outputs, p.plan)
   assert p.plan.arena_bytes["arena"] < p.plan.naive_bytes / 2
   linked = link(p, kernels=SHARED_KERNELS)   # compiled by test_backend_models already, in this process

@@ -118,7 +118,7 @@ def test_per_channel_mul_and_add_fold_into_conv():
 
 def _writer_of(program, value: str) -> list[str]:
   """The ops of the kernels whose first (written) buffer holds `value` (a concat's buffer holds its output)."""
-  buf = next(b for b, info in program.bufs.items() if info["value"] == value)
+  buf = next(b for b, info in program.bufs.items() if info.value == value)
   return [op for k in program.kernels if k.kind == "c" and k.params[0] == ("buf", buf) for op in k.tags.get("ops", ["copy"])]
 
 
