@@ -263,6 +263,44 @@ def _function_body(n: onnx.NodeProto, schema, opset: int, types) -> onnx.Functio
   return f if len(f.node) else None
 
 
+def _renamed_node(inner: onnx.NodeProto, rename, attrs: dict, prefix: str) -> onnx.NodeProto:
+  """`inner` with every value name passed through `rename`, attribute references replaced from `attrs`, and a
+  subgraph attribute's own values (its inputs, initialisers, node outputs) put under `prefix` while its reads of
+  the enclosing scope are renamed like the node's."""
+  m = onnx.NodeProto()
+  m.CopyFrom(inner)
+  del m.input[:], m.output[:], m.attribute[:]
+  m.input.extend(rename(v) for v in inner.input)
+  m.output.extend(rename(v) for v in inner.output)
+  if m.name:
+    m.name = prefix + m.name
+  for a in inner.attribute:
+    if a.ref_attr_name:
+      if a.ref_attr_name in attrs:
+        b = onnx.AttributeProto()
+        b.CopyFrom(attrs[a.ref_attr_name])
+        b.name = a.name
+        m.attribute.append(b)
+      continue
+    b = onnx.AttributeProto()
+    b.CopyFrom(a)
+    if a.type == onnx.AttributeProto.GRAPH:
+      sg = b.g
+      own = {x.name for x in sg.input} | {x.name for x in sg.initializer} | {o for k in sg.node for o in k.output}
+
+      def inner_rename(v, own=own):
+        return prefix + v if v in own else rename(v)
+      for x in list(sg.input) + list(sg.output) + list(sg.value_info):
+        x.name = inner_rename(x.name)
+      for t in sg.initializer:
+        t.name = prefix + t.name
+      nodes = [_renamed_node(k, inner_rename, attrs, prefix) for k in sg.node]
+      del sg.node[:]
+      sg.node.extend(nodes)
+    m.attribute.append(b)
+  return m
+
+
 def _expand_node(n: onnx.NodeProto, f: onnx.FunctionProto, schema, prefix: str) -> list[onnx.NodeProto]:
   """The body of `f` as nodes of the graph: formal inputs and outputs renamed to the node's, every other value
   to `prefix` + its name, attribute references replaced by the node's attribute (or its schema default)."""
@@ -274,26 +312,7 @@ def _expand_node(n: onnx.NodeProto, f: onnx.FunctionProto, schema, prefix: str) 
   def rename(v: str) -> str:
     return names.get(v, prefix + v if v else "")
 
-  out = []
-  for inner in f.node:
-    m = onnx.NodeProto()
-    m.CopyFrom(inner)
-    del m.input[:], m.output[:], m.attribute[:]
-    m.input.extend(rename(v) for v in inner.input)
-    m.output.extend(rename(v) for v in inner.output)
-    if m.name:
-      m.name = prefix + m.name
-    for a in inner.attribute:
-      if a.ref_attr_name:
-        if a.ref_attr_name in attrs:
-          b = onnx.AttributeProto()
-          b.CopyFrom(attrs[a.ref_attr_name])
-          b.name = a.name
-          m.attribute.append(b)
-      else:
-        m.attribute.append(a)
-    out.append(m)
-  return out
+  return [_renamed_node(inner, rename, attrs, prefix) for inner in f.node]
 
 
 class _ValueTypes:
@@ -320,7 +339,7 @@ class _ValueTypes:
         for d in self.given[vi.name]:
           vi.type.tensor_type.shape.dim.add().dim_value = int(d)
     try:
-      m = onnx.shape_inference.infer_shapes(m)
+      m = onnx.shape_inference.infer_shapes(m, data_prop=True)
     except Exception:  # noqa: BLE001  (see the class docstring)
       pass
     return {vi.name: vi.type for vi in list(m.graph.input) + list(m.graph.value_info) + list(m.graph.output)}
@@ -351,6 +370,8 @@ def _expanded_nodes(g: onnx.GraphProto, opset: int, types: _ValueTypes,
         (n.domain == TRAINING_DOMAIN and n.op_type in TRAINING_OPS and depth == 0)
     f = body = None
     where = f"{n.op_type} node {n.name!r}" if n.name else f"{n.op_type} node -> {list(n.output)}"
+    if origin != n.op_type:
+      where += f" (of the function body of {origin})"
     prefix = f"{n.output[0] if n.output else n.op_type}::{n.op_type}{count + 1}::"
     if schema is not None:   # the model's node itself must be valid before its body stands in for it
       _check_node(n, schema, where)
@@ -359,6 +380,9 @@ def _expanded_nodes(g: onnx.GraphProto, opset: int, types: _ValueTypes,
     elif ours:
       _check_node(n, _schema(n.op_type, training if n.domain == TRAINING_DOMAIN else ver, where, n.domain), where)
       body = decompose(n, types, where, prefix, ver)
+    elif n.op_type == "Scan" and n.domain in DEFAULT_DOMAINS and depth < MAX_EXPANSION_DEPTH:
+      _check_node(n, _schema(n.op_type, ver, where), where)
+      body = _unrolled_scan(n, ver, types, where, prefix)
     if f is None and body is None:
       out.append((n, ver, origin))
       types.nodes.append(n)
@@ -366,11 +390,113 @@ def _expanded_nodes(g: onnx.GraphProto, opset: int, types: _ValueTypes,
     count += 1
     if f is not None:
       body_ver = next((int(i.version) for i in f.opset_import if i.domain in DEFAULT_DOMAINS), ver)
-      body = _expand_node(n, f, schema, prefix)
-    else:
-      body_ver = BODY_OPSET
-    todo.extend(reversed([(m, body_ver, origin, depth + 1) for m in body]))
+      body = [(m, body_ver) for m in _expand_node(n, f, schema, prefix)]
+    elif n.op_type != "Scan":
+      body = [(m, BODY_OPSET) for m in body]
+    todo.extend(reversed([(m, v, origin, depth + 1) for m, v in body]))
   return out
+
+
+def _unrolled_scan(n: onnx.NodeProto, opset: int, types: _ValueTypes, where: str,
+                   prefix: str) -> list[tuple[onnx.NodeProto, int]]:
+  """A Scan (opset 9 on) unrolled over its static trip count, as (node, opset) pairs: per iteration each scan
+  input's slice (a Gather at the iteration's index along its axis, from the end for a reverse one) and the body's
+  nodes, their values renamed under the iteration and the body's state inputs reading the previous iteration's
+  state outputs; then the final states and each scan output's slices stacked along its axis. Names the body does
+  not define are the outer graph's and are left as they are. A trip count not known at load, or a body holding
+  subgraphs of its own, is refused as unsupported."""
+  if opset < 9:
+    raise UnsupportedOpError(f"{where}: Scan of opset {opset} (a batch axis and sequence_lens) is not supported")
+  a = {x.name: x for x in n.attribute}
+  body = a["body"].g
+  M = int(a["num_scan_inputs"].i)
+  N = len(n.input) - M
+  K = len(body.output) - N
+  if M < 1 or N < 0 or K < 0 or len(body.input) != N + M:
+    raise ModelError(f"{where}: {len(n.input)} inputs and a body of {len(body.input)} inputs and {len(body.output)} "
+                     f"outputs do not fit num_scan_inputs {M}")
+  if any(x.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for m in body.node for x in m.attribute):
+    raise UnsupportedOpError(f"{where}: a Scan whose body holds subgraphs of its own is not supported")
+
+  def ints(name, count):
+    v = list(a[name].ints) if name in a else [0] * count
+    if len(v) != count:
+      raise ModelError(f"{where}: {name} has {len(v)} entries for {count} values")
+    return v
+  in_axes, in_dirs = ints("scan_input_axes", M), ints("scan_input_directions", M)
+  out_axes, out_dirs = ints("scan_output_axes", K), ints("scan_output_directions", K)
+  trips = set()
+  for j, name in enumerate(n.input[N:]):
+    t = types.get(name)
+    dims = t.tensor_type.shape.dim if t is not None and t.HasField("tensor_type") else None
+    if dims is None or not all(d.HasField("dim_value") for d in dims):
+      raise UnsupportedOpError(f"{where}: the length of Scan input {name!r} is not known at load")
+    if not -len(dims) <= in_axes[j] < len(dims):
+      raise ModelError(f"{where}: scan_input_axes {in_axes[j]} out of range for rank {len(dims)}")
+    trips.add(int(dims[in_axes[j] % len(dims)].dim_value))
+  if len(trips) != 1:
+    raise ModelError(f"{where}: the scan inputs have different lengths {sorted(trips)}")
+  T = trips.pop()
+  if T == 0:
+    raise UnsupportedOpError(f"{where}: a Scan of no iterations is not supported")
+  nodes: list = []
+  glue = BODY_OPSET
+
+  def const(name, value):
+    nodes.append((onnx.helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.asarray(value))), glue))
+    return name
+  defined = {x.name for x in body.input} | {x.name for x in body.initializer} | {o for m in body.node for o in m.output}
+  for t in body.initializer:   # the body's constants, once for every iteration
+    nodes.append((onnx.helper.make_node("Constant", [], [prefix + t.name], value=t), opset))
+  states = list(n.input[:N])
+  slices: list[list[str]] = [[] for _ in range(K)]
+  for i in range(T):
+    it = f"{prefix}{i}::"
+    names = {x.name: prefix + x.name for x in body.initializer}
+    for k, x in enumerate(body.input[:N]):
+      names[x.name] = states[k]
+    for j, x in enumerate(body.input[N:]):
+      idx = const(f"{it}index{j}", np.int64(T - 1 - i if in_dirs[j] else i))
+      names[x.name] = f"{it}in{j}"
+      nodes.append((onnx.helper.make_node("Gather", [n.input[N + j], idx], [names[x.name]], axis=in_axes[j]), glue))
+
+    def rename(v, names=names, it=it):
+      return names.get(v, it + v if v in defined else v)
+    for m in body.node:
+      c = onnx.NodeProto()
+      c.CopyFrom(m)
+      del c.input[:], c.output[:]
+      c.input.extend(rename(v) if v else "" for v in m.input)
+      c.output.extend(rename(v) if v else "" for v in m.output)
+      c.name = it + m.name if m.name else ""
+      nodes.append((c, opset))
+    states = [rename(x.name) for x in body.output[:N]]
+    for k, x in enumerate(body.output[N:]):
+      slices[k].append(rename(x.name))
+  for k in range(N):
+    if k < len(n.output) and n.output[k]:
+      nodes.append((onnx.helper.make_node("Identity", [states[k]], [n.output[k]]), glue))
+  for k in range(K):
+    if N + k >= len(n.output) or not n.output[N + k]:
+      continue
+    parts = slices[k][::-1] if out_dirs[k] else slices[k]
+    t = body.output[N + k].type   # its declared type, else what inference gave the first iteration's value
+    if not (t.HasField("tensor_type") and t.tensor_type.HasField("shape")):
+      t = types.get(slices[k][0])
+    rank = len(t.tensor_type.shape.dim) + 1 if t is not None and t.HasField("tensor_type") and \
+        t.tensor_type.HasField("shape") else None
+    axis = out_axes[k]
+    if axis < 0:
+      if rank is None:
+        raise UnsupportedOpError(f"{where}: the rank of Scan output {k} is not known at load")
+      axis += rank
+    ax = const(f"{prefix}out_axis{k}", np.array([axis], np.int64))
+    ups = []
+    for i, p in enumerate(parts):
+      ups.append(f"{prefix}out{k}::{i}")
+      nodes.append((onnx.helper.make_node("Unsqueeze", [p, ax], [ups[-1]]), glue))
+    nodes.append((onnx.helper.make_node("Concat", ups, [n.output[N + k]], axis=axis), glue))
+  return nodes
 
 
 def import_onnx(model, input_shapes: dict | None = None) -> Graph:
