@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import hashlib
 import os
 import shutil
 import stat
@@ -34,6 +33,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 
+from .digest import digest
 from . import compiler, config
 from .errors import CacheError
 
@@ -45,11 +45,7 @@ MAX_ENTRY_BYTES = 64 << 20
 
 def kernel_key(source: str, target: str) -> str:
   _, ident = compiler.compiler()
-  h = hashlib.sha256()
-  for part in (source, ident, " ".join(compiler.flags()), target):
-    h.update(part.encode())
-    h.update(b"\0")
-  return h.hexdigest()
+  return digest("kernel", source, ident, " ".join(compiler.flags()), target)
 
 
 def safe_dir(path: str) -> str:
@@ -92,8 +88,7 @@ def _check_ancestors(path: str) -> None:
 
 
 def pack_entry(key: str, payload: bytes) -> bytes:
-  digest = hashlib.sha256(payload).hexdigest()
-  return MAGIC + f"{key}\n{digest}\n{len(payload)}\n".encode() + payload
+  return MAGIC + f"{key}\n{digest(payload)}\n{len(payload)}\n".encode() + payload
 
 
 def unpack_entry(data: bytes, key: str) -> tuple[bytes | None, str]:
@@ -103,12 +98,12 @@ def unpack_entry(data: bytes, key: str) -> tuple[bytes | None, str]:
   parts = data[len(MAGIC):].split(b"\n", 3)
   if len(parts) != 4:
     return None, "truncated header"
-  got_key, digest, length, payload = parts
+  got_key, recorded, length, payload = parts
   if got_key.decode(errors="replace") != key:
     return None, f"entry is for key {got_key[:16].decode(errors='replace')}..., not {key[:16]}..."
   if not length.isdigit() or int(length) != len(payload):
     return None, f"payload is {len(payload)} bytes, header says {length[:20].decode(errors='replace')}"
-  if hashlib.sha256(payload).hexdigest() != digest.decode(errors="replace"):
+  if digest(payload) != recorded.decode(errors="replace"):
     return None, "payload digest mismatch"
   return payload, ""
 

@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
-import json
 import queue
 import re
 import threading
@@ -42,6 +40,7 @@ from runtime.allocator import LRUAllocator
 from runtime.buffer import Buffer
 from runtime.codegen import render_cl
 from runtime.device import Command, Compiled, DeviceError, without_traceback
+from runtime.digest import digest
 from runtime.errors import CompileError, UnsupportedDtypeError, UnsupportedOpError
 from runtime.graph import Node
 from runtime.kernels import build_kernel
@@ -213,7 +212,7 @@ class CLDevice(Compiled):
     prog = self._programs.get(source)
     self.last_build = "memory"
     if prog is None:
-      key = hashlib.sha256(json.dumps(["opencl-program-v1", self.cl.identity, source]).encode()).hexdigest()
+      key = digest("opencl-program-v1", self.cl.identity, source)
       data = kernels.blob(key) if kernels is not None else None
       prog = self.cl.from_binary(data) if data is not None else None
       self.last_build = "binary"

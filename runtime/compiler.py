@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
-import hashlib
 import os
 import platform
 import shutil
@@ -24,6 +23,7 @@ import threading
 import time
 
 from . import config
+from .digest import digest
 from .errors import CompileError, CompilerUnavailable
 
 OPT_FLAGS = ("-O2", "-fPIC", "-shared", "-pthread", "-fno-math-errno", "-fno-plt", "-fvisibility=default",
@@ -97,7 +97,7 @@ def cpu_target() -> str:
             feats = " ".join(sorted(val.split()))
   except OSError:
     pass
-  return f"{model}:{hashlib.sha256(feats.encode()).hexdigest()[:12]}"
+  return f"{model}:{digest(feats)[:12]}"
 
 
 def vector_bytes() -> int:

@@ -15,8 +15,6 @@ OpenCL device runs as a host step between its enqueues (cl_device.py), and float
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import time
 import weakref
@@ -33,6 +31,7 @@ from .codegen import optimise as opt
 from .codegen import render, render_cl
 from .codegen.ir import GemmKernel, HostKernel, LoopKernel
 from .codegen.rules import RULES
+from .digest import digest, tree_digest
 from .graph import Graph, Node, Spec
 from .link import compile_program, link
 from .memory_plan import Plan
@@ -42,19 +41,8 @@ CODEGEN_DEFAULTS = {"fold_batchnorm": True, "zero_copy_concat": True}
 RUNTIME_VERSION = "0.2.0"
 
 
-def _source_digest() -> str:
-  """Digest of this package's source, so a change to any compiler stage misses the program cache."""
-  h = hashlib.sha256()
-  root = os.path.dirname(os.path.abspath(__file__))
-  for dirpath, dirs, files in os.walk(root):
-    dirs.sort()
-    for f in sorted(f for f in files if f.endswith(".py")):
-      with open(os.path.join(dirpath, f), "rb") as fh:
-        h.update(os.path.relpath(os.path.join(dirpath, f), root).encode() + b"\0" + fh.read())
-  return h.hexdigest()[:16]
-
-
-SOURCE_DIGEST = _source_digest()
+# this package's source: a change to any compiler stage misses the program cache
+SOURCE_DIGEST = tree_digest(os.path.dirname(os.path.abspath(__file__)))[:16]
 
 
 @dataclass
@@ -185,53 +173,25 @@ class Program:
 
 
 def program_key(p: Program) -> str:
-  h = hashlib.sha256()
-
-  def put(obj):
-    h.update(json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode())
-    h.update(b"\0")
-  put(["program", RUNTIME_VERSION, p.target, p.backend, p.config])
-  put({n: [list(s.shape), s.dtype.str] for n, s in p.inputs.items()})
-  put(p.outputs)
-  put({b: r.to_json() for b, r in p.bufs.items()})
-  put(p.input_bufs)
-  put(p.held_bufs)
-  put(p.output_place)
-  put({b: [d, o] for b, (d, o) in sorted(p.plan.offsets.items())})
-  put([p.scratch_bytes, p.scratch_offsets])
-  for k in p.kernels:
-    put(k.to_json())
-  h.update(weights_digest(p.consts).encode())
-  return h.hexdigest()
+  """What will run: target, buffers, plan, every kernel and the weights."""
+  return digest("program", RUNTIME_VERSION, p.target, p.backend, p.config,
+                {n: [list(s.shape), s.dtype.str] for n, s in p.inputs.items()}, p.outputs,
+                {b: r.to_json() for b, r in p.bufs.items()}, p.input_bufs, p.held_bufs, p.output_place,
+                {b: [d, o] for b, (d, o) in sorted(p.plan.offsets.items())}, [p.scratch_bytes, p.scratch_offsets],
+                [k.to_json() for k in p.kernels], weights_digest(p.consts))
 
 
 def weights_digest(consts: dict[str, np.ndarray]) -> str:
-  h = hashlib.sha256()
-  for name in sorted(consts):
-    a = np.asarray(consts[name], order="C")   # not ascontiguousarray: it makes a 0-d array (1,)
-    h.update(f"{name}:{a.dtype.str}:{list(a.shape)}\0".encode())
-    h.update(a.reshape(-1).view(np.uint8).tobytes() if a.size else b"")
-  return h.hexdigest()
+  # not ascontiguousarray: it makes a 0-d array (1,)
+  return digest(*[part for name in sorted(consts) for part in (name, np.asarray(consts[name], order="C"))])
 
 
 def graph_key(graph: Graph, config: dict, target: str) -> str:
   """Key of the in-process program cache: graph structure and weights, config, target, runtime source."""
-  h = hashlib.sha256()
-
-  def put(obj):
-    h.update(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode())
-    h.update(b"\0")
-  put(["graph", RUNTIME_VERSION, SOURCE_DIGEST, target, config])
-  put({n: [list(s.shape), s.dtype.str] for n, s in graph.inputs.items()})
-  put(graph.outputs)
-  for n in graph.nodes:
-    put([n.op, n.inputs, n.outputs, n.attrs])
-  for name in sorted(graph.consts):
-    a = np.asarray(graph.consts[name], order="C")
-    put([name, list(a.shape), a.dtype.str])
-    h.update(hashlib.sha256(a.reshape(-1).view(np.uint8) if a.size else b"").digest())
-  put({n: [list(s.shape), s.dtype.str] for n, s in sorted(graph.held.items())})
-  return h.hexdigest()
+  return digest("graph", RUNTIME_VERSION, SOURCE_DIGEST, target, config,
+                {n: [list(s.shape), s.dtype.str] for n, s in graph.inputs.items()}, graph.outputs,
+                [[n.op, n.inputs, n.outputs, n.attrs] for n in graph.nodes], weights_digest(graph.consts),
+                {n: [list(s.shape), s.dtype.str] for n, s in sorted(graph.held.items())})
 
 
 # ------------------------------------------------------------------------------------------------ stages

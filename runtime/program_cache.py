@@ -17,13 +17,12 @@ PYMODELD_DISK_CACHE=0, or a CompileCache without disk, turns this layer off with
 """
 from __future__ import annotations
 
-import hashlib
 import io
-import json
 import os
 import stat
 import sys
 
+from .digest import digest
 from . import artifact, config
 from .cache import PROGRAM_DIR, KernelCache, safe_dir, trim_disk
 from .errors import ArtifactError, CacheError
@@ -99,7 +98,7 @@ def entry_for(model, input_shapes: dict | None, codegen_config: dict | None, dev
   data = _model_bytes(model)
   if data is None:
     return None
-  return entry_for_key({"model": hashlib.sha256(data).hexdigest(),
+  return entry_for_key({"model": digest(data),
                         "input_shapes": {str(n): [int(d) for d in s] for n, s in sorted((input_shapes or {}).items())},
                         "config": codegen_config or {}}, device, backend, kernels)
 
@@ -107,8 +106,8 @@ def entry_for(model, input_shapes: dict | None, codegen_config: dict | None, dev
 def entry_for_key(fields: dict, device: str, backend: str, kernels: KernelCache) -> Entry:
   """The entry of a program that its builder names by `fields` (JSON-able; e.g. a composed graph's sources: model
   digests, geometry, the composing code's digest), on this device."""
-  key = hashlib.sha256(json.dumps({**fields, "target": target_for(device, backend).program_name, "backend": backend,
-                                   "runtime": SOURCE_DIGEST}, sort_keys=True, default=str).encode()).hexdigest()
+  key = digest("program-cache entry", {**fields, "target": target_for(device, backend).program_name, "backend": backend,
+                                       "runtime": SOURCE_DIGEST})
   path = None
   if kernels.use_disk and config.disk_cache_enabled():
     try:

@@ -14,12 +14,12 @@ cache, build, link and call path. `bind_input(name, buffer)` makes an input read
 run is recorded on the buffer (and its lease) as a device read."""
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 
 import numpy as np
 
+from .digest import digest
 from . import artifact, blas, config, program_cache
 from .buffer import Buffer, LinkedMemory
 from .device import Device
@@ -30,7 +30,7 @@ from .program import DEFAULT_CACHE, CompileCache
 
 
 def model_digest(proto_bytes: bytes) -> str:
-  return hashlib.sha256(proto_bytes).hexdigest()
+  return digest(proto_bytes)
 
 
 def index_input_ranges(program) -> dict[str, list[tuple[str, int]]]:

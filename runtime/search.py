@@ -12,13 +12,13 @@ real constants (index tables must stay in bounds) and deterministic pseudo-rando
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import json
 import os
 import time
 
 import numpy as np
 
+from .digest import digest
 from . import compiler, config
 from .cache import DEFAULT_KERNELS, safe_dir
 from .codegen import render
@@ -65,7 +65,7 @@ def _store(key: str, value: dict) -> None:
 
 
 def _key(*parts) -> str:
-  return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+  return digest("search", *parts)
 
 
 def _best(times: dict) -> str:

@@ -29,7 +29,6 @@ Invariants:
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -43,6 +42,7 @@ from daemons.common.stage_times import StageTimes, last_stage_times
 from runtime import OnnxRunner
 from runtime.buffer import Buffer, Lease
 from runtime.device import Device
+from runtime.digest import files_digest
 from runtime.errors import JitError
 from runtime.graph import Graph, Node, Spec
 from runtime.runner import model_digest
@@ -254,12 +254,7 @@ class FrameProgram:
 
 @functools.lru_cache(maxsize=1)
 def composing_digest() -> str:
-  h = hashlib.sha256()
-  checkout = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  for name in _COMPOSING_SOURCES:
-    with open(os.path.join(checkout, name), "rb") as f:
-      h.update(name.encode() + b"\0" + f.read())
-  return h.hexdigest()
+  return files_digest(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), list(_COMPOSING_SOURCES))
 
 
 class ModelGraph:
