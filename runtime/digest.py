@@ -8,14 +8,15 @@ Invariants:
   shape: it is not the one-element array); anything else is canonical JSON (sorted keys, no spaces; objects JSON
   cannot hold are their str()).
 - The result is sha256 in hex: 64 characters, safe as a file name.
+- It imports no numpy: the safety consumers reach it through the cache-dir check and start without numpy; an
+  array part means numpy is already loaded, so it is found in sys.modules.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-
-import numpy as np
+import sys
 
 
 def _update(h, kind: bytes, data: bytes) -> None:
@@ -25,10 +26,11 @@ def _update(h, kind: bytes, data: bytes) -> None:
 
 def digest(*parts) -> str:
   h = hashlib.sha256()
+  np = sys.modules.get("numpy")
   for part in parts:
     if isinstance(part, (bytes, bytearray, memoryview)):
       _update(h, b"B", bytes(part))
-    elif isinstance(part, np.ndarray):
+    elif np is not None and isinstance(part, np.ndarray):
       a = np.asarray(part, order="C")
       _update(h, b"A", json.dumps([a.dtype.str, list(a.shape)]).encode())
       _update(h, b"D", a.reshape(-1).view(np.uint8).tobytes() if a.size else b"")

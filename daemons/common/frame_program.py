@@ -44,6 +44,7 @@ from runtime.buffer import Buffer, Lease
 from runtime.device import Device
 from runtime.digest import files_digest
 from runtime.errors import JitError
+from runtime.compose import compose, renamed
 from runtime.graph import Graph, Node, Spec
 from runtime.runner import model_digest
 
@@ -81,36 +82,7 @@ def device_table(daemon: str, env: dict | None = None, default: str | None = Non
   return table
 
 
-# ------------------------------------------------------------------------------------------ graph composition
-
-def renamed(graph: Graph, prefix: str, keep: dict[str, str] | None = None) -> Graph:
-  """graph with every value name prefixed, except those in `keep` (old -> new name)."""
-  keep = keep or {}
-
-  def r(name: str) -> str:
-    return name if not name else keep.get(name, prefix + name)
-  nodes = [Node(n.op, [r(i) for i in n.inputs], [r(o) for o in n.outputs], dict(n.attrs), n.name) for n in graph.nodes]
-  return Graph({r(n): s for n, s in graph.inputs.items()}, [r(o) for o in graph.outputs], nodes,
-               {r(n): a for n, a in graph.consts.items()}, dict(graph.metadata), graph.opset,
-               {r(n): s for n, s in graph.held.items()})
-
-
-def compose(parts: list[Graph], outputs: list[str], held: dict[str, Spec] | None = None) -> Graph:
-  """One graph running `parts` in order; a part's input produced by an earlier part is wired to it, the
-  others are inputs of the whole."""
-  nodes, consts, inputs, produced, meta = [], {}, {}, set(), {}
-  held = dict(held or {})
-  for g in parts:
-    for n, s in g.inputs.items():
-      if n not in produced and n not in held:
-        inputs.setdefault(n, s)
-    nodes += g.nodes
-    consts.update(g.consts)
-    held.update(g.held)
-    produced |= {o for n in g.nodes for o in n.outputs if o} | set(g.consts)
-    meta.update(g.metadata)
-  return Graph(inputs, list(outputs), nodes, consts, meta, max(g.opset for g in parts), held)
-
+# ------------------------------------------------------------------------------------------ the daemons' glue
 
 def _adapt(value: str, spec: Spec, shape, out: str) -> Graph:
   """out = value reshaped (a view)."""

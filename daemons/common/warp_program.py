@@ -23,7 +23,8 @@ import numpy as np
 from daemons.common.dm_warp import BORDER_VALUE, DM_INPUT_SIZE, source_coords
 from daemons.common.road_warp import OUT_SHAPE, WarpError, check_geometry
 from common.transforms import MODEL_INPUT_SIZE
-from runtime.graph import Graph, Node, Spec, dtype_to_onnx
+from runtime.compose import GraphBuilder
+from runtime.graph import Graph, Spec
 
 FRAME = "frame"          # the NV12 frame, a flat uint8 input of the buffer's whole length
 TRANSFORM = "transform"  # the road warp's 3x3 float32 input (model pixels -> camera pixels)
@@ -32,45 +33,6 @@ INDEX = "index"          # the road warp's (6, 128, 256) int32 source byte index
 
 F32, F64, I32, I64, U8 = (np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64, np.uint8))
 UV_SCALE = np.array([[1, 1, 0.5], [1, 1, 0.5], [2, 2, 1]], np.float32)
-
-
-class GraphBuilder:
-  """Appends ONNX-style nodes with fresh value names (prefix + counter); consts are named the same way."""
-
-  def __init__(self, prefix: str = "w"):
-    self.prefix, self.n = prefix, 0
-    self.nodes: list[Node] = []
-    self.consts: dict[str, np.ndarray] = {}
-
-  def _name(self) -> str:
-    self.n += 1
-    return f"{self.prefix}{self.n}"
-
-  def const(self, array) -> str:
-    name = self._name()
-    self.consts[name] = np.ascontiguousarray(array)
-    return name
-
-  def op(self, op: str, *inputs: str, **attrs) -> str:
-    out = self._name()
-    self.nodes.append(Node(op, list(inputs), [out], attrs))
-    return out
-
-  def cast(self, x: str, dtype) -> str:
-    return self.op("Cast", x, to=dtype_to_onnx(np.dtype(dtype)))
-
-  def reshape(self, x: str, shape) -> str:
-    return self.op("Reshape", x, self.const(np.array(shape, np.int64)))
-
-  def slice(self, x: str, start: int, stop: int, axis: int = 0) -> str:
-    return self.op("Slice", x, self.const(np.array([start], np.int64)), self.const(np.array([stop], np.int64)),
-                   self.const(np.array([axis], np.int64)))
-
-  def graph(self, inputs: dict[str, Spec], outputs: list[str], renames: dict[str, str]) -> Graph:
-    """The graph, with internal value names in `renames` (e.g. the last node's output) renamed."""
-    nodes = [Node(n.op, [renames.get(i, i) for i in n.inputs], [renames.get(o, o) for o in n.outputs], dict(n.attrs))
-             for n in self.nodes]
-    return Graph(dict(inputs), outputs, nodes, dict(self.consts))
 
 
 # ----------------------------------------------------------------------------------------------- road warp
