@@ -648,3 +648,111 @@ def adam(b: Body):
     den = b.op("Add", [b.op("Sqrt", [h2]), _f32(b, "epsilon")])
     x2 = b.op("Sub", [x, b.op("Mul", [r, b.op("Div", [v2, den])])])
     b.op("Mul", [post, x2], out=b.node.output[i])
+
+
+# ---------------------------------------------------------------- GridSample
+
+def _reflect(b: Body, v: str, lo: float, hi: float) -> str:
+  """onnx's reference reflection of a coordinate into [lo, hi]: by the nearer border, repeatedly."""
+  f = lambda a: b.const(np.float32(a))   # noqa: E731
+  below, above = b.op("Less", [v, f(lo)]), b.op("Greater", [v, f(hi)])
+  dx = b.op("Where", [below, b.op("Sub", [f(lo), v]), b.op("Sub", [v, f(hi)])])
+  n = b.op("Floor", [b.op("Div", [dx, f(hi - lo)])])
+  r = b.op("Sub", [dx, b.op("Mul", [n, f(hi - lo)])])
+  half = b.op("Div", [n, f(2)])
+  even = b.op("Equal", [b.op("Floor", [half]), half])
+  up, down = b.op("Add", [f(lo), r]), b.op("Sub", [f(hi), r])
+  return b.op("Where", [below, b.op("Where", [even, up, down]), b.op("Where", [above, b.op("Where", [even, down, up]), v])])
+
+
+def _cubic_coeffs(b: Body, t: str) -> list[str]:
+  """Keys' cubic convolution weights (A = -0.75) of the four taps around a point t in [0, 1) past the first."""
+  A = -0.75
+
+  def poly(x: str, coeffs) -> str:   # Horner: ((c0 x + c1) x + c2) x + c3
+    acc = b.const(np.float32(coeffs[0]))
+    for c in coeffs[1:]:
+      acc = b.op("Add", [b.op("Mul", [acc, x]), b.const(np.float32(c))])
+    return acc
+  one = b.const(np.float32(1))
+  far = [A, -5 * A, 8 * A, -4 * A]          # |x| in [1, 2)
+  near = [A + 2, -(A + 3), 0.0, 1.0]        # |x| in [0, 1)
+  return [poly(b.op("Add", [t, one]), far), poly(t, near), poly(b.op("Sub", [one, t]), near),
+          poly(b.op("Sub", [b.const(np.float32(2)), t]), far)]
+
+
+@decomposition("GridSample")
+def grid_sample(b: Body):
+  """onnx's reference GridSample: each output point's grid coordinates (last axis x, y, z ... for the spatial
+  axes last to first) denormalised in float64 to float32 pixel coordinates, rounded half to even (nearest), pulled
+  into the borders (border, reflection) when outside them; then its taps (1, 2 or 4 per axis for nearest, linear,
+  cubic) fetched from the flattened image by GatherElements, each index clamped (border), reflected (reflection)
+  or zero-weighted when outside (zeros), and summed with the product of their per-axis weights."""
+  X, G = b.input(0), b.input(1)
+  xs, gs = b.shape_of(X), b.shape_of(G)
+  if b.dtype(b.type_of(X)[0], "input") != np.float32 or b.dtype(b.type_of(G)[0], "grid") != np.float32:
+    raise UnsupportedDtypeError(f"{b.where}: GridSample of other than float32 values and grid is not supported")
+  r = len(xs) - 2
+  if r < 1 or len(gs) != r + 2 or gs[0] != xs[0] or gs[-1] != r:
+    raise ModelError(f"{b.where}: grid {list(gs)} does not fit input {list(xs)}")
+  N, C, dims, out_sp = xs[0], xs[1], xs[2:], gs[1:-1]
+  mode = b.attrs.get("mode", b"linear" if b.opset >= 20 else b"bilinear")
+  mode = mode.decode() if isinstance(mode, bytes) else mode
+  mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
+  pad = b.attrs.get("padding_mode", b"zeros")
+  pad = pad.decode() if isinstance(pad, bytes) else pad
+  align = bool(b.attrs.get("align_corners", 0))
+  if mode not in ("nearest", "linear", "cubic") or pad not in ("zeros", "border", "reflection"):
+    raise ModelError(f"{b.where}: mode {mode!r} or padding_mode {pad!r} is not one GridSample knows")
+  if min(dims) < 1 or (pad == "reflection" and align and min(dims) < 2):
+    raise UnsupportedOpError(f"{b.where}: GridSample of an input {list(xs)} with padding {pad!r} is not supported")
+  Q, P = int(np.prod(out_sp)), int(np.prod(dims))
+  f32 = lambda a: b.const(np.float32(a))   # noqa: E731
+  strides = [int(np.prod(dims[i + 1:])) for i in range(r)]
+  per_axis = []   # per spatial axis: [(flat index part [N, 1, Q] int64, weight [N, 1, Q] float32 or None)]
+  for i, d in enumerate(dims):
+    g = b.op("Reshape", [b.op("Gather", [G, b.const(np.int64(r - 1 - i))], axis=-1), b.const(_i64(N, 1, Q))])
+    g = b.op("Add", [b.op("Cast", [g], to=TensorProto.DOUBLE), b.const(np.float64(1))])
+    x = b.op("Mul", [g, b.const(np.float64((d - 1) / 2))]) if align else \
+        b.op("Div", [b.op("Sub", [b.op("Mul", [g, b.const(np.float64(d))]), b.const(np.float64(1))]), b.const(np.float64(2))])
+    x = b.op("Cast", [x], to=TensorProto.FLOAT)
+    if mode == "nearest":
+      x = b.op("Round", [x])
+    lo, hi = (0.0, d - 1.0) if align else (-0.5, d - 0.5)
+    if pad != "zeros":
+      outside = b.op("Or", [b.op("Less", [x, f32(lo)]), b.op("Greater", [x, f32(hi)])])
+      pulled = b.op("Clip", [x, f32(0), f32(d - 1)]) if pad == "border" else _reflect(b, x, lo, hi)
+      x = b.op("Where", [outside, pulled, x])
+    if mode == "nearest":
+      taps = [(x, None)]
+    else:
+      x0 = b.op("Floor", [x])
+      t = b.op("Sub", [x, x0])
+      if mode == "linear":
+        taps = [(x0, b.op("Sub", [f32(1), t])), (b.op("Add", [x0, f32(1)]), t)]
+      else:
+        taps = [(b.op("Add", [x0, f32(k)]), w) for k, w in zip((-1, 0, 1, 2), _cubic_coeffs(b, t))]
+    fetched = []
+    for idx, w in taps:
+      if pad == "reflection":
+        idx = _reflect(b, idx, lo, hi)
+      i64 = b.op("Cast", [idx], to=TensorProto.INT64)   # truncation, as the reference's int()
+      clamped = b.op("Clip", [i64, b.const(np.int64(0)), b.const(np.int64(d - 1))])
+      if pad == "zeros":
+        inside = b.op("Cast", [b.op("Equal", [clamped, i64])], to=TensorProto.FLOAT)
+        w = inside if w is None else b.op("Mul", [w, inside])
+      fetched.append((b.op("Mul", [clamped, b.const(np.int64(strides[i]))]), w))
+    per_axis.append(fetched)
+  flat_x = b.op("Reshape", [X, b.const(_i64(N, C, P))])
+  full = b.const(_i64(N, C, Q))
+  total = None
+  for combo in np.ndindex(*[len(t) for t in per_axis]):
+    flat, weight = None, None
+    for i, k in enumerate(combo):
+      part, w = per_axis[i][k]
+      flat = part if flat is None else b.op("Add", [flat, part])
+      weight = w if weight is None else (weight if w is None else b.op("Mul", [weight, w]))
+    v = b.op("GatherElements", [flat_x, b.op("Expand", [flat, full])], axis=2)
+    v = v if weight is None else b.op("Mul", [v, weight])
+    total = v if total is None else b.op("Add", [total, v])
+  b.op("Reshape", [total, b.const(_i64(N, C, *out_sp))], out=b.node.output[0])

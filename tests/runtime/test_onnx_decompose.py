@@ -239,3 +239,27 @@ def test_training_optimizers_of_the_preview_domain_agree_with_the_reference(op, 
   for name, w in zip(outs, ReferenceEvaluator(model).run(None, feeds)):
     np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-6)
   assert not r.program.fallbacks
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align_corners", [0, 1])
+def test_grid_sample_agrees_with_the_reference_inside_and_far_outside_the_image(mode, padding_mode, align_corners):
+  rng = np.random.default_rng(14)
+  feeds = {"x": rng.standard_normal((2, 3, 4, 5)).astype(np.float32),
+           "grid": (rng.standard_normal((2, 3, 6, 2)) * 1.6).astype(np.float32)}   # some points two images away
+  node = helper.make_node("GridSample", ["x", "grid"], ["y"], mode=mode, padding_mode=padding_mode, align_corners=align_corners)
+  model = _model(node, feeds, opset=20)
+  r = OnnxRunner(model, cache=memory_cache())
+  got = r(**feeds)["y"]
+  np.testing.assert_allclose(got, ReferenceEvaluator(model).run(None, feeds)[0], rtol=1e-4, atol=1e-5)
+  assert got.tobytes() == r(**feeds)["y"].tobytes()
+
+
+def test_volumetric_grid_sample_agrees_with_the_reference():
+  rng = np.random.default_rng(15)
+  feeds = {"x": rng.standard_normal((1, 2, 3, 4, 2)).astype(np.float32),
+           "grid": (rng.standard_normal((1, 2, 3, 2, 3)) * 1.2).astype(np.float32)}
+  model = _model(helper.make_node("GridSample", ["x", "grid"], ["y"], mode="linear"), feeds, opset=20)
+  got = OnnxRunner(model, cache=memory_cache())(**feeds)["y"]
+  np.testing.assert_allclose(got, ReferenceEvaluator(model).run(None, feeds)[0], rtol=1e-4, atol=1e-5)
