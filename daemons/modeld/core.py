@@ -209,12 +209,6 @@ class Modeld(FrameStep):
     reasons.extend(r for r in found if r not in reasons)
     return ok
 
-  def _run_on(self, model: ModelState, frames, desire, traffic, action_t, reasons: list[str]):
-    main, extra = frames
-    geometry = self.program_geometry(memoryview(main.data).nbytes, memoryview(extra.data).nbytes)
-    return model.run_frames(geometry, main.data, extra.data, self.transforms, desire, traffic, action_t,
-                            lambda: self._after_warp(frames, reasons))
-
   def run(self, frames, car: CarInputs, reasons: list[str]) -> ModelOutcome:
     traffic = np.zeros(2, np.float32)
     traffic[int(car.is_rhd)] = 1.0
@@ -224,11 +218,16 @@ class Modeld(FrameStep):
     long_action_t = car.long_actuator_delay + LONG_SMOOTH_SECONDS + DT_MDL + DT_MDL / 2
     self._action_t = (lat_action_t, long_action_t)
     action_t = np.array([lat_action_t, long_action_t], np.float32)
+    main, extra = frames
+    geometry = self.program_geometry(memoryview(main.data).nbytes, memoryview(extra.data).nbytes)
+
+    def after_warp() -> bool:   # still_valid, after the program last read the frames
+      return self._after_warp(frames, reasons)
 
     model = self.active
     outs, raw, times, error = None, None, StageTimes(), ""
     try:
-      outs, raw, times = self._run_on(model, frames, desire, traffic, action_t, reasons)
+      outs, raw, times = model.run_frames(geometry, main.data, extra.data, self.transforms, desire, traffic, action_t, after_warp)
     except Exception as e:  # any big-model failure means fallback; the frame is re-run on the small model
       if model is self.small:
         error = f"small model failed: {type(e).__name__}: {e}"
@@ -236,7 +235,8 @@ class Modeld(FrameStep):
         self._switch_to_small(e)
         model = self.small
         try:   # modelExecutionTime keeps counting: this frame's model time includes the failed attempt
-          outs, raw, times = self._run_on(model, frames, desire, traffic, action_t, reasons)
+          outs, raw, times = model.run_frames(geometry, main.data, extra.data, self.transforms, desire, traffic, action_t,
+                                              after_warp)
         except Exception as e2:
           error = f"small model failed: {type(e2).__name__}: {e2}"
     if error:
