@@ -756,3 +756,78 @@ def grid_sample(b: Body):
     v = v if weight is None else b.op("Mul", [v, weight])
     total = v if total is None else b.op("Add", [total, v])
   b.op("Reshape", [total, b.const(_i64(N, C, *out_sp))], out=b.node.output[0])
+
+
+# ---------------------------------------------------------------- BatchNormalization (training), TensorScatter
+
+def batchnorm_in_training(node: onnx.NodeProto) -> bool:
+  """BatchNormalization with training_mode=1, which the inference kernel refuses and we decompose."""
+  return any(a.name == "training_mode" and a.i == 1 for a in node.attribute)
+
+
+# ops a kernel implements except in variants these pick out, which are decomposed instead
+VARIANTS = {"BatchNormalization": batchnorm_in_training}
+
+
+@decomposition("BatchNormalization")
+def batchnorm_training(b: Body):
+  """Training mode as onnx's reference computes it: the batch's mean and (population) variance over every axis
+  but 1 normalise x; the running statistics are mean * momentum + batch statistic * (1 - momentum)."""
+  if b.opset < 14:
+    raise UnsupportedOpError(f"{b.where}: BatchNormalization in training mode before opset 14 is not supported")
+  x, scale, bias, mean, var = (b.input(i) for i in range(5))
+  shape = b.shape_of(x)
+  rank = len(shape)
+  if rank < 2:
+    raise ModelError(f"{b.where}: input {list(shape)} has no channel axis")
+  dt = b.dtype(b.type_of(x)[0], "input")
+  axes = b.const(_i64(0, *range(2, rank)))
+  chan = b.const(_i64(-1, *([1] * (rank - 2))))
+  m = b.op("ReduceMean", [x, axes], keepdims=1)
+  d = b.op("Sub", [x, m])
+  v = b.op("ReduceMean", [b.op("Mul", [d, d]), axes], keepdims=1)
+  eps = b.const(np.asarray(b.attrs.get("epsilon", 1e-5), dt))
+  y = b.op("Div", [b.op("Mul", [b.op("Reshape", [scale, chan]), d]), b.op("Sqrt", [b.op("Add", [v, eps])])])
+  b.op("Add", [y, b.op("Reshape", [bias, chan])], out=b.node.output[0])
+  mom = float(b.attrs.get("momentum", 0.9))
+  flat = b.const(_i64(-1))
+  for k, (run, stat) in enumerate(((mean, m), (var, v)), start=1):
+    if k < len(b.node.output) and b.node.output[k]:
+      b.op("Add", [b.op("Mul", [run, b.const(np.asarray(mom, dt))]),
+                   b.op("Mul", [b.op("Reshape", [stat, flat]), b.const(np.asarray(1 - mom, dt))])], out=b.node.output[k])
+
+
+@decomposition("TensorScatter")
+def tensor_scatter(b: Body):
+  """present = past with update written along `axis` at each batch entry's run-time write index (wrapping
+  around in circular mode): per batch entry, every cache position reads the update slice it receives (a Gather
+  with indices computed from the write index, each clamped into the update) where one lands, else the past."""
+  past, update, idx = b.input(0), b.input(1), b.input(2)
+  ps, us = b.shape_of(past), b.shape_of(update)
+  rank = len(ps)
+  axis = int(b.attrs.get("axis", -2))
+  mode = b.attrs.get("mode", b"linear")
+  mode = mode.decode() if isinstance(mode, bytes) else mode
+  if not -rank <= axis < rank or mode not in ("linear", "circular"):
+    raise ModelError(f"{b.where}: axis {axis} or mode {mode!r} does not fit a rank {rank} cache")
+  axis %= rank
+  if axis == 0 or len(us) != rank or any(p != u for i, (p, u) in enumerate(zip(ps, us)) if i != axis) or us[axis] > ps[axis]:
+    raise ModelError(f"{b.where}: update {list(us)} does not fit cache {list(ps)} along axis {axis}")
+  N, L, U = ps[0], ps[axis], us[axis]
+  if U == 0:
+    b.op("Identity", [past], out=b.node.output[0])
+    return
+  s = b.const(np.arange(L, dtype=np.int64).reshape(1, L))
+  w = b.op("Unsqueeze", [b.op("Cast", [idx], to=TensorProto.INT64), b.const(_i64(1))]) if idx else b.const(np.zeros((N, 1), np.int64))
+  k = b.op("Sub", [s, w])                                                        # [N, L]
+  if mode == "circular":
+    k = b.op("Mod", [k, b.const(np.int64(L))])
+  lands = b.op("And", [b.op("GreaterOrEqual", [k, b.const(np.int64(0))]), b.op("Less", [k, b.const(np.int64(U))])])
+  k = b.op("Clip", [k, b.const(np.int64(0)), b.const(np.int64(U - 1))])
+  along = b.const(_i64(L, *([1] * (rank - 1 - axis))))                           # a position along axis - 1 of an entry
+  parts = []
+  for n in range(N):
+    got = b.op("Gather", [_row(b, update, n), _row(b, k, n)], axis=axis - 1)
+    where = b.op("Reshape", [_row(b, lands, n), along])
+    parts.append(b.op("Unsqueeze", [b.op("Where", [where, got, _row(b, past, n)]), b.const(_i64(0))]))
+  b.op("Concat", parts, out=b.node.output[0], axis=0)

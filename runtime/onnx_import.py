@@ -29,7 +29,7 @@ from .errors import InputError, ModelError, UnsupportedDtypeError, UnsupportedOp
 from .graph import Graph, Node, Spec, dtype_from_onnx
 from .kernels import supported_ops
 from .limits import LoadTotal, check_tensor
-from .onnx_decompose import BODY_OPSET, DECOMPOSITIONS, TRAINING_DOMAIN, TRAINING_OPS, decompose
+from .onnx_decompose import BODY_OPSET, DECOMPOSITIONS, TRAINING_DOMAIN, TRAINING_OPS, VARIANTS, decompose
 
 ONNX_OPS = frozenset(supported_ops())
 
@@ -366,7 +366,8 @@ def _expanded_nodes(g: onnx.GraphProto, opset: int, types: _ValueTypes,
     schema = None
     if n.domain in DEFAULT_DOMAINS and n.op_type not in ONNX_OPS and depth < MAX_EXPANSION_DEPTH:
       schema = _function_schema(n.op_type, ver)
-    ours = (n.domain in DEFAULT_DOMAINS and n.op_type not in ONNX_OPS and n.op_type in DECOMPOSITIONS) or \
+    ours = (n.domain in DEFAULT_DOMAINS and n.op_type in DECOMPOSITIONS and
+            (n.op_type not in ONNX_OPS or (n.op_type in VARIANTS and VARIANTS[n.op_type](n)))) or \
         (n.domain == TRAINING_DOMAIN and n.op_type in TRAINING_OPS and depth == 0)
     f = body = None
     where = f"{n.op_type} node {n.name!r}" if n.name else f"{n.op_type} node -> {list(n.output)}"

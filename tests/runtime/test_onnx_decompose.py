@@ -263,3 +263,31 @@ def test_volumetric_grid_sample_agrees_with_the_reference():
   model = _model(helper.make_node("GridSample", ["x", "grid"], ["y"], mode="linear"), feeds, opset=20)
   got = OnnxRunner(model, cache=memory_cache())(**feeds)["y"]
   np.testing.assert_allclose(got, ReferenceEvaluator(model).run(None, feeds)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_batch_normalization_in_training_mode_agrees_with_the_reference():
+  rng = np.random.default_rng(16)
+  feeds = {"x": rng.standard_normal((2, 3, 4, 5)).astype(np.float32), "s": rng.standard_normal(3).astype(np.float32),
+           "bias": rng.standard_normal(3).astype(np.float32), "mean": rng.standard_normal(3).astype(np.float32),
+           "var": np.abs(rng.standard_normal(3)).astype(np.float32)}
+  node = helper.make_node("BatchNormalization", list(feeds), ["y", "rm", "rv"], training_mode=1, momentum=0.8, epsilon=1e-3)
+  model = _model(node, feeds, opset=15)
+  got = OnnxRunner(model, cache=memory_cache())(**feeds)
+  for name, w in zip(node.output, ReferenceEvaluator(model).run(None, feeds)):
+    np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["linear", "circular"])
+@pytest.mark.parametrize("axis", [-2, 1])
+def test_tensor_scatter_writes_at_run_time_indices_like_the_reference(mode, axis):
+  rng = np.random.default_rng(17)
+  past = rng.standard_normal((3, 6, 4) if axis == 1 else (3, 2, 6, 4)).astype(np.float32)
+  upd_shape = list(past.shape)
+  upd_shape[axis] = 3
+  feeds = {"past": past, "update": rng.standard_normal(upd_shape).astype(np.float32), "idx": np.array([0, 2, 3], np.int64)}
+  if mode == "circular":
+    feeds["idx"] = np.array([5, 4, 1], np.int64)
+  model = _model(helper.make_node("TensorScatter", ["past", "update", "idx"], ["y"], mode=mode, axis=axis), feeds, opset=24)
+  r = OnnxRunner(model, cache=memory_cache())
+  np.testing.assert_array_equal(r(**feeds)["y"], ReferenceEvaluator(model).run(None, feeds)[0])
+  assert not r.program.fallbacks
