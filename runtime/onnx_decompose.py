@@ -569,6 +569,9 @@ def qlinear_matmul(b: Body):
 
 TRAINING_DOMAIN = "ai.onnx.preview.training"
 TRAINING_OPS = frozenset({"Adagrad", "Momentum", "Adam"})
+ML_DOMAIN = "ai.onnx.ml"
+# ops of domains besides ai.onnx that we decompose, by domain
+DOMAIN_OPS = {TRAINING_DOMAIN: TRAINING_OPS, ML_DOMAIN: frozenset({"Binarizer", "ArrayFeatureExtractor"})}
 
 
 def _optimizer_groups(b: Body, groups: int) -> tuple[str, str, list[list[str]]]:
@@ -831,3 +834,26 @@ def tensor_scatter(b: Body):
     where = b.op("Reshape", [_row(b, lands, n), along])
     parts.append(b.op("Unsqueeze", [b.op("Where", [where, got, _row(b, past, n)]), b.const(_i64(0))]))
   b.op("Concat", parts, out=b.node.output[0], axis=0)
+
+
+# ---------------------------------------------------------------- ai.onnx.ml: Binarizer, ArrayFeatureExtractor
+
+@decomposition("Binarizer")
+def binarizer(b: Body):
+  """x > threshold as x's type (1 or 0), as the reference computes it."""
+  x = b.input(0)
+  dt = b.dtype(b.type_of(x)[0], "input")
+  b.op("Cast", [b.op("Greater", [x, b.const(np.asarray(b.attrs.get("threshold", 0.0), dt))])], out=b.node.output[0],
+       to=b.type_of(x)[0])
+
+
+@decomposition("ArrayFeatureExtractor")
+def array_feature_extractor(b: Body):
+  """x[..., indices] with the run-time indices flattened, a vector's result as one row (as onnxruntime and the
+  reference do); each index must lie in the last axis (a Gather, which checks graph-input indices per call)."""
+  x, idx = b.input(0), b.input(1)
+  xs, n = b.shape_of(x), int(np.prod(b.shape_of(idx)))
+  flat = b.op("Reshape", [idx, b.const(_i64(-1))])
+  y = b.op("Gather", [x, flat], axis=len(xs) - 1)
+  shape = (1, n) if len(xs) == 1 else (*xs[:-1], n)
+  b.op("Reshape", [y, b.const(_i64(*shape))], out=b.node.output[0])

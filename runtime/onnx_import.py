@@ -29,7 +29,7 @@ from .errors import InputError, ModelError, UnsupportedDtypeError, UnsupportedOp
 from .graph import Graph, Node, Spec, dtype_from_onnx
 from .kernels import supported_ops
 from .limits import LoadTotal, check_tensor
-from .onnx_decompose import BODY_OPSET, DECOMPOSITIONS, TRAINING_DOMAIN, TRAINING_OPS, VARIANTS, decompose
+from .onnx_decompose import BODY_OPSET, DECOMPOSITIONS, DOMAIN_OPS, VARIANTS, decompose
 
 ONNX_OPS = frozenset(supported_ops())
 
@@ -354,7 +354,7 @@ class _ValueTypes:
 
 
 def _expanded_nodes(g: onnx.GraphProto, opset: int, types: _ValueTypes,
-                    training: int) -> list[tuple[onnx.NodeProto, int, str]]:
+                    others: dict) -> list[tuple[onnx.NodeProto, int, str]]:
   """The graph's nodes, each op no kernel implements replaced by its function body when its schema has one, or
   by our decomposition of it (recursively), as (node, opset it is read under, the model's op it came from)."""
   out = []
@@ -368,7 +368,7 @@ def _expanded_nodes(g: onnx.GraphProto, opset: int, types: _ValueTypes,
       schema = _function_schema(n.op_type, ver)
     ours = (n.domain in DEFAULT_DOMAINS and n.op_type in DECOMPOSITIONS and
             (n.op_type not in ONNX_OPS or (n.op_type in VARIANTS and VARIANTS[n.op_type](n)))) or \
-        (n.domain == TRAINING_DOMAIN and n.op_type in TRAINING_OPS and depth == 0)
+        (n.op_type in DOMAIN_OPS.get(n.domain, ()) and n.domain in others and depth == 0)
     f = body = None
     where = f"{n.op_type} node {n.name!r}" if n.name else f"{n.op_type} node -> {list(n.output)}"
     if origin != n.op_type:
@@ -379,7 +379,7 @@ def _expanded_nodes(g: onnx.GraphProto, opset: int, types: _ValueTypes,
       _check_expandable(n, where)
       f = _function_body(n, schema, ver, types)
     elif ours:
-      _check_node(n, _schema(n.op_type, training if n.domain == TRAINING_DOMAIN else ver, where, n.domain), where)
+      _check_node(n, _schema(n.op_type, others.get(n.domain, ver), where, n.domain), where)
       body = decompose(n, types, where, prefix, ver)
     elif n.op_type == "Scan" and n.domain in DEFAULT_DOMAINS and depth < MAX_EXPANSION_DEPTH:
       _check_node(n, _schema(n.op_type, ver, where), where)
@@ -506,19 +506,19 @@ def import_onnx(model, input_shapes: dict | None = None) -> Graph:
     raise ModelError("the model has no graph (not an ONNX model?)")
   g = proto.graph
   opsets = [int(imp.version) for imp in proto.opset_import if imp.domain in DEFAULT_DOMAINS]
-  training = [int(imp.version) for imp in proto.opset_import if imp.domain == TRAINING_DOMAIN]
+  others = {imp.domain: int(imp.version) for imp in proto.opset_import if imp.domain in DOMAIN_OPS}
   foreign = sorted({f"{n.domain}.{n.op_type}" for n in g.node if n.domain not in DEFAULT_DOMAINS and not
-                    (n.domain == TRAINING_DOMAIN and n.op_type in TRAINING_OPS and training)})
+                    (n.op_type in DOMAIN_OPS.get(n.domain, ()) and n.domain in others)})
   if foreign:
     raise UnsupportedOpError(f"model uses unsupported ops: {', '.join(foreign)}")
-  if not opsets and g.node and all(n.domain == TRAINING_DOMAIN for n in g.node):
-    opsets = [BODY_OPSET]   # only optimizer nodes, which we decompose into ai.onnx ops of our own opset
+  if not opsets and g.node and all(n.domain in DOMAIN_OPS for n in g.node):
+    opsets = [BODY_OPSET]   # only nodes of other domains, which we decompose into ai.onnx ops of our own opset
   if not opsets:
     raise ModelError("the model imports no ai.onnx opset")
   opset = opsets[-1]
   if not 1 <= opset <= MAX_OPSET:
     raise UnsupportedOpError(f"the model imports ai.onnx opset {opset}; this runtime knows opsets 1..{MAX_OPSET}")
-  expanded = _expanded_nodes(g, opset, _ValueTypes(proto, dict(input_shapes or {})), training[-1] if training else 0)
+  expanded = _expanded_nodes(g, opset, _ValueTypes(proto, dict(input_shapes or {})), others)
   unsupported: dict[str, set] = {}
   for n, _, origin in expanded:
     if n.domain not in DEFAULT_DOMAINS or n.op_type not in ONNX_OPS:

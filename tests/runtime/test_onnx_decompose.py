@@ -291,3 +291,21 @@ def test_tensor_scatter_writes_at_run_time_indices_like_the_reference(mode, axis
   r = OnnxRunner(model, cache=memory_cache())
   np.testing.assert_array_equal(r(**feeds)["y"], ReferenceEvaluator(model).run(None, feeds)[0])
   assert not r.program.fallbacks
+
+
+def _ml_model(node, feeds) -> bytes:
+  g = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+                                      for n, a in feeds.items()], [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)])
+  return helper.make_model(g, opset_imports=[helper.make_opsetid("ai.onnx.ml", 1), helper.make_opsetid("", 13)]).SerializeToString()
+
+
+@pytest.mark.parametrize("x_shape", [(3, 4), (5,)])
+def test_ml_binarizer_and_array_feature_extractor_agree_with_the_reference(x_shape):
+  rng = np.random.default_rng(18)
+  x = rng.standard_normal(x_shape).astype(np.float32)
+  for node, feeds in ((helper.make_node("Binarizer", ["x"], ["y"], domain="ai.onnx.ml", threshold=0.3), {"x": x}),
+                      (helper.make_node("ArrayFeatureExtractor", ["x", "i"], ["y"], domain="ai.onnx.ml"),
+                       {"x": x, "i": np.array([[2], [0], [3]], np.int64)})):
+    model = _ml_model(node, feeds)
+    np.testing.assert_array_equal(OnnxRunner(model, cache=memory_cache())(**feeds)["y"],
+                                  ReferenceEvaluator(model).run(None, feeds)[0])
