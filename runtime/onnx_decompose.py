@@ -857,3 +857,31 @@ def array_feature_extractor(b: Body):
   y = b.op("Gather", [x, flat], axis=len(xs) - 1)
   shape = (1, n) if len(xs) == 1 else (*xs[:-1], n)
   b.op("Reshape", [y, b.const(_i64(*shape))], out=b.node.output[0])
+
+
+@decomposition("QLinearConv")
+def qlinear_conv(b: Body):
+  """As the reference: an int32 Conv of the zero-point-shifted input and weights (a per-channel weight zero point
+  along the output channels) plus the int32 bias, scaled by x_scale * w_scale / y_scale in float64 (a per-channel
+  w_scale along the channels), shifted by y_zero_point, saturated to 8 bits and rounded half to even."""
+  x, x_s, x_z, w, w_s, w_z, y_s, y_z = (b.input(i) for i in range(8))
+  bias = b.input(8)
+  rank = len(b.shape_of(w))
+  out_t = b.type_of(y_z)[0] if y_z else b.type_of(x)[0]
+  if out_t not in (TensorProto.UINT8, TensorProto.INT8):
+    raise UnsupportedDtypeError(f"{b.where}: QLinearConv to {ONNX_DTYPE_NAMES.get(out_t, out_t)} is not supported")
+  M = b.shape_of(w)[0]
+  wz_axes = list(range(1, rank)) if w_z and b.shape_of(w_z) == (M,) else None
+  b.op("Conv", [_int32_less(b, x, x_z), _int32_less(b, w, w_z, wz_axes)] + ([bias] if bias else []))
+  b.nodes[-1].attribute.extend(b.node.attribute)
+  res = b.nodes[-1].output[0]
+  ws = w_s
+  if int(np.prod(b.shape_of(w_s))) > 1:
+    ws = b.op("Unsqueeze", [w_s, b.const(_i64(0, *range(2, rank)))])
+  scale = b.op("Cast", [b.op("Div", [b.op("Mul", [x_s, ws]), y_s])], to=TensorProto.DOUBLE)
+  r = b.op("Mul", [b.op("Cast", [res], to=TensorProto.DOUBLE), scale])
+  if y_z:
+    r = b.op("Add", [r, b.op("Cast", [y_z], to=TensorProto.DOUBLE)])
+  lo, hi = QUANT_RANGES[out_t]
+  r = b.op("Round", [b.op("Clip", [r, b.const(np.float64(lo)), b.const(np.float64(hi))])])
+  b.op("Cast", [r], out=b.node.output[0], to=out_t)

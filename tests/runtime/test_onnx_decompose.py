@@ -309,3 +309,12 @@ def test_ml_binarizer_and_array_feature_extractor_agree_with_the_reference(x_sha
     model = _ml_model(node, feeds)
     np.testing.assert_array_equal(OnnxRunner(model, cache=memory_cache())(**feeds)["y"],
                                   ReferenceEvaluator(model).run(None, feeds)[0])
+
+
+def test_qlinear_conv_with_per_channel_weights_agrees_with_the_reference():
+  rng = np.random.default_rng(19)
+  feeds = {"x": rng.integers(0, 256, (1, 2, 5, 5)).astype(np.uint8), "xs": np.array(0.05, np.float32), "xz": np.array(100, np.uint8),
+           "w": rng.integers(0, 256, (3, 2, 3, 3)).astype(np.uint8), "ws": np.array([0.01, 0.02, 0.005], np.float32),
+           "wz": np.array([120, 128, 130], np.uint8), "ys": np.array(0.4, np.float32), "yz": np.array(90, np.uint8),
+           "bias": rng.integers(-500, 500, 3).astype(np.int32)}
+  _agrees(helper.make_node("QLinearConv", list(feeds), ["y"], pads=[1, 1, 1, 1]), feeds, opset=10, compiled=False)
