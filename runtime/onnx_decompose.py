@@ -885,3 +885,28 @@ def qlinear_conv(b: Body):
   lo, hi = QUANT_RANGES[out_t]
   r = b.op("Round", [b.op("Clip", [r, b.const(np.float64(lo)), b.const(np.float64(hi))])])
   b.op("Cast", [r], out=b.node.output[0], to=out_t)
+
+
+@decomposition("MaxUnpool")
+def max_unpool(b: Body):
+  """x's values scattered to their flat run-time indices (as MaxPool's Indices give them, over the whole tensor)
+  in zeros of the inferred shape, (in - 1) * stride - pads + kernel per spatial axis, as the reference computes
+  it. An output_shape input (known only at run time) is refused."""
+  x, idx = b.input(0), b.input(1)
+  if b.input(2):
+    raise UnsupportedOpError(f"{b.where}: MaxUnpool with an output_shape input is not supported")
+  xs = b.shape_of(x)
+  r = len(xs) - 2
+  kernel = list(b.attrs.get("kernel_shape", []))
+  strides = list(b.attrs.get("strides", [1] * r))
+  pads = list(b.attrs.get("pads", [0] * 2 * r))
+  if r < 1 or len(kernel) != r or len(strides) != r or len(pads) != 2 * r or b.shape_of(idx) != xs:
+    raise ModelError(f"{b.where}: kernel_shape {kernel}, strides {strides}, pads {pads} or indices do not fit {list(xs)}")
+  out = list(xs[:2]) + [(xs[2 + i] - 1) * strides[i] - pads[i] - pads[r + i] + kernel[i] for i in range(r)]
+  if min(out) < 1:
+    raise ModelError(f"{b.where}: the inferred output shape {out} is empty or negative")
+  dt = b.dtype(b.type_of(x)[0], "input")
+  total = int(np.prod(out))
+  flat = b.op("ScatterElements", [b.const(np.zeros(total, dt)), b.op("Reshape", [idx, b.const(_i64(-1))]),
+                                  b.op("Reshape", [x, b.const(_i64(-1))])], axis=0)
+  b.op("Reshape", [flat, b.const(_i64(*out))], out=b.node.output[0])

@@ -318,3 +318,11 @@ def test_qlinear_conv_with_per_channel_weights_agrees_with_the_reference():
            "wz": np.array([120, 128, 130], np.uint8), "ys": np.array(0.4, np.float32), "yz": np.array(90, np.uint8),
            "bias": rng.integers(-500, 500, 3).astype(np.int32)}
   _agrees(helper.make_node("QLinearConv", list(feeds), ["y"], pads=[1, 1, 1, 1]), feeds, opset=10, compiled=False)
+
+
+def test_max_unpool_scatters_to_the_flat_indices_like_the_reference():
+  x = np.array([[[[1, 2], [3, 4]]], [[[5, 6], [7, 8]]]], np.float32)
+  idx = np.array([[[[5, 7], [13, 15]]], [[[16, 19], [29, 30]]]], np.int64)   # flat over the whole (2, 1, 4, 4) output
+  feeds = {"x": x, "i": idx}
+  _agrees(helper.make_node("MaxUnpool", ["x", "i"], ["y"], kernel_shape=[2, 2], strides=[2, 2]), feeds, opset=11,
+          compiled=False)
