@@ -219,8 +219,9 @@ def recurrent(b: Body):
   """The recurrence unrolled over the sequence (its length is static): per step one MatMul of the state with
   the recurrent weights, the input's product with the input weights done for every step in one MatMul first,
   the gates in the order and form of onnx's reference (GRU's linear_before_reset both ways, LSTM's peepholes).
-  The reference ignores sequence_lens, clip and any activations but the defaults, so we refuse those rather than
-  compute something it does not; input_forget likewise."""
+  With sequence_lens (forward only), as the spec reads: past its length a batch entry keeps its state and outputs
+  zeros. The reference ignores clip and any activations but the defaults, so we refuse those rather than compute
+  something it does not; input_forget likewise."""
   op, G = b.node.op_type, RNN_GATES[b.node.op_type]
   X, W, R, B, seq_lens, init_h = (b.input(i) for i in range(6))
   init_c, P = (b.input(6), b.input(7)) if op == "LSTM" else ("", "")
@@ -229,8 +230,8 @@ def recurrent(b: Body):
   if direction not in ("forward", "reverse", "bidirectional"):
     raise ModelError(f"{b.where}: direction {direction!r} is not forward, reverse or bidirectional")
   nd = 2 if direction == "bidirectional" else 1
-  if seq_lens:
-    raise UnsupportedOpError(f"{b.where}: {op} with sequence_lens is not supported")
+  if seq_lens and direction != "forward":
+    raise UnsupportedOpError(f"{b.where}: {op} with sequence_lens in direction {direction!r} is not supported")
   if "clip" in b.attrs:
     raise UnsupportedOpError(f"{b.where}: {op} with clip is not supported")
   if int(b.attrs.get("input_forget", 0)):
@@ -284,7 +285,9 @@ def recurrent(b: Body):
       Pd = _row(b, P, d)
       p_i, p_o, p_f = (_part(b, Pd, 0, k * H, (k + 1) * H) for k in range(3))
     out = [None] * seq
+    lens = b.op("Unsqueeze", [b.op("Cast", [seq_lens], to=TensorProto.INT64), b.const(_i64(1))]) if seq_lens else None
     for t in (range(seq) if d == 0 and direction != "reverse" else range(seq - 1, -1, -1)):
+      h_prev, c_prev = h, c
       xw = _row(b, XW, t)                                         # [batch, G*H]
       if op == "RNN":
         g = b.op("Add", [xw, b.op("MatMul", [h, RT])])
@@ -315,6 +318,11 @@ def recurrent(b: Body):
         o = b.op("Sigmoid", [b.op("Add", [go, b.op("Mul", [p_o, c])]) if P else go])
         h = b.op("Mul", [o, b.op("Tanh", [c])])
       out[t] = h
+      if lens is not None:   # [batch, 1]: this step lies inside the entry's sequence
+        valid = b.op("Less", [b.const(np.int64(t)), lens])
+        out[t] = b.op("Where", [valid, h, zeros])
+        h = b.op("Where", [valid, h, h_prev])
+        c = b.op("Where", [valid, c, c_prev]) if c is not None else None
     ys.append(b.op("Concat", [b.op("Unsqueeze", [y, b.const(_i64(0, 1))]) for y in out], axis=0))  # [seq, 1, batch, H]
     hs.append(b.op("Unsqueeze", [h, b.const(_i64(0))]))
     cs.append(b.op("Unsqueeze", [c, b.const(_i64(0))]) if c is not None else None)

@@ -326,3 +326,22 @@ def test_max_unpool_scatters_to_the_flat_indices_like_the_reference():
   feeds = {"x": x, "i": idx}
   _agrees(helper.make_node("MaxUnpool", ["x", "i"], ["y"], kernel_shape=[2, 2], strides=[2, 2]), feeds, opset=11,
           compiled=False)
+
+
+def test_sequence_lens_stops_each_entry_at_its_length_keeping_its_state_and_writing_zeros():
+  """(onnx's reference ignores sequence_lens: each entry is checked against it run on that entry's sequence)"""
+  node, feeds = _recurrent("LSTM", 1, 0, extra=("p",))
+  names = list(node.input)
+  names[4] = "lens"
+  node = helper.make_node("LSTM", names, list(node.output), hidden_size=5)
+  feeds = dict(feeds, lens=np.array([4, 2], np.int32))
+  got = OnnxRunner(_model(node, feeds, opset=14), cache=memory_cache())(**feeds)
+  plain = helper.make_node("LSTM", ["x", "w", "r", "b", "", "h0", "c0", "p"], list(node.output), hidden_size=5)
+  for entry, n in ((0, 4), (1, 2)):
+    part = {k: v for k, v in feeds.items() if k != "lens"}
+    part["x"], part["h0"], part["c0"] = feeds["x"][:n, entry:entry + 1], feeds["h0"][:, entry:entry + 1], feeds["c0"][:, entry:entry + 1]
+    y, yh, yc = ReferenceEvaluator(_model(plain, part, opset=14)).run(None, part)
+    np.testing.assert_allclose(got["y"][:n, :, entry:entry + 1], y, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(got["y"][n:, :, entry], 0)
+    np.testing.assert_allclose(got["yh"][:, entry:entry + 1], yh, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got["yc"][:, entry:entry + 1], yc, rtol=1e-5, atol=1e-6)
