@@ -918,3 +918,68 @@ def max_unpool(b: Body):
   flat = b.op("ScatterElements", [b.const(np.zeros(total, dt)), b.op("Reshape", [idx, b.const(_i64(-1))]),
                                   b.op("Reshape", [x, b.const(_i64(-1))])], axis=0)
   b.op("Reshape", [flat, b.const(_i64(*out))], out=b.node.output[0])
+
+
+# ---------------------------------------------------------------- MaxPool with its Indices output
+
+def maxpool_with_indices(node: onnx.NodeProto) -> bool:
+  """MaxPool asked for its Indices output, which the pooling kernel refuses and we decompose."""
+  return len(node.output) > 1 and bool(node.output[1])
+
+
+VARIANTS["MaxPool"] = maxpool_with_indices
+
+
+@decomposition("MaxPool")
+def maxpool_indices(b: Body):
+  """2-D MaxPool with Indices as onnx's reference computes them: per window the first tap inside the image that is
+  greater than every earlier one, its flat index over the whole tensor (row-major, or column-major within the
+  image with storage_order=1). The taps are strided slices of the input padded with -inf and of a constant
+  tensor of flat indices; which taps lie inside the image is known at load. Explicit pads only (no auto_pad,
+  no ceil_mode)."""
+  x = b.input(0)
+  xs = b.shape_of(x)
+  if len(xs) != 4:
+    raise UnsupportedOpError(f"{b.where}: MaxPool with Indices of other than a 4-D input is not supported")
+  auto_pad = b.attrs.get("auto_pad", b"NOTSET")
+  auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+  if auto_pad != "NOTSET" or int(b.attrs.get("ceil_mode", 0)):
+    raise UnsupportedOpError(f"{b.where}: MaxPool with Indices and auto_pad or ceil_mode is not supported")
+  dt = b.dtype(b.type_of(x)[0], "input")
+  if dt.kind != "f":
+    raise UnsupportedDtypeError(f"{b.where}: MaxPool with Indices of {dt} is not supported")
+  N, C, H, W = xs
+  kh, kw = list(b.attrs.get("kernel_shape", []))
+  sh, sw = list(b.attrs.get("strides", [1, 1]))
+  dh, dw = list(b.attrs.get("dilations", [1, 1]))
+  pt, pl, pb, pr = list(b.attrs.get("pads", [0, 0, 0, 0]))
+  if min(kh, kw, sh, sw, dh, dw) < 1 or min(pt, pl, pb, pr) < 0:
+    raise ModelError(f"{b.where}: kernel, strides, dilations or pads are not positive")
+  OH, OW = (H + pt + pb - (kh - 1) * dh - 1) // sh + 1, (W + pl + pr - (kw - 1) * dw - 1) // sw + 1
+  if OH < 1 or OW < 1:
+    raise ModelError(f"{b.where}: the window does not fit the padded input")
+  order = int(b.attrs.get("storage_order", 0))
+  plane = np.arange(H)[:, None] * W + np.arange(W)[None, :] if order == 0 else np.arange(H)[:, None] + np.arange(W)[None, :] * H
+  flat = (np.arange(N * C).reshape(N, C, 1, 1) * H * W + plane).astype(np.int64)
+  flat = np.pad(flat, ((0, 0), (0, 0), (pt, pb), (pl, pr)), constant_values=-1)
+  inside = np.pad(np.ones((H, W), bool), ((pt, pb), (pl, pr)))
+  padded = b.op("Pad", [x, b.const(_i64(0, 0, pt, pl, 0, 0, pb, pr)), b.const(np.asarray(-np.inf, dt))])
+  best_v = best_i = best_ok = None
+  for i in range(kh):
+    for j in range(kw):
+      h0, w0 = i * dh, j * dw
+      rows, cols = slice(h0, h0 + (OH - 1) * sh + 1, sh), slice(w0, w0 + (OW - 1) * sw + 1, sw)
+      v = b.op("Slice", [padded, b.const(_i64(h0, w0)), b.const(_i64(h0 + (OH - 1) * sh + 1, w0 + (OW - 1) * sw + 1)),
+                         b.const(_i64(2, 3)), b.const(_i64(sh, sw))])
+      idx = b.const(np.ascontiguousarray(flat[:, :, rows, cols]))
+      ok = b.const(np.ascontiguousarray(inside[rows, cols]))
+      if best_v is None:
+        best_v, best_i, best_ok = v, idx, ok
+        continue
+      # a tap inside the image wins when greater, or when nothing inside the image has been seen yet
+      better = b.op("And", [ok, b.op("Or", [b.op("Greater", [v, best_v]), b.op("Not", [best_ok])])])
+      best_v = b.op("Where", [better, v, best_v])
+      best_i = b.op("Where", [better, idx, best_i])
+      best_ok = b.op("Or", [best_ok, ok])
+  b.op("Identity", [best_v], out=b.node.output[0])
+  b.op("Identity", [best_i], out=b.node.output[1])

@@ -345,3 +345,14 @@ def test_sequence_lens_stops_each_entry_at_its_length_keeping_its_state_and_writ
     np.testing.assert_array_equal(got["y"][n:, :, entry], 0)
     np.testing.assert_allclose(got["yh"][:, entry:entry + 1], yh, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got["yc"][:, entry:entry + 1], yc, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("attrs", [{"kernel_shape": [2, 2], "strides": [2, 2], "storage_order": 1},
+                                   {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "strides": [2, 2]}], ids=str)
+def test_max_pool_with_indices_agrees_with_the_reference(attrs):
+  """(with unit strides onnx's reference takes another path, whose indices of a padded input are not the flat ones:
+  strided windows are compared here)"""
+  rng = np.random.default_rng(20)
+  feeds = {"x": rng.standard_normal((2, 3, 6, 7)).astype(np.float32)}
+  feeds["x"][0, 0, :2, :2] = 1.5   # ties: the first tap wins
+  _agrees(helper.make_node("MaxPool", ["x"], ["y", "i"], **attrs), feeds, opset=12)
