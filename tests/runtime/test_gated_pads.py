@@ -76,6 +76,20 @@ def test_a_nonzero_pad_feeding_a_conv_is_read_through_its_mask():
   assert pad_kernels(r) == [], kernel_ops(r)
 
 
+@pytest.mark.parametrize("consumer", [
+    lambda: [helper.make_node("Add", ["xp", "y"], ["y0"])],
+    lambda: [helper.make_node("MaxPool", ["xp"], ["y0"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])],
+    lambda: [helper.make_node("AveragePool", ["xp"], ["y0"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2])],
+])
+def test_a_pad_feeding_an_elementwise_op_or_a_pool_is_one_kernel_with_its_consumer(consumer):
+  feeds = {"x": f32(1, 4, 10, 20), "y": f32(1, 4, 12, 23)}
+  nodes = [helper.make_node("Pad", ["x", "p"], ["xp"])] + consumer()
+  used = {i for n in nodes for i in n.input}
+  feeds = {k: v for k, v in feeds.items() if k in used}
+  r = checked(node_model(nodes, feeds, {"p": np.array([0, 0, 1, 1, 0, 0, 1, 2], np.int64)}), feeds)
+  assert len(r.program.kernels) == 1 and "pad" not in r.program.kernels[0].tags.get("ops"), kernel_ops(r)
+
+
 @pytest.mark.parametrize("xs,ws,attrs", [
     ((1, 3, 64, 64), (16, 3, 7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3]}),        # a stem: strided masked loads
     ((1, 16, 30, 56), (16, 16, 3, 3), {"pads": [1, 1, 1, 1]}),                         # masked tiles at both ends
