@@ -18,8 +18,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 from .errors import ModelError, UnsupportedDtypeError, UnsupportedOpError
 from .graph import ONNX_DTYPE_NAMES, ONNX_DTYPES
+from .limits import check_tensor
 
 BODY_OPSET = 18   # the opset the nodes of a decomposition are read under (input-form axes, Round, Cast)
+# the most copies of a body a decomposition or the importer writes out (steps of a recurrence or a Scan, batch
+# entries): each is a handful of nodes, so a longer loop is refused rather than made into a graph that large
+MAX_UNROLL = 4096
 DECOMPOSITIONS: dict[str, Callable] = {}
 
 
@@ -70,6 +74,15 @@ class Body:
     if shape is None:
       raise UnsupportedOpError(f"{self.where}: the shape of input {name!r} is not known at load")
     return shape
+
+  def fits(self, shape, dtype, what: str) -> None:
+    """A constant we are about to build from shapes and attributes must fit the memory budget (it is checked
+    before numpy allocates it, so absurd attribute values are a MemoryBudgetError, not a MemoryError)."""
+    check_tensor(shape, dtype, f"{self.where}: {what}")
+
+  def unrolls(self, n: int, what: str) -> None:
+    if n > MAX_UNROLL:
+      raise UnsupportedOpError(f"{self.where}: {self.node.op_type} over {n} {what} is not supported (at most {MAX_UNROLL})")
 
   def dtype(self, code: int, what: str) -> np.dtype:
     if code not in ONNX_DTYPES:
@@ -257,6 +270,7 @@ def recurrent(b: Body):
                      f"hidden size {b.attrs.get('hidden_size', H)} and X {list(xs)}")
   if seq == 0:
     raise UnsupportedOpError(f"{b.where}: {op} over an empty sequence is not supported")
+  b.unrolls(seq * nd, "steps")
   swap = {"perm": [1, 0, 2]}
   if layout:
     X = b.op("Transpose", [X], **swap)
@@ -400,6 +414,7 @@ def einsum(b: Body):
       p, q = ls.index(c), ls.index(c, ls.index(c) + 1)
       if shape[p] != shape[q]:
         raise ModelError(f"{b.where}: repeated label {c!r} of {eq!r} has sizes {shape[p]} and {shape[q]}")
+      b.fits((shape[p], shape[p]), dt, "the diagonal's mask")
       mask = np.ones([shape[p] if i in (p, q) else 1 for i in range(len(shape))], dt)
       mask[...] = np.eye(shape[p], dtype=dt).reshape(mask.shape)
       name = b.op("ReduceSum", [b.op("Mul", [name, b.const(mask)]), b.const(_i64(q))], keepdims=0)
@@ -468,6 +483,7 @@ def reverse_sequence(b: Body):
   T, N = shape[tax], shape[bax]
   if b.shape_of(lens) != (N,):
     raise ModelError(f"{b.where}: sequence_lens of shape {list(b.shape_of(lens))} is not one length per batch entry ({N})")
+  b.unrolls(N, "batch entries")
   t = b.const(np.arange(T, dtype=np.int64).reshape(1, T))
   n = b.op("Unsqueeze", [b.op("Cast", [lens], to=TensorProto.INT64), b.const(_i64(1))])          # [N, 1]
   n = b.op("Min", [b.op("Max", [n, b.const(np.int64(0))]), b.const(np.int64(T))])
@@ -515,6 +531,7 @@ def dft(b: Body):
   L = 2 * (n - 1) if inverse and onesided else n
   if L <= 0:
     raise UnsupportedOpError(f"{b.where}: DFT of length {L} is not supported")
+  b.fits((n, max(L, n)), np.float64, "the transform's matrices")
   perm = [i for i in range(rank - 1) if i != axis] + [axis]
   back = [perm.index(i) for i in range(rank - 1)]
   f64 = b.op("Cast", [x], to=TensorProto.DOUBLE)
@@ -828,6 +845,7 @@ def tensor_scatter(b: Body):
   if U == 0:
     b.op("Identity", [past], out=b.node.output[0])
     return
+  b.unrolls(N, "batch entries")
   s = b.const(np.arange(L, dtype=np.int64).reshape(1, L))
   w = b.op("Unsqueeze", [b.op("Cast", [idx], to=TensorProto.INT64), b.const(_i64(1))]) if idx else b.const(np.zeros((N, 1), np.int64))
   k = b.op("Sub", [s, w])                                                        # [N, L]
@@ -914,6 +932,7 @@ def max_unpool(b: Body):
   if min(out) < 1:
     raise ModelError(f"{b.where}: the inferred output shape {out} is empty or negative")
   dt = b.dtype(b.type_of(x)[0], "input")
+  b.fits(out, dt, "the unpooled output")
   total = int(np.prod(out))
   flat = b.op("ScatterElements", [b.const(np.zeros(total, dt)), b.op("Reshape", [idx, b.const(_i64(-1))]),
                                   b.op("Reshape", [x, b.const(_i64(-1))])], axis=0)
@@ -958,6 +977,8 @@ def maxpool_indices(b: Body):
   OH, OW = (H + pt + pb - (kh - 1) * dh - 1) // sh + 1, (W + pl + pr - (kw - 1) * dw - 1) // sw + 1
   if OH < 1 or OW < 1:
     raise ModelError(f"{b.where}: the window does not fit the padded input")
+  b.fits((N, C, H + pt + pb, W + pl + pr), np.int64, "the padded flat indices")
+  b.fits((N, C, OH, OW, kh, kw), np.int64, "the taps' flat indices")
   order = int(b.attrs.get("storage_order", 0))
   plane = np.arange(H)[:, None] * W + np.arange(W)[None, :] if order == 0 else np.arange(H)[:, None] + np.arange(W)[None, :] * H
   flat = (np.arange(N * C).reshape(N, C, 1, 1) * H * W + plane).astype(np.int64)

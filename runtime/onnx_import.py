@@ -29,7 +29,7 @@ from .errors import InputError, ModelError, UnsupportedDtypeError, UnsupportedOp
 from .graph import Graph, Node, Spec, dtype_from_onnx
 from .kernels import supported_ops
 from .limits import LoadTotal, check_tensor
-from .onnx_decompose import BODY_OPSET, DECOMPOSITIONS, DOMAIN_OPS, VARIANTS, decompose
+from .onnx_decompose import BODY_OPSET, DECOMPOSITIONS, DOMAIN_OPS, MAX_UNROLL, VARIANTS, decompose
 
 ONNX_OPS = frozenset(supported_ops())
 
@@ -438,8 +438,8 @@ def _unrolled_scan(n: onnx.NodeProto, opset: int, types: _ValueTypes, where: str
   if len(trips) != 1:
     raise ModelError(f"{where}: the scan inputs have different lengths {sorted(trips)}")
   T = trips.pop()
-  if T == 0:
-    raise UnsupportedOpError(f"{where}: a Scan of no iterations is not supported")
+  if T == 0 or T > MAX_UNROLL:
+    raise UnsupportedOpError(f"{where}: a Scan of {T} iterations is not supported (1 to {MAX_UNROLL})")
   nodes: list = []
   glue = BODY_OPSET
 

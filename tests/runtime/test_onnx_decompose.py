@@ -8,6 +8,8 @@ from onnx.reference import ReferenceEvaluator
 
 from rt_helpers import memory_cache
 from runtime import ModelError, OnnxRunner, UnsupportedDtypeError, UnsupportedOpError
+from runtime.errors import MemoryBudgetError
+from runtime.onnx_decompose import MAX_UNROLL
 
 
 def _model(node, inputs: dict, opset=21) -> bytes:
@@ -356,3 +358,17 @@ def test_max_pool_with_indices_agrees_with_the_reference(attrs):
   feeds = {"x": rng.standard_normal((2, 3, 6, 7)).astype(np.float32)}
   feeds["x"][0, 0, :2, :2] = 1.5   # ties: the first tap wins
   _agrees(helper.make_node("MaxPool", ["x"], ["y", "i"], **attrs), feeds, opset=12)
+
+
+def test_a_decomposition_constant_over_the_memory_budget_is_refused_before_it_is_allocated():
+  feeds = {"x": np.zeros((1, 1, 2, 2), np.float32), "i": np.zeros((1, 1, 2, 2), np.int64)}
+  node = helper.make_node("MaxUnpool", ["x", "i"], ["y"], kernel_shape=[1 << 40, 1 << 40])
+  with pytest.raises(MemoryBudgetError, match="MaxUnpool"):
+    OnnxRunner(_model(node, feeds, opset=11), cache=memory_cache())
+
+
+def test_a_recurrence_longer_than_we_unroll_is_refused_naming_the_op():
+  node, feeds = _recurrent("RNN", 1, 0)
+  feeds["x"] = np.zeros((MAX_UNROLL + 1, 2, 3), np.float32)
+  with pytest.raises(UnsupportedOpError, match=f"RNN over {MAX_UNROLL + 1} steps"):
+    OnnxRunner(_model(node, feeds, opset=14), cache=memory_cache())
