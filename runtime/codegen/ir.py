@@ -215,11 +215,7 @@ def alu(op: str, *srcs: E) -> E:
   (Index arithmetic is add()/mul()/idiv()/imod(), which normalise; int64 data stays plain ALU nodes.)"""
   srcs = tuple(_e(s) for s in srcs)
   dtype = BOOL if op in COMPARE else srcs[0].dtype
-  if all(s.is_const for s in srcs) and op in _FOLD:
-    with np.errstate(all="ignore"):
-      v = _FOLD[op](*[np.asarray(s.arg, s.dtype) for s in srcs])
-    return const(np.asarray(v).astype(dtype).item(), dtype)
-  if op == "and":
+  if op == "and":  # any number of conjuncts (numpy's logical_and folds two): constants decide or drop out
     if any(s.is_const and not s.arg for s in srcs):
       return const(False, BOOL)
     srcs = tuple(s for s in srcs if not s.is_const)
@@ -227,6 +223,10 @@ def alu(op: str, *srcs: E) -> E:
       return srcs[0]
     if not srcs:
       return const(True, BOOL)
+  if all(s.is_const for s in srcs) and op in _FOLD:
+    with np.errstate(all="ignore"):
+      v = _FOLD[op](*[np.asarray(s.arg, s.dtype) for s in srcs])
+    return const(np.asarray(v).astype(dtype).item(), dtype)
   if dtype == INDEX and op in ("max", "min"):
     a, b = srcs
     (alo, ahi), (blo, bhi) = rng(a), rng(b)

@@ -508,6 +508,8 @@ class TileEmitter:
     if checks:
       w.open(f"if ({' && '.join(rem.expr(x) for x in checks)})")
     ve = VecEmitter(rem, lane, vl)
+    if ucond:
+      self._hoist_shared(ve, [ir.substitute(fast_body, {t: ir.add(t0, ch * vl, lane)}) for ch in range(chunks)])
     for j in range(U):
       guard = ucond.get(j)
       if guard:
@@ -524,11 +526,16 @@ class TileEmitter:
       w.open("else")   # some lanes fail a gate: the same terms as vector code, each lane's term kept where it holds
       vm = VecEmitter(rem, lane, vl)
       masked_body = ir.substitute(body, fast)
+      if ucond:
+        shared = []
+        for ch in range(chunks):
+          sub = {t: ir.add(t0, ch * vl, lane)}
+          shared += [ir.substitute(masked_body, sub), ir.all_of(*[ir.substitute(x, sub) for x in on_t])]
+        self._hoist_shared(vm, shared)
       for j in range(U):
         guard = ucond.get(j)
-        if guard:  # what is computed inside the guard's block is not visible to the next copy's
+        if guard:
           w.open(f"if ({' && '.join(rem.expr(x) for x in guard)})")
-          vm = VecEmitter(rem, lane, vl)
         for ch in range(chunks):
           sub = self._copy_map(u0, j, {t: ir.add(t0, ch * vl, lane)})
           term = ir.substitute(masked_body, sub)
@@ -575,6 +582,17 @@ class TileEmitter:
       for ch in range(chunks):
         sub = self._copy_map(u0, j, {t: ir.add(t0, ch * vl, lane), placeholder: accv[(j, ch)]})
         self._store_vec(ep, ve2, bname, ir.substitute(index, sub), ir.substitute(epi, sub), lane)
+
+  def _hoist_shared(self, ve: VecEmitter, terms: list[E]):
+    """Compute the vector nodes of terms that no upcast copy depends on before the copies' guard blocks: they
+    are shared by every copy, and a name defined inside one copy's block is not visible in the next's. (Each
+    load keeps its own gate, so computing it whatever the guards say reads nothing out of bounds.)"""
+    up = self.s.up_var
+    for term in terms:
+      for n in ir.walk(term):
+        if n.dtype != INDEX and n.op not in ("VAR", "CONST", "ACCV") and ve.is_vec(n) and \
+                (up is None or up not in ir.free_vars(n)):
+          ve.get(n)
 
   def _map_body(self, em, bname, index, value, u0, U, t, t0, T, fast):
     """One tile of an elementwise nest: vector code if every remaining t-dependent gate holds across it."""

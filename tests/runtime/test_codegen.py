@@ -470,6 +470,16 @@ def test_the_measured_search_picks_measured_choices_and_caches_them(tmp_path, mo
   assert timed == []  # every choice came from the cache
 
 
+def test_an_and_of_any_number_of_constant_conjuncts_folds():
+  """The vector path substitutes true for the gate conjuncts a tile has checked: a conjunction of several can be
+  left with constants only."""
+  t, f, v = ir.const(True, ir.BOOL), ir.const(False, ir.BOOL), ir.alu("ge", ir.var("q", 9), 3)
+  for n in (2, 3, 4, 5):
+    assert ir.alu("and", *[t] * n).is_const and ir.alu("and", *[t] * n).arg
+    assert ir.alu("and", *[t] * (n - 1), f).is_const and not ir.alu("and", *[t] * (n - 1), f).arg
+    assert ir.alu("and", *[t] * (n - 1), v) is v
+
+
 def test_a_bad_search_cache_is_ignored(tmp_path, monkeypatch):
   import runtime.search as search
   monkeypatch.setenv("PYMODELD_CACHE_DIR", str(tmp_path / "c"))

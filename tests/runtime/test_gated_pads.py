@@ -108,6 +108,21 @@ def test_a_padded_conv_on_a_buffer_reads_through_gated_loads(xs, ws, attrs):
   assert pad_kernels(r) == [], kernel_ops(r)
 
 
+@pytest.mark.parametrize("xs,ws,attrs", [
+    ((1, 24, 14, 14), (64, 24, 3, 3), {"pads": [1, 1, 1, 1]}),
+    ((1, 16, 13, 11), (32, 16, 3, 3), {"pads": [2, 1, 0, 2], "strides": [2, 1]}),
+])
+def test_lanes_along_the_channels_read_a_padded_input_through_gated_loads(monkeypatch, xs, ws, attrs):
+  """direct_cm (a measured choice may force it on any ungrouped conv): the gates depend on the upcast output
+  columns, so each copy is guarded, and what the copies share (the weights' vectors) is computed once outside."""
+  monkeypatch.setattr(conv, "choose_conv", lambda **kw: "direct_cm")
+  x = f32(*xs)
+  r = checked(node_model([helper.make_node("Conv", ["x", "w", "b"], ["y0"], **attrs)], {"x": x},
+                         {"w": weights(*ws), "b": f32(ws[0])}), {"x": x})
+  assert [k.tags.get("strategy") for k in r.program.kernels] == ["direct_cm"]
+  assert pad_kernels(r) == [], kernel_ops(r)
+
+
 def test_the_vector_tiles_that_cross_a_border_mask_their_lanes():
   x = f32(1, 3, 64, 64)
   model = node_model([helper.make_node("Conv", ["x", "w"], ["y0"], strides=[2, 2], pads=[3, 3, 3, 3])], {"x": x},
