@@ -1004,3 +1004,29 @@ def maxpool_indices(b: Body):
       best_ok = b.op("Or", [best_ok, ok])
   b.op("Identity", [best_v], out=b.node.output[0])
   b.op("Identity", [best_i], out=b.node.output[1])
+
+
+# ---------------------------------------------------------------- OneHot
+
+@decomposition("OneHot")
+def one_hot(b: Body):
+  """As onnx's reference: indices (negative ones counted from depth) compared in float64 with range(depth) laid
+  along `axis`, then onehot * (on - off) + off in the values' type. The depth sets the output's shape, so it must
+  fold to a constant at load (an initializer, or Shape arithmetic); the Range it feeds refuses it otherwise."""
+  ind, depth, values = b.input(0), b.input(1), b.input(2)
+  rank = len(b.shape_of(ind))
+  axis = int(b.attrs.get("axis", -1))
+  if not -rank - 1 <= axis <= rank:
+    raise ModelError(f"{b.where}: axis {axis} out of range for indices of rank {rank}")
+  axis %= rank + 1
+  vt = b.type_of(values)[0]
+  b.dtype(vt, "values")
+  f64 = TensorProto.DOUBLE
+  d = b.op("Cast", [b.op("Reshape", [depth, b.const(np.zeros(0, np.int64))])], to=f64)
+  targets = b.op("Range", [b.const(np.float64(0)), d, b.const(np.float64(1))])
+  targets = b.op("Reshape", [targets, b.const(_i64(*[-1 if i == axis else 1 for i in range(rank + 1)]))])
+  x = b.op("Cast", [ind], to=f64)
+  x = b.op("Where", [b.op("Less", [x, b.const(np.float64(0))]), b.op("Add", [x, d]), x])
+  hot = b.op("Cast", [b.op("Equal", [targets, b.op("Unsqueeze", [x, b.const(_i64(axis))])])], to=vt)
+  off, on = _row(b, values, 0), _row(b, values, 1)
+  b.op("Add", [b.op("Mul", [hot, b.op("Sub", [on, off])]), off], out=b.node.output[0])

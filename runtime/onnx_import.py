@@ -342,7 +342,9 @@ class _ValueTypes:
       m = onnx.shape_inference.infer_shapes(m, data_prop=True)
     except Exception:  # noqa: BLE001  (see the class docstring)
       pass
-    return {vi.name: vi.type for vi in list(m.graph.input) + list(m.graph.value_info) + list(m.graph.output)}
+    known = {t.name: onnx.helper.make_tensor_type_proto(t.data_type, list(t.dims)) for t in self.proto.graph.initializer}
+    known.update({vi.name: vi.type for vi in list(m.graph.input) + list(m.graph.value_info) + list(m.graph.output)})
+    return known
 
   def get(self, name: str, default=None):
     if self.known is None:

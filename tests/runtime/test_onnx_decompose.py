@@ -3,7 +3,7 @@
 run, runs with no reference (numpy) fallback, and what it does not cover is refused naming the op."""
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from rt_helpers import memory_cache
@@ -372,3 +372,33 @@ def test_a_recurrence_longer_than_we_unroll_is_refused_naming_the_op():
   feeds["x"] = np.zeros((MAX_UNROLL + 1, 2, 3), np.float32)
   with pytest.raises(UnsupportedOpError, match=f"RNN over {MAX_UNROLL + 1} steps"):
     OnnxRunner(_model(node, feeds, opset=14), cache=memory_cache())
+
+
+def _one_hot_model(depth_from_shape: bool, axis: int) -> bytes:
+  f, i64 = TensorProto.FLOAT, TensorProto.INT64
+  nodes = [helper.make_node("OneHot", ["i", "depth", "values"], ["y"], axis=axis)]
+  inits = [numpy_helper.from_array(np.array([2.0, 5.0], np.float32), "values")]
+  if depth_from_shape:   # depth = x.shape[1], folded at load
+    nodes[:0] = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "one"], ["depth"], axis=0)]
+    inits.append(numpy_helper.from_array(np.array(1, np.int64), "one"))
+  else:
+    inits.append(numpy_helper.from_array(np.array(4.0, np.float32), "depth"))
+  g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("i", i64, [2, 3]), helper.make_tensor_value_info("x", f, [1, 4])],
+                        [helper.make_tensor_value_info("y", f, None)], inits)
+  return helper.make_model(g, opset_imports=[helper.make_opsetid("", 11)]).SerializeToString()
+
+
+@pytest.mark.parametrize("depth_from_shape", [False, True], ids=["initializer", "shape"])
+@pytest.mark.parametrize("axis", [-1, 0, 1])
+def test_one_hot_with_a_depth_known_at_load_agrees_with_the_reference(depth_from_shape, axis):
+  feeds = {"i": np.array([[0, 3, -1], [5, -4, 2]], np.int64), "x": np.zeros((1, 4), np.float32)}
+  model = _one_hot_model(depth_from_shape, axis)
+  r = OnnxRunner(model, cache=memory_cache())
+  np.testing.assert_array_equal(r(**feeds)["y"], ReferenceEvaluator(model).run(None, feeds)[0])
+  assert not r.program.fallbacks
+
+
+def test_one_hot_with_a_depth_given_at_run_time_is_refused_naming_the_op():
+  feeds = {"i": np.zeros((2,), np.int64), "depth": np.array(3, np.int64), "values": np.array([0, 1], np.float32)}
+  with pytest.raises(UnsupportedOpError, match="OneHot.*must be a compile-time constant"):
+    OnnxRunner(_model(helper.make_node("OneHot", ["i", "depth", "values"], ["y"]), feeds, opset=11), cache=memory_cache())
