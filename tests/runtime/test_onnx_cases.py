@@ -591,6 +591,21 @@ FOLDED = {
     "Expand shape": ([helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Concat", ["two", "s"], ["t"], axis=0),
                       helper.make_node("Expand", ["x", "t"], ["y"])],
                      [_c64("two", [2])], lambda x: np.broadcast_to(x, (2,) + x.shape)),
+    "Slice ends": ([helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "three"], ["w"], axis=0),
+                    helper.make_node("Div", ["w", "two"], ["half"]), helper.make_node("Unsqueeze", ["half", "z"], ["e"]),
+                    helper.make_node("Slice", ["x", "z", "e", "three1"], ["y"])],
+                   [_c64("three", 3), _c64("two", 2), _c64("z", [0]), _c64("three1", [3])], lambda x: x[..., :x.shape[3] // 2]),
+    "ConstantOfShape and Range": ([helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "one"], ["c"], axis=0),
+                                   helper.make_node("Cast", ["c"], ["cf"], to=TensorProto.FLOAT),
+                                   helper.make_node("Range", ["zf", "cf", "onef"], ["r"]),
+                                   helper.make_node("Reshape", ["r", "shp"], ["r4"]),
+                                   helper.make_node("Slice", ["s", "z", "two"], ["s2"]),
+                                   helper.make_node("ConstantOfShape", ["s2"], ["k"], value=numpy_helper.from_array(np.ones(1, np.float32))),
+                                   helper.make_node("Unsqueeze", ["k", "ax"], ["k4"]),
+                                   helper.make_node("Add", ["x", "r4"], ["xr"]), helper.make_node("Mul", ["xr", "k4"], ["y"])],
+                                  [_c64("one", 1), _c64("z", [0]), _c64("two", [2]), _c64("shp", [1, 3, 1, 1]), _c64("ax", [2, 3]),
+                                   numpy_helper.from_array(np.float32(0), "zf"), numpy_helper.from_array(np.float32(1), "onef")],
+                                  lambda x: x + np.arange(3, dtype=np.float32).reshape(1, 3, 1, 1)),
 }
 
 
