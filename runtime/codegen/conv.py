@@ -147,6 +147,13 @@ def conv(ctx, node, ins, specs, consts):
   forced = ctx.target.get("force_conv", {}).get(node.outputs[0])  # a measured choice (search.py)
   if forced is not None and applicable(forced, G=G, pointwise_ok=pointwise_ok, dtype=x.dtype, blas=ctx.target["blas"]):
     strategy = forced
+  if strategy == "im2col" and taps == 1 and not padded:
+    # a strided 1x1 conv: its im2col columns are the input subsampled. A loop kernel of its own computes them
+    # (vector tiles with the narrow lanes a short row needs, which a BLAS kernel's nests, sharing one vector
+    # width, cannot take) and the conv is one sgemm per image and group on that buffer
+    x = ctx.realize(x.shrink([0] * len(x.shape), [1, 1] + list(strides), [N, C] + list(out_sp)),
+                    tags={"ops": x.tags.get("ops", []) + ["subsample"]})
+    strides, strategy = [1] * len(strides), "pointwise"
   tags = {"op": "Conv", "strategy": strategy}
   if strategy in ("direct", "direct_cm"):
     out = _direct_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, tags, strategy == "direct_cm")

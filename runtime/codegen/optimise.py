@@ -128,10 +128,13 @@ def merge_axes(k: LoopKernel) -> LoopKernel:
   variable. Returns a new kernel (or k itself)."""
   vars_, shape = list(k.vars), list(k.shape)
   stores = list(k.stores)
+  dyn = dict(k.dyn)
   i = len(vars_) - 2
   while i >= 0:
     a, b = vars_[i], vars_[i + 1]
-    if a.op != "VAR" or b.op != "VAR" or a in k.dyn or b in k.dyn:
+    # an outer axis with a run-time extent (a BLAS band's rows) merges too: the merged one runs to that
+    # extent times the inner axis'
+    if a.op != "VAR" or b.op != "VAR" or b in dyn:
       i -= 1
       continue
     eb = b.arg[1]
@@ -142,6 +145,8 @@ def merge_axes(k: LoopKernel) -> LoopKernel:
       stores = new
       vars_[i:i + 2] = [u]
       shape[i:i + 2] = [a.arg[1] * eb]
+      if a in dyn:
+        dyn[u] = ir.mul(dyn.pop(a), eb)
       i = min(i, len(vars_) - 2)
       continue
     i -= 1
@@ -150,7 +155,7 @@ def merge_axes(k: LoopKernel) -> LoopKernel:
   after = [merge_axes(a) for a in k.after]
   if len(keep) == len(k.vars) and stores is k.stores and all(a is b for a, b in zip(after, k.after)):
     return k
-  return LoopKernel(k.name, [v for v, _ in keep], tuple(s for _, s in keep), stores, k.tags, k.dyn, after)
+  return LoopKernel(k.name, [v for v, _ in keep], tuple(s for _, s in keep), stores, k.tags, dyn, after)
 
 
 def _has_divmod(e: E, v: E) -> bool:
