@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InputError, ModelError, UnsupportedOpError
-from ..graph import Spec
+from ..graph import Spec, dtype_from_onnx
 from ..limits import check_tensor
 from .base import Kernel, broadcast_shape, copy_kernel, need_const, norm_axis, numel, opt, register
 
@@ -649,3 +649,16 @@ def range_op(op, attrs, specs, consts):
   n = max(int(np.ceil((float(limit) - float(start)) / float(delta))), 0)
   check_tensor((n,), dt, "Range")
   return _const_kernel(op, (start + np.arange(n, dtype=dt) * delta).astype(dt))
+
+
+@register("BitCast")
+def bitcast(op, attrs, specs, consts):
+  """The input's bytes read as the `to` type, of the same width (little-endian, as the host stores them). To bool
+  only from bool: another type's bytes may hold values a bool cannot."""
+  x = specs[0]
+  to = dtype_from_onnx(int(attrs["to"]), "BitCast 'to'")
+  if to.itemsize != x.dtype.itemsize:
+    raise ModelError(f"BitCast from {x.dtype} to {to}: the types differ in width")
+  if to == np.bool_ and x.dtype != np.bool_:
+    raise UnsupportedOpError(f"BitCast from {x.dtype} to bool is not supported (bytes other than 0 and 1)")
+  return copy_kernel(op, lambda ins: ins[0].view(to), Spec(x.shape, to))

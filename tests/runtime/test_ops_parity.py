@@ -48,6 +48,7 @@ CASES += [
     case("Cast", {"x": R.integers(0, 255, (2, 3, 4)).astype(np.uint8)}, attrs={"to": 1}, id="Cast-u8-f32"),
     case("Cast", {"x": f32(3, 4, lo=-9, hi=9)}, attrs={"to": 7}, id="Cast-f32-i64"),
     case("Cast", {"x": f32(3, 4)}, attrs={"to": 10}, id="Cast-f32-f16"),
+    case("BitCast", {"x": f32(3, 4)}, attrs={"to": 6}, opset=26, id="BitCast-f32-i32"),
     case("Where", {"c": R.random((3, 1)) > 0.5, "a": f32(3, 4), "b": f32(1, 4)}),
     case("Min", {"a": f32(3, 4), "b": f32(4), "c": f32(1, 4)}), case("Max", {"a": f32(3, 4), "b": f32(3, 1)}),
     case("Sum", {"a": f32(2, 3), "b": f32(3), "c": f32(2, 3)}), case("Mean", {"a": f32(2, 3), "b": f32(2, 3)}),
