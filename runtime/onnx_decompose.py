@@ -1030,3 +1030,80 @@ def one_hot(b: Body):
   hot = b.op("Cast", [b.op("Equal", [targets, b.op("Unsqueeze", [x, b.const(_i64(axis))])])], to=vt)
   off, on = _row(b, values, 0), _row(b, values, 1)
   b.op("Add", [b.op("Mul", [hot, b.op("Sub", [on, off])]), off], out=b.node.output[0])
+
+
+# ---------------------------------------------------------------- RoiAlign
+
+@decomposition("RoiAlign")
+def roi_align(b: Body):
+  """As onnx's reference, in float64: per region (run-time boxes and batch indices) a fixed grid of
+  sampling_ratio^2 points per output bin, each bilinearly interpolated from its four neighbours (a point more than
+  one pixel outside the image counts zero; one past the last row or column takes that row or column), the bin
+  their average (avg) or the greatest weighted neighbour (max). sampling_ratio 0 (a grid sized by each region)
+  is refused: its shape is known only at run time."""
+  X, rois, bidx = b.input(0), b.input(1), b.input(2)
+  xs, rs = b.shape_of(X), b.shape_of(rois)
+  if len(xs) != 4 or len(rs) != 2 or rs[1] != 4 or b.shape_of(bidx) != (rs[0],):
+    raise ModelError(f"{b.where}: X {list(xs)}, rois {list(rs)} and batch_indices do not fit")
+  b.dtype(b.type_of(X)[0], "input")
+  s = int(b.attrs.get("sampling_ratio", 0))
+  if s <= 0:
+    raise UnsupportedOpError(f"{b.where}: RoiAlign with sampling_ratio {s} (a grid sized by each region) is not supported")
+  b.unrolls(s, "samples per bin side")
+  mode = b.attrs.get("mode", b"avg")
+  mode = (mode.decode() if isinstance(mode, bytes) else mode).lower()
+  ctm = b.attrs.get("coordinate_transformation_mode", b"half_pixel")
+  half = (ctm.decode() if isinstance(ctm, bytes) else ctm).lower() == "half_pixel"
+  if mode not in ("avg", "max"):
+    raise ModelError(f"{b.where}: mode {mode!r} is not avg or max")
+  N, C, H, W = xs
+  R, OH, OW = rs[0], int(b.attrs.get("output_height", 1)), int(b.attrs.get("output_width", 1))
+  if OH < 1 or OW < 1:
+    raise ModelError(f"{b.where}: output_height {OH} and output_width {OW} must be positive")
+  b.fits((R, C, OH * s, OW * s), np.float64, "the sampled points")
+  f64 = TensorProto.DOUBLE
+  d = lambda v: b.const(np.float64(v))   # noqa: E731
+  box = b.op("Sub", [b.op("Mul", [b.op("Cast", [rois], to=f64), d(float(np.float32(b.attrs.get("spatial_scale", 1.0))))]),
+                     d(0.5 if half else 0.0)])
+  col = lambda k: b.op("Gather", [box, b.const(_i64(k))], axis=1)   # noqa: E731  [R, 1]
+  axes = []   # per axis (y, then x): [(position part, weight)] for the low and high neighbour, and whether inside
+  for start, end, size, out in ((col(1), col(3), H, OH), (col(0), col(2), W, OW)):
+    extent = b.op("Sub", [end, start])
+    if not half:
+      extent = b.op("Max", [extent, d(1.0)])
+    bin_ = b.op("Div", [extent, d(float(out))])
+    steps = np.array([p + (i + 0.5) / s for p in range(out) for i in range(s)], np.float64).reshape(1, out * s)
+    v = b.op("Add", [start, b.op("Mul", [bin_, b.const(steps)])])            # [R, out * s]
+    inside = b.op("Not", [b.op("Or", [b.op("Less", [v, d(-1.0)]), b.op("Greater", [v, d(float(size))])])])
+    v = b.op("Max", [v, d(0.0)])
+    low = b.op("Floor", [v])
+    last = b.op("GreaterOrEqual", [low, d(size - 1.0)])
+    low = b.op("Where", [last, d(size - 1.0), low])
+    v = b.op("Where", [last, low, v])
+    high = b.op("Where", [last, low, b.op("Add", [low, d(1.0)])])
+    frac = b.op("Sub", [v, low])
+    axes.append((low, high, b.op("Sub", [d(1.0), frac]), frac, inside))
+  (ylo, yhi, hy, ly, yin), (xlo, xhi, hx, lx, xin) = axes
+  row = lambda t: b.op("Unsqueeze", [t, b.const(_i64(2))])   # noqa: E731  [R, OH*s, 1]
+  colx = lambda t: b.op("Unsqueeze", [t, b.const(_i64(1))])  # noqa: E731  [R, 1, OW*s]
+  ok = b.op("Cast", [b.op("And", [row(yin), colx(xin)])], to=f64)
+  Xb = b.op("Gather", [b.op("Cast", [b.op("Reshape", [X, b.const(_i64(N, C, H * W))])], to=f64), bidx], axis=0)  # [R, C, HW]
+  Q = OH * s * OW * s
+  full = b.const(_i64(R, C, Q))
+  vals = []
+  for yy, wy in ((ylo, hy), (yhi, ly)):
+    for xx, wx in ((xlo, hx), (xhi, lx)):
+      pos = b.op("Add", [b.op("Mul", [row(yy), d(float(W))]), colx(xx)])                      # [R, OH*s, OW*s]
+      pos = b.op("Reshape", [b.op("Cast", [pos], to=TensorProto.INT64), b.const(_i64(R, 1, Q))])
+      w = b.op("Reshape", [b.op("Mul", [b.op("Mul", [row(wy), colx(wx)]), ok]), b.const(_i64(R, 1, Q))])
+      vals.append(b.op("Mul", [b.op("GatherElements", [Xb, b.op("Expand", [pos, full])], axis=2), w]))
+  if mode == "avg":
+    v = b.op("Add", [b.op("Add", [vals[0], vals[1]]), b.op("Add", [vals[2], vals[3]])])
+  else:
+    v = b.op("Max", vals)
+  v = b.op("Reshape", [v, b.const(_i64(R, C, OH, s, OW, s))])
+  if mode == "avg":
+    v = b.op("Div", [b.op("ReduceSum", [v, b.const(_i64(3, 5))], keepdims=0), d(float(s * s))])
+  else:
+    v = b.op("ReduceMax", [v, b.const(_i64(3, 5))], keepdims=0)
+  b.op("Cast", [v], out=b.node.output[0], to=b.type_of(X)[0])

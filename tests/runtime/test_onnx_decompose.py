@@ -402,3 +402,17 @@ def test_one_hot_with_a_depth_given_at_run_time_is_refused_naming_the_op():
   feeds = {"i": np.zeros((2,), np.int64), "depth": np.array(3, np.int64), "values": np.array([0, 1], np.float32)}
   with pytest.raises(UnsupportedOpError, match="OneHot.*must be a compile-time constant"):
     OnnxRunner(_model(helper.make_node("OneHot", ["i", "depth", "values"], ["y"]), feeds, opset=11), cache=memory_cache())
+
+
+@pytest.mark.parametrize("mode", ["avg", "max"])
+@pytest.mark.parametrize("ctm", ["half_pixel", "output_half_pixel"])
+def test_roi_align_with_run_time_regions_agrees_with_the_reference(mode, ctm):
+  rng = np.random.default_rng(21)
+  feeds = {"x": rng.standard_normal((2, 3, 7, 9)).astype(np.float32),
+           "rois": np.array([[0, 0, 8, 6], [1.5, 2.2, 4.1, 3.3], [-3, -2, 12, 11], [6, 5, 6.2, 5.1]], np.float32),
+           "bi": np.array([0, 1, 1, 0], np.int64)}
+  node = helper.make_node("RoiAlign", ["x", "rois", "bi"], ["y"], mode=mode, coordinate_transformation_mode=ctm,
+                          output_height=3, output_width=4, sampling_ratio=2, spatial_scale=0.9)
+  model = _model(node, feeds, opset=16)
+  r = OnnxRunner(model, cache=memory_cache())
+  np.testing.assert_allclose(r(**feeds)["y"], ReferenceEvaluator(model).run(None, feeds)[0], rtol=1e-5, atol=1e-6)
