@@ -152,7 +152,7 @@ def conv(ctx, node, ins, specs, consts):
     # (vector tiles with the narrow lanes a short row needs, which a BLAS kernel's nests, sharing one vector
     # width, cannot take) and the conv is one sgemm per image and group on that buffer
     x = ctx.realize(x.shrink([0] * len(x.shape), [1, 1] + list(strides), [N, C] + list(out_sp)),
-                    tags={"ops": x.tags.get("ops", []) + ["subsample"]})
+                    tags={"ops": x.tags.get("ops", []) + ["subsample"], "vector_map": True})
     strides, strategy = [1] * len(strides), "pointwise"
   tags = {"op": "Conv", "strategy": strategy}
   if strategy in ("direct", "direct_cm"):

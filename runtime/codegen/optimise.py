@@ -206,8 +206,9 @@ def schedule(k: LoopKernel, vl: int, narrow: bool = True) -> Schedule:
   if not rs:
     # elementwise: plain C loops vectorise well, except strided or gated loads along the inner axis
     # (and math functions: the C compiler does not vectorise a loop calling exp). A nest tagged vector_map
-    # (the epilogue a BLAS kernel runs over each band sgemm wrote) takes the vector path whenever it computes
-    # it: whether the C compiler vectorises that loop is left to no cost model (in place, over short rows)
+    # (the epilogue a BLAS kernel runs over each band sgemm wrote, the subsampled input of a strided 1x1 conv)
+    # takes the vector path whenever it computes it: whether the C compiler vectorises that loop is left to no
+    # cost model (in place, over short rows)
     n = lanes_for(t.arg[1], vl, narrow)
     if st.value.dtype == F32 and n and ir.coef(st.index, t) == 1 and vectorizable(st.value, t) and \
             (k.tags.get("vector_map") or

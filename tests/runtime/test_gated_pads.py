@@ -193,3 +193,12 @@ def test_a_one_by_one_convs_loops_are_never_scalar(monkeypatch, xs, band_bytes, 
   r = checked(node_model(nodes, {"x": x, "x2": x2}, {"w": weights(48, xs[1], 1, 1), "b": f32(48)}), {"x": x, "x2": x2})
   assert [k.tags.get("strategy") for k in r.program.kernels if k.tags.get("strategy")] == [strategy]
   assert schedules(r) and not any(s == "scalar" for s in schedules(r)), schedules(r)
+
+
+def test_a_strided_one_by_one_conv_computes_its_subsampled_input_as_vector_code():
+  x = f32(1, 300, 17, 22)   # the inner axis unstrided: plain loads a scalar elementwise nest would be left with
+  nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Conv", ["a", "w"], ["y0"], strides=[3, 1])]
+  r = checked(node_model(nodes, {"x": x}, {"w": weights(40, 300, 1, 1)}), {"x": x})
+  assert [k.tags.get("strategy") for k in r.program.kernels] == [None, "pointwise"]
+  assert r.program.kernels[0].tags["ops"][-1] == "subsample"
+  assert not any(s == "scalar" for s in schedules(r)), schedules(r)
