@@ -24,7 +24,8 @@ ONNX_DTYPES: dict[int, np.dtype] = {
 }
 ONNX_DTYPE_NAMES = {0: "UNDEFINED", 8: "STRING", 14: "COMPLEX64", 15: "COMPLEX128", 16: "BFLOAT16",
                     17: "FLOAT8E4M3FN", 18: "FLOAT8E4M3FNUZ", 19: "FLOAT8E5M2", 20: "FLOAT8E5M2FNUZ",
-                    21: "UINT4", 22: "INT4", 23: "FLOAT4E2M1"}
+                    21: "UINT4", 22: "INT4", 23: "FLOAT4E2M1", 24: "FLOAT8E8M0", 25: "UINT2", 26: "INT2", 27: "FLOAT6E2M3",
+                    28: "FLOAT6E3M2"}
 
 
 def dtype_from_onnx(code: int, where: str) -> np.dtype:

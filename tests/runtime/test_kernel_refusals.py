@@ -4,8 +4,8 @@ break the ONNX spec, which the builders check explicitly."""
 import numpy as np
 import pytest
 
-from runtime.errors import ModelError, UnsupportedOpError
-from runtime.graph import Spec
+from runtime.errors import ModelError, UnsupportedDtypeError, UnsupportedOpError
+from runtime.graph import Spec, dtype_from_onnx
 from runtime.kernels import base
 from runtime.kernels.base import Kernel, build_kernel
 
@@ -32,3 +32,9 @@ def test_an_unanticipated_bind_failure_is_unsupported_naming_the_node(monkeypatc
 def test_a_spec_break_a_builder_checks_stays_a_model_error():
   with pytest.raises(ModelError, match="Transpose node 't'.*not a permutation"):
     build_kernel("Transpose", {"perm": [0, 0]}, [X], [None], "Transpose node 't'")
+
+
+def test_a_refused_element_type_is_named_not_numbered():
+  for code, name in ((25, "UINT2"), (26, "INT2"), (24, "FLOAT8E8M0")):
+    with pytest.raises(UnsupportedDtypeError, match=f"element type {name} is not supported"):
+      dtype_from_onnx(code, "x")
