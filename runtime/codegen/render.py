@@ -590,6 +590,10 @@ class TileEmitter:
     up = self.s.up_var
     for term in terms:
       for n in ir.walk(term):
+        if up is not None and n.op == "LOAD" and len(n.srcs) > 1 and ve.is_vec(n.srcs[1]) and ve._maskable_load(n):
+          mask = ir.all_of(*[c for c in ir.conjuncts(n.srcs[1]) if ve.is_vec(c)])   # a masked load's lane mask
+          if up not in ir.free_vars(mask):
+            ve.get(mask)
         if n.dtype != INDEX and n.op not in ("VAR", "CONST", "ACCV") and ve.is_vec(n) and \
                 (up is None or up not in ir.free_vars(n)):
           ve.get(n)

@@ -202,3 +202,29 @@ def test_a_strided_one_by_one_conv_computes_its_subsampled_input_as_vector_code(
   assert [k.tags.get("strategy") for k in r.program.kernels] == [None, "pointwise"]
   assert r.program.kernels[0].tags["ops"][-1] == "subsample"
   assert not any(s == "scalar" for s in schedules(r)), schedules(r)
+
+
+def test_a_masked_load_whose_lane_mask_every_upcast_copy_shares_compiles():
+  """A depthwise 3x3 whose reduction skips on the rows' gate only (the columns' gate left on the load): the
+  upcast rows run in guard blocks, and the lane mask of their loads, the same for every copy, is computed before
+  the guards (named inside one copy's block it would not be visible in the next's)."""
+  from runtime import compiler
+  from runtime.codegen import ir, optimise, render
+  C, H, W = 8, 12, 40
+  f = np.dtype(np.float32)
+  xb, wb, ob = ir.Buf("bx", f, C * H * W), ir.Buf("bw", f, C * 9), ir.Buf("bo", f, C * H * W)
+  c, h, w = ir.var("c", C), ir.var("h", H), ir.var("w", W)
+  kh, kw = ir.var("r_kh", 3), ir.var("r_kw", 3)
+  ph, pw = ir.add(h, kh, -1), ir.add(w, kw, -1)
+  row_conds = [ir.alu("ge", ph, 0), ir.alu("lt", ph, H)]
+  rows = ir.all_of(*row_conds)
+  # one flat conjunction, as a window's gate is: the columns' conjuncts are no subexpression of their own
+  xv = ir.load(xb, ir.add(ir.mul(c, H * W), ir.mul(ph, W), pw), ir.all_of(*row_conds, ir.alu("ge", pw, 0), ir.alu("lt", pw, W)))
+  wv = ir.load(wb, ir.add(ir.mul(c, 9), ir.mul(kh, 3), kw))
+  value = ir.reduce("sum", [kh, kw], ir.alu("mul", xv, wv), rows)
+  k = ir.LoopKernel("k", [c, h, w], (C, H, W), [ir.Store(ob, ir.add(ir.mul(c, H * W), ir.mul(h, W), w), value)], {})
+  lk, sched = optimise.optimise(k, 16)
+  assert sched.mode == "tile" and sched.up_var is not None and sched.up_var.arg[0] == "h", sched.describe()
+  src = render.render_loop(lk, sched, 16).source
+  assert "vf_maskload" in src
+  compiler.compile_one(src)
