@@ -97,8 +97,10 @@ CASES += [
     case("Conv", {"x": f32(2, 18, 7, 8)}, {"w": f32(3, 18, 3, 2), "b": f32(3)},
          {"pads": [1, 0, 2, 1], "dilations": [2, 1]}, id="Conv-few-outputs-shifted"),
     case("Conv", {"x": f32(1, 16, 5, 5)}, {"w": f32(2, 16, 3, 3)}, id="Conv-few-outputs-unpadded"),
+    # 144-term sums reaching |25|: float32 rounding in any summation order is ~1e-5 absolute, so an output that
+    # cancels to near zero needs an atol above that (the reference kernels miss 1e-5 there as much as ours)
     case("Conv", {"x": f32(1, 16, 52, 50)}, {"w": f32(16, 16, 3, 3), "b": f32(16)}, {"pads": [1, 1, 1, 1]},
-         id="Conv-large-image-shifted"),
+         id="Conv-large-image-shifted", atol=1e-4),
     case("Conv", {"x": f32(1, 3, 8, 9)}, {"w": f32(2, 3, 4, 4)}, {"auto_pad": "SAME_LOWER", "strides": [2, 2]},
          id="Conv-same-lower"),
     case("Conv", {"x": f32(1, 3, 8, 9)}, {"w": f32(2, 3, 3, 3)}, {"auto_pad": "VALID"}, id="Conv-valid"),
