@@ -217,7 +217,11 @@ MAX_EXPANSION_DEPTH = 4   # a function body whose ops are functions again (bound
 
 
 def _function_schema(op: str, opset: int):
-  """The schema of an op we expand as a function at `opset`, or None (no such op, or no function body)."""
+  """The schema of an op we expand as a function at `opset`, or None (no such op, or no function body). An op
+  name that is not text (protobuf hands a name with invalid UTF-8 over as bytes) has no schema: the op is then
+  refused as unknown, typed, like any other."""
+  if not isinstance(op, str):
+    return None
   try:
     schema = onnx.defs.get_schema(op, opset, "")
   except onnx.defs.SchemaError:

@@ -46,10 +46,9 @@ def test_a_file_that_is_not_onnx_random_bytes_a_truncated_model_or_a_directory_i
 
 
 def test_an_unsupported_op_is_named_in_one_line(tmp_path):
-  path = tmp_path / "einsum.onnx"
-  a, b = np.zeros((2, 3), np.float32), np.zeros((3, 4), np.float32)
-  path.write_bytes(node_model([helper.make_node("Einsum", ["a", "b"], ["y0"], equation="ij,jk->ik")], {"a": a, "b": b}, {}))
-  one_line_exit_2(inspect_cli(path), "Einsum")
+  path = tmp_path / "unique.onnx"     # Unique's output shape depends on the data: a static-shape runtime refuses it
+  path.write_bytes(node_model([helper.make_node("Unique", ["a"], ["y0"], sorted=1)], {"a": np.zeros(6, np.float32)}, {}))
+  one_line_exit_2(inspect_cli(path), "Unique")
 
 
 def test_an_unknown_device_is_refused_naming_the_devices_with_code(relu_model):
