@@ -57,10 +57,11 @@ SUBSCRIPTIONS = ["deviceState", "carState", "narrowRoadCameraState", "extrinsics
 
 class BigModelLoader:
   """Loads the big model in a daemon thread: its frame programs on the `modeld.big` device table, the one of
-  `geometry` captured (compiled, linked, run once on the device); `poll()` says loaded / failed / still loading."""
+  `geometry` captured (compiled, linked, run once on the device), then its device's wait timeout set to
+  `wait_timeout_ms` (set_big_wait_timeout); `poll()` says loaded / failed / still loading."""
 
-  def __init__(self, limit_s: float, geometry):
-    self.limit_s, self.started, self.geometry = limit_s, time.monotonic(), geometry
+  def __init__(self, limit_s: float, geometry, wait_timeout_ms: int | None = None):
+    self.limit_s, self.started, self.geometry, self.wait_timeout_ms = limit_s, time.monotonic(), geometry, wait_timeout_ms
     self.result: ModelState | None = None
     self.error: str = ""
     self.thread = threading.Thread(target=self._load, name="big-model-load", daemon=True)
@@ -70,6 +71,8 @@ class BigModelLoader:
     try:
       big = load_programs("big")
       big.capture(self.geometry)
+      if self.wait_timeout_ms is not None:
+        set_big_wait_timeout(self.wait_timeout_ms)
       self.result = big
     except Exception as e:
       self.error = f"{type(e).__name__}: {e}"
@@ -87,22 +90,28 @@ def big_device() -> str:
   return device_table("modeld.big")["model"]
 
 
-def big_model_available(wait_timeout_ms: int) -> tuple[bool, str]:
-  """Whether to try the big model: its file exists and its device opens. Sets that device's wait timeout, so a
-  hang of it (USB+AMD or CL alike) is a fallback after wait_timeout_ms, not the device's 30 s default; the CPU,
-  which the small standby shares, keeps its own."""
+def big_model_available() -> tuple[bool, str]:
+  """Whether to try the big model: its file exists and its device opens."""
   if not os.path.isfile(model_path("big")):
     return False, f"big model file missing: {model_path('big')}"
   name = big_device()
   try:
-    dev = Device[name]
+    Device[name]   # opens it (or says why not)
   except DeviceUnavailable as e:   # the simulator's own hint is for a tool; the running stack is started with the flag
     return False, f"the {USB_GPU} device is not plugged in ({USB_GPU_HINT})" if name == USB_GPU else f"{name} unavailable: {e}"
   except DeviceError as e:
     return False, f"{name} unavailable: {e}"
-  if name != device_table("modeld.small")["model"]:
-    dev.wait_timeout_ms = wait_timeout_ms
   return True, ""
+
+
+def set_big_wait_timeout(wait_timeout_ms: int) -> None:
+  """The big model's device waits wait_timeout_ms for a command, so a hang of it (USB+AMD or CL alike) is a
+  fallback after that, not after the device's 30 s default; the CPU, which the small standby shares, keeps its
+  own. Set once the big model has loaded: its load (the first run compiles kernels on some OpenCL drivers) is
+  bounded by --big-load-limit-s instead."""
+  name = big_device()
+  if name != device_table("modeld.small")["model"]:
+    Device[name].wait_timeout_ms = wait_timeout_ms
 
 
 def pair_extra(main_sof: int, extra, recv_extra):
@@ -199,10 +208,10 @@ def main(argv=None) -> int:
   loader = None
   big_on = big_device()
   if not args.no_big:
-    ok, why = big_model_available(args.wait_timeout_ms)
+    ok, why = big_model_available()
     if ok:
       modeld.start_big_loading()
-      loader = BigModelLoader(args.big_load_limit_s, geometry)
+      loader = BigModelLoader(args.big_load_limit_s, geometry, args.wait_timeout_ms)
     else:
       modeld.big_unavailable(why)
     log(f"big model {'loading on ' + big_on if ok else 'not used: ' + why}")

@@ -12,7 +12,7 @@ from runtime import usb_amd as usb_amd_sim
 from runtime.device import Device
 from selfdrive_stub.consumers.selfdrived import SelfdriveStateMachine, collect_events
 from visionipc import get_nv12_info
-from daemons.modeld.daemon import BigModelLoader, big_model_available
+from daemons.modeld.daemon import BigModelLoader, big_model_available, set_big_wait_timeout
 from daemons.modeld.programs import load_programs
 
 HANG_WAIT_TIMEOUT_MS = 1000     # short, so a hang test is quick; still well above a loaded big-model run
@@ -128,27 +128,29 @@ def test_fault_switches_to_small_without_losing_frames(usb_amd, fault):
 
 
 def test_big_model_availability_and_loader(usb_amd):
-  ok, why = big_model_available(3000)
-  assert ok and why == "" and Device["USB+AMD"].wait_timeout_ms == 3000
+  ok, why = big_model_available()
+  assert ok and why == ""
   geom, size = tici_geometry()
   geometry = ((*geom, size), (*geom, size))
-  loader = BigModelLoader(120, geometry)
+  usb_amd.wait_timeout_ms = 30_000
+  loader = BigModelLoader(120, geometry, 3000)
   loader.thread.join(120)
   state, big = loader.poll()
   assert state == "loaded" and big.name == "big" and not big.pair_filled   # warmed up, history untouched
+  assert Device["USB+AMD"].wait_timeout_ms == 3000    # the per-frame timeout, set once the load is over
   assert big.frames.captures == 1 and big.frames.program(geometry).model.device.name == "USB+AMD"
   late = BigModelLoader(0, geometry)
   assert late.poll() == ("failed", "did not load within 0 s")
   late.thread.join(120)    # a timed-out load goes on in the background; let it finish before the unplug below
   Device.close("USB+AMD")
   usb_amd_sim.unplug()
-  ok, why = big_model_available(3000)
+  ok, why = big_model_available()
   assert not ok and "not plugged in" in why and "pymodeld-manager --usb-gpu" in why   # a hint that helps a stack
 
 
 def test_missing_big_model_file_means_small_only(usb_amd, monkeypatch, tmp_path):
   monkeypatch.setenv("PYMODELD_ROAD_MODEL_BIG", str(tmp_path / "absent.onnx"))
-  ok, why = big_model_available(3000)
+  ok, why = big_model_available()
   assert not ok and why == f"big model file missing: {tmp_path / 'absent.onnx'}"
 
 
@@ -162,8 +164,10 @@ def test_with_model_dev_cl_the_big_model_device_is_opencl_and_gets_modelds_wait_
   monkeypatch.setenv("MODEL_DEV", "CL")
   cpu_timeout = Device["CPU"].wait_timeout_ms
   try:
-    ok, why = big_model_available(3000)
-    assert ok and why == "" and Device["CL"].wait_timeout_ms == 3000
+    ok, why = big_model_available()
+    assert ok and why == ""
+    set_big_wait_timeout(3000)
+    assert Device["CL"].wait_timeout_ms == 3000
     assert Device["CPU"].wait_timeout_ms == cpu_timeout   # the small standby's device keeps its own
   finally:
     Device.close("CL")

@@ -110,9 +110,9 @@ def test_dmonitoringmodeld_with_warp_and_model_on_cl_publishes_driver_states_mat
   on_cl, out = _driver_states(run_manager, tmp_path / "cl", {"WARP_DEV": "CL", "MODEL_DEV": "CL"}, 14)
   assert "warp on CL, model on CL" in out, out
   on_cpu, _ = _driver_states(run_manager, tmp_path / "cpu", {"WARP_DEV": "CPU", "MODEL_DEV": "CPU"}, 10)
-  both = sorted(set(on_cl) & set(on_cpu))
-  assert len(both) >= 5, (len(on_cl), len(on_cpu))   # camerad's frames are the same per frame id in both runs
-  assert any(on_cl[f][0] for f in both), out      # the car stub's calibration arrived: valid driver states
+  # camerad's frames are the same per frame id in both runs; which early frame first has the car stub's
+  # calibration depends on each run's timing, so the outputs are compared where both runs had it (valid)
+  both = sorted(f for f in set(on_cl) & set(on_cpu) if on_cl[f][0] and on_cpu[f][0])
+  assert len(both) >= 5, (len(on_cl), len(on_cpu), out)
   for f in both:
-    assert on_cl[f][0] == on_cpu[f][0], f
     assert on_cl[f][1:] == pytest.approx(on_cpu[f][1:], abs=1e-5), f
