@@ -7,8 +7,8 @@ Startup (openpilot's order, reshaped so that no frame waits on the big model; ea
 2. discover camerad's streams; main = narrow if served, else wide; extra = wide when both are served (while
    none is served, say so every WAITING_LOG_S);
 3. if the big model's device (the `modeld.big` table's model part: USB+AMD, or CL with MODEL_DEV=CL) opens and
-   the big model file exists, set that device's wait timeout (3000 ms) and load the big model on it in a worker
-   thread with a time limit (60 s); meanwhile frames run on the small model and are published valid=False with
+   the big model file exists, load the big model on it in a worker thread with a time limit (60 s), then set
+   that device's wait timeout (3000 ms, for every frame after the load); meanwhile frames run on the small model and are published valid=False with
    "big model loading"; a load error or timeout leaves the small model active with the reason in
    `fallbackReason`; without the device the log says how to get it (`pymodeld-manager --usb-gpu`, or
    `--model-device CL`);
