@@ -19,14 +19,14 @@ import time
 import numpy as np
 
 
-from cereal.messaging import sub_sock
-from common.cameras import DEVICE_CAMERAS
-from daemons.common.dm_warp import BORDER_VALUE, dm_transform
-from selfdrive_stub.supervisor.cabin_warp import plan_for_camera
-from common.realtime import stack_pins
-from msgq.namespace import Namespace
 from bench.results import record
 from bench.stacklib import REPO_ROOT, drain, pct, start
+from cereal.messaging import sub_sock
+from common.cameras import DEVICE_CAMERAS
+from common.realtime import stack_pins
+from daemons.common.dm_warp import BORDER_VALUE, dm_transform
+from msgq.namespace import Namespace
+from selfdrive_stub.supervisor.cabin_warp import plan_for_camera
 from visionipc.nv12 import padded_nv12_layout
 
 

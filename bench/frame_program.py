@@ -19,15 +19,15 @@ import numpy as np
 
 
 from bench.results import record
-from daemons.common import frame_program as fp
 from common.cameras import DEVICE_CAMERAS
-from daemons.common.dm_warp import dm_transform
-from selfdrive_stub.supervisor.cabin_warp import plan_for_camera
-from tests.warp_oracles import RoadWarp
 from common.transforms import get_warp_matrix
+from daemons.common import frame_program as fp
+from daemons.common.dm_warp import dm_transform
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH as DM_MODEL
 from daemons.modeld.model_state import MODEL_PATHS
 from runtime import OnnxRunner
+from selfdrive_stub.supervisor.cabin_warp import plan_for_camera
+from tests.warp_oracles import RoadWarp
 from visionipc.nv12 import padded_nv12_layout
 
 

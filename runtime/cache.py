@@ -33,8 +33,8 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 
-from .digest import digest
 from . import compiler, config
+from .digest import digest
 from .errors import CacheError
 
 KERNEL_DIR = "kernels-v1"

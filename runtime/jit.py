@@ -29,8 +29,7 @@ import numpy as np
 from . import config
 from .errors import JitError
 from .graph import Graph
-from .link import link
-from .link import compile_program
+from .link import compile_program, link
 from .program import Program, build_program
 from .tensor import CAPTURING, EAGER_CACHE, GraphBuilder, Tensor, realize
 

@@ -22,9 +22,9 @@ import os
 import stat
 import sys
 
-from .digest import digest
 from . import artifact, config
 from .cache import PROGRAM_DIR, KernelCache, safe_dir, trim_disk
+from .digest import digest
 from .errors import ArtifactError, CacheError
 from .program import SOURCE_DIGEST, Program, target_for
 

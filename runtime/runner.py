@@ -19,13 +19,12 @@ import time
 
 import numpy as np
 
-from .digest import digest
 from . import artifact, blas, config, program_cache
 from .buffer import Buffer, LinkedMemory
 from .device import Device
+from .digest import digest
 from .errors import InputError
-from .link import BindError, aligned_bytes, link
-from .link import compile_program
+from .link import BindError, aligned_bytes, compile_program, link
 from .program import DEFAULT_CACHE, CompileCache
 
 

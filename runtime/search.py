@@ -18,13 +18,12 @@ import time
 
 import numpy as np
 
-from .digest import digest
 from . import compiler, config
 from .cache import DEFAULT_KERNELS, safe_dir
 from .codegen import render
 from .codegen.ir import LoopKernel
-from .codegen.optimise import MAX_ACCUMULATORS
-from .codegen.optimise import Schedule
+from .codegen.optimise import MAX_ACCUMULATORS, Schedule
+from .digest import digest
 
 DB_NAME = "search-v1.json"
 RUNS = 5

@@ -6,8 +6,8 @@ daemons/common/road_warp.py; the daemons never run this: their warp is the frame
 """
 import numpy as np
 
-from daemons.common.road_warp import OUT_SHAPE, WarpError, _sample_coords, check_geometry, uv_transform
 from common.transforms import MODEL_INPUT_SIZE
+from daemons.common.road_warp import OUT_SHAPE, WarpError, _sample_coords, check_geometry, uv_transform
 
 
 class RoadWarp:

@@ -41,10 +41,10 @@ from daemons.common.env import DAEMONS_ENV
 from daemons.common.stage_times import StageTimes, last_stage_times
 from runtime import OnnxRunner
 from runtime.buffer import Buffer, Lease
+from runtime.compose import compose, renamed
 from runtime.device import Device
 from runtime.digest import files_digest
 from runtime.errors import JitError
-from runtime.compose import compose, renamed
 from runtime.graph import Graph, Node, Spec
 from runtime.runner import model_digest
 

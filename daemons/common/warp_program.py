@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from common.transforms import MODEL_INPUT_SIZE
 from daemons.common.dm_warp import BORDER_VALUE, DM_INPUT_SIZE, source_coords
 from daemons.common.road_warp import OUT_SHAPE, WarpError, check_geometry
-from common.transforms import MODEL_INPUT_SIZE
 from runtime.compose import GraphBuilder
 from runtime.graph import Graph, Spec
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from daemons.common.calibration import CalibrationAge, camera_time
-from common.transforms import CalibrationError, check_calibration
 from common.cameras import config_for_frame
+from common.transforms import CalibrationError, check_calibration
+from daemons.common.calibration import CalibrationAge, camera_time
 from daemons.common.env import send_raw_pred as env_send_raw_pred
 from daemons.common.frame_loop import FrameDrops, FrameStep, ModelOutcome
 from daemons.common.messages import model_event

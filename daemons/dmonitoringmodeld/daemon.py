@@ -17,13 +17,13 @@ import time
 from setproctitle import setproctitle
 
 from cereal.messaging import PubMaster, SubMaster
-from daemons.common.calibration import camera_time
 from common.cameras import UnknownCameraError
 from common.cli import Parser, check_cache_dir, run_cli, stop_on_signals
+from common.realtime import SCHEDULING_HELP, scheduling_plan
+from daemons.common.calibration import camera_time
 from daemons.common.daemon_log import devices_words, frame_words, make_log, timed_capture
 from daemons.common.frame_loop import Frame, add_status_every, run_frame_loop
 from daemons.common.metadata import ModelMetadataError
-from common.realtime import SCHEDULING_HELP, scheduling_plan
 from daemons.dmonitoringmodeld.core import Calibration, DMonitoringmodeld
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH
 from daemons.dmonitoringmodeld.programs import dm_devices, load_programs

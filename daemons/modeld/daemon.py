@@ -8,10 +8,10 @@ Startup (openpilot's order, reshaped so that no frame waits on the big model; ea
    none is served, say so every WAITING_LOG_S);
 3. if the big model's device (the `modeld.big` table's model part: USB+AMD, or CL with MODEL_DEV=CL) opens and
    the big model file exists, load the big model on it in a worker thread with a time limit (60 s), then set
-   that device's wait timeout (3000 ms, for every frame after the load); meanwhile frames run on the small model and are published valid=False with
-   "big model loading"; a load error or timeout leaves the small model active with the reason in
-   `fallbackReason`; without the device the log says how to get it (`pymodeld-manager --usb-gpu`, or
-   `--model-device CL`);
+   that device's wait timeout (3000 ms, for every frame after the load); meanwhile frames run on the small
+   model and are published valid=False with "big model loading"; a load error or timeout leaves the small
+   model active with the reason in `fallbackReason`; without the device the log says how to get it
+   (`pymodeld-manager --usb-gpu`, or `--model-device CL`);
 4. loop: pair main/extra frames by timestamp_sof (main waits until extra is within 25 ms), read the bus
    without blocking, step, publish (the first frame is logged, then a status line every --status-every
    seconds: frame rate, p50 latency frame end to publish, valid share). SIGINT/SIGTERM finish the current frame,
@@ -28,15 +28,15 @@ import time
 import setproctitle
 
 from cereal import messaging
-from daemons.common.calibration import camera_time
 from common.cameras import config_for_frame
 from common.cli import Parser, check_cache_dir, run_cli, stop_on_signals
+from common.realtime import SCHEDULING_HELP, scheduling_plan
+from daemons.common.calibration import camera_time
 from daemons.common.daemon_log import devices_words, frame_words, make_log, road_geometry_words, timed_capture
 from daemons.common.env import DAEMONS_ENV
 from daemons.common.frame_loop import Frame, add_status_every, run_frame_loop
-from daemons.common.metadata import ModelMetadataError
-from common.realtime import SCHEDULING_HELP, scheduling_plan
 from daemons.common.frame_program import device_table
+from daemons.common.metadata import ModelMetadataError
 from daemons.modeld.car_inputs import CarInputReader
 from daemons.modeld.core import Modeld
 from daemons.modeld.model_state import ModelState, model_path

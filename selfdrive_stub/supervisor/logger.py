@@ -22,8 +22,8 @@ import sys
 import threading
 import time
 
-from cereal.route import CAMERAS, RouteWriter
 from cereal import messaging
+from cereal.route import CAMERAS, RouteWriter
 from cereal.services import SERVICE_LIST
 from common.cli import Parser, run_cli, stop_on_signals
 import visionipc

@@ -48,16 +48,16 @@ from cereal.messaging import new_message
 from cereal.route import CAMERAS, HEADER, Route, RouteError, _writable_route_dir
 from cereal.services import SERVICE_LIST
 from common.cli import Parser, UsageError, run_cli
-from daemons.common.metadata import load_metadata
 from common.realtime import CORES_ENV, PRIORITIES, scheduling_plan, stack_pins
+from daemons.common.metadata import load_metadata
 from daemons.dmonitoringmodeld.model_state import DM_CONTRACT
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH as DM_MODEL_PATH
 from daemons.modeld.model_state import ROAD_CONTRACT, model_path
 from msgq.env import MSGQ_ENV
 from msgq.namespace import PREFIX_ENV, SHM_ROOT, runtime_dir, runtime_dir_path, shm_dir, shm_dir_path
 from msgq.namespace import prefix as namespace_prefix
-from runtime import config as runtime_config
 from runtime import cl, faults, usb_amd
+from runtime import config as runtime_config
 from runtime.device import DeviceUnavailable
 from runtime.faults import DEVICE_KINDS, FAULT_KINDS
 from selfdrive_stub.producers.car import SCENARIOS

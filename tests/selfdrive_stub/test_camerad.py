@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 from cereal import messaging
+from common.cameras import device_config
+from selfdrive_stub.producers.camerad import CAMERAS, Camerad
 from selfdrive_stub.producers.camerad import FRAME_PERIOD_NS, READOUT_NS
 from selfdrive_stub.producers.scenes import SceneRenderer
 from visionipc import VISION_STREAM_CABIN, VISION_STREAM_NARROW_ROAD, VISION_STREAM_WIDE_ROAD, VisionIpcClient
 from visionipc.framefile import FrameWriter
 from visionipc.nv12 import padded_nv12_layout
-from common.cameras import device_config
-from selfdrive_stub.producers.camerad import CAMERAS, Camerad
 
 STREAMS = {"road": VISION_STREAM_NARROW_ROAD, "wide": VISION_STREAM_WIDE_ROAD, "cabin": VISION_STREAM_CABIN}
 

@@ -8,12 +8,12 @@ import pytest
 from cereal import messaging
 from common.cameras import TICI
 from daemons.modeld.core import CarInputs, Frame, Modeld
+from daemons.modeld.daemon import BigModelLoader, big_model_available, set_big_wait_timeout
+from daemons.modeld.programs import load_programs
 from runtime import usb_amd as usb_amd_sim
 from runtime.device import Device
 from selfdrive_stub.consumers.selfdrived import SelfdriveStateMachine, collect_events
 from visionipc import get_nv12_info
-from daemons.modeld.daemon import BigModelLoader, big_model_available, set_big_wait_timeout
-from daemons.modeld.programs import load_programs
 
 HANG_WAIT_TIMEOUT_MS = 1000     # short, so a hang test is quick; still well above a loaded big-model run
 N_BIG = 6                       # frames on the big model before the fault (enough to fill its image pair)
