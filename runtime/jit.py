@@ -28,7 +28,8 @@ import numpy as np
 
 from . import config
 from .errors import JitError
-from .graph import Graph
+from .compose import renamed
+from .graph import Graph, Spec
 from .link import compile_program, link
 from .program import Program, build_program
 from .tensor import CAPTURING, EAGER_CACHE, GraphBuilder, Tensor, realize
@@ -246,6 +247,36 @@ class TinyJit:
     for a in b.assigns:  # the captured program performs these writes: the tensors are plain buffers again
       a.become_buffer(a.target.array)
     return self.captured(tensors)
+
+
+def trace(fn, inputs: dict[str, Spec], prefix: str) -> Graph:
+  """The Graph of fn's Tensor code, captured without running it: fn(**placeholders) -> {output name: Tensor}.
+
+  The placeholders (one per entry of `inputs`, by name) are the graph's inputs, Tensor constants its constants,
+  and an assign into a placeholder is a write of that input (an _Assign node). Every other value is named
+  under `prefix`, so traced graphs compose with each other and with a model (compose.compose). fn may not read
+  data, realize a non-constant tensor of its own or return a placeholder as it is."""
+  placeholders = {n: Tensor.placeholder(s.shape, s.dtype) for n, s in inputs.items()}
+  names = {id(t._node): n for n, t in placeholders.items()}   # taken before fn runs: an assign replaces the node
+  cap = _Capture()
+  CAPTURING.append(cap)
+  try:
+    outs = fn(**placeholders)
+  finally:
+    CAPTURING.pop()
+  if not isinstance(outs, dict) or not outs or not all(isinstance(t, Tensor) for t in outs.values()):
+    raise JitError(f"a traced function returns {{output name: Tensor}}, got {type(outs).__name__}")
+  b = GraphBuilder(names, prefix)
+  produced = {b.name(t._node): out for out, t in outs.items()}
+  if set(produced) & set(inputs) or len(produced) != len(outs):
+    raise JitError(f"traced outputs {sorted(outs)} must be distinct values computed from the inputs")
+  for t in placeholders.values():
+    if t._node.op == "_Assign":
+      b.name(t._node)
+  if b.held:
+    raise JitError(f"a traced function read {len(b.held)} buffer(s) that are neither inputs nor constants")
+  graph = Graph(dict(inputs), list(produced), b.nodes, dict(b.consts))
+  return renamed(graph, "", keep=produced)
 
 
 def _prune(graph: Graph, held: dict) -> tuple[Graph, dict]:

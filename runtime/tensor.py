@@ -79,8 +79,20 @@ class Tensor:
   @staticmethod
   def _op(op: str, srcs: list["Tensor"], **attrs) -> "Tensor":
     nodes = tuple(s._node for s in srcs)
-    k = build_kernel(op, attrs, [n.spec for n in nodes], [None] * len(nodes), f"Tensor.{op}")
+    consts = [n.array if n.const else None for n in nodes]   # shape-giving inputs (Slice starts, Gather tables)
+    k = build_kernel(op, attrs, [n.spec for n in nodes], consts, f"Tensor.{op}")
     return Tensor(_Node(op, nodes, attrs, k.out_specs[0]))
+
+  @staticmethod
+  def constant(value, dtype=None) -> "Tensor":
+    """A constant: part of the program (folded where it can be), never an input or held state."""
+    a = np.ascontiguousarray(np.asarray(value, dtype=dtype))
+    return Tensor(_buffer_node(a, const=True))
+
+  @staticmethod
+  def placeholder(shape, dtype) -> "Tensor":
+    """A buffer with a shape and dtype and no data: an input of a graph traced by jit.trace (reading it raises)."""
+    return Tensor(_Node("BUFFER", (), {}, Spec(tuple(int(d) for d in shape), np.dtype(dtype))))
 
   def _other(self, v) -> "Tensor":
     if isinstance(v, Tensor):
@@ -105,8 +117,48 @@ class Tensor:
   def reshape(self, *shape): return Tensor._op("Reshape", [self], shape=list(_shape_arg(shape)))
   def permute(self, *order): return Tensor._op("Transpose", [self], perm=list(_shape_arg(order)))
   def cast(self, dtype): return Tensor._op("Cast", [self], to=_onnx_code(dtype))
-  def clone(self): return Tensor._op("_Copy", [self])
-  contiguous = clone
+  def round(self): return Tensor._op("Round", [self])   # half to even, as numpy's rint
+  def eq(self, o): return Tensor._op("Equal", [self, self._other(o)])   # not __eq__: a Tensor stays hashable
+  def where(self, a, b): return Tensor._op("Where", [self, *self._same(a, b)])   # self: the bool condition
+  def clip(self, lo, hi): return Tensor._op("Clip", [self, self._other(lo), self._other(hi)])
+  def flatten(self): return self.reshape(-1)
+
+  def gather(self, index, axis: int = 0) -> "Tensor":
+    """ONNX Gather: self's entries at `index` (a Tensor, or an integer array made a constant) along axis."""
+    idx = index if isinstance(index, Tensor) else Tensor.constant(np.asarray(index, np.int64))
+    return Tensor._op("Gather", [self, idx], axis=axis)
+
+  def cat(self, *others: "Tensor", dim: int = 0) -> "Tensor":
+    return Tensor._op("Concat", [self, *others], axis=dim)
+
+  def pad(self, pads, value=0) -> "Tensor":
+    """ONNX Pad (constant mode): pads = [begin of each axis..., end of each axis...]."""
+    return Tensor._op("Pad", [self, Tensor.constant(np.asarray(pads, np.int64)), self._other(value)], mode="constant")
+
+  def __getitem__(self, index) -> "Tensor":
+    """Basic slicing, one ONNX Slice: a slice per leading axis (any step); an int keeps that axis with extent 1."""
+    index = index if isinstance(index, tuple) else (index,)
+    if len(index) > len(self.shape) or not all(isinstance(i, (int, slice)) for i in index):
+      raise TypeError(f"Tensor index {index!r}: ints and slices over at most {len(self.shape)} axes")
+    starts, ends, axes, steps = [], [], [], []
+    for axis, i in enumerate(index):
+      sl = slice(i, i + 1 if i != -1 else None) if isinstance(i, int) else i
+      start, stop, step = sl.indices(self.shape[axis])
+      if (start, stop, step) == (0, self.shape[axis], 1):
+        continue
+      if step < 0 and stop < 0:
+        stop = -self.shape[axis] - 1   # ran off the front: ONNX's "before the first element"
+      starts.append(start), ends.append(stop), axes.append(axis), steps.append(step)
+    if not axes:
+      return self
+    parts = [starts, ends, axes] + ([steps] if any(s != 1 for s in steps) else [])
+    return Tensor._op("Slice", [self, *(Tensor.constant(np.array(p, np.int64)) for p in parts)])
+
+  def _same(self, a, b) -> list["Tensor"]:
+    """Where's two branches: a Python number takes the other branch's dtype (numpy's own when both are numbers)."""
+    if not isinstance(a, Tensor):
+      a = b._other(a) if isinstance(b, Tensor) else Tensor.constant(a)
+    return [a, b if isinstance(b, Tensor) else a._other(b)]
 
   def sum(self, axis=None, keepdim=False): return self._reduce("ReduceSum", axis, keepdim)
   def mean(self, axis=None, keepdim=False): return self._reduce("ReduceMean", axis, keepdim)
@@ -160,8 +212,9 @@ def _onnx_code(dtype) -> int:
 class GraphBuilder:
   """Turn the node DAG behind some tensors into a Graph with deterministic value names."""
 
-  def __init__(self, inputs: dict[int, str] | None = None):
+  def __init__(self, inputs: dict[int, str] | None = None, prefix: str = ""):
     self.inputs = inputs or {}          # id(buffer node) -> graph input name
+    self.prefix = prefix                # of every other value name: graphs traced apart can be composed
     self.names: dict[int, str] = {}
     self.nodes: list[Node] = []
     self.consts: dict[str, np.ndarray] = {}
@@ -177,10 +230,10 @@ class GraphBuilder:
         nm = self.inputs[id(n)]
         self.input_specs[nm] = n.spec
       elif n.const:
-        nm = f"c{len(self.consts)}"
+        nm = f"{self.prefix}c{len(self.consts)}"
         self.consts[nm] = n.array
       else:
-        nm = f"h{len(self.held)}"
+        nm = f"{self.prefix}h{len(self.held)}"
         self.held[nm] = n.array
       self.names[id(n)] = nm
       return nm
@@ -189,7 +242,7 @@ class GraphBuilder:
     if n.op == "_Assign":
       attrs["target"] = self.name(n.target)
       self.assigns.append(n)
-    nm = f"v{len(self.nodes)}"
+    nm = f"{self.prefix}v{len(self.nodes)}"
     self.nodes.append(Node(n.op, srcs, [nm], attrs))
     self.names[id(n)] = nm
     return nm
