@@ -1,56 +1,15 @@
 """Graph composition, the compiler's front end for programs made of several graphs (a camera warp feeding a
-model, an image-pair ring around it): build a graph node by node (GraphBuilder), give a graph's values a prefix
-(renamed) and run graphs in order as one (compose). The result is an ordinary Graph: the passes, lowering and
-program cache treat it like a model file's.
+model, an image-pair ring around it; each written as Tensor code and traced by jit.trace, or a model file): give a
+graph's values a prefix (renamed) and run graphs in order as one (compose). The result is an ordinary Graph: the
+passes, lowering and program cache treat it like a model file's.
 
-Invariants: value names stay unique (GraphBuilder numbers them under its prefix; renamed prefixes all but the
+Invariants: value names stay unique (jit.trace names values under its prefix; renamed prefixes all but the
 kept ones); compose wires a part's input to an earlier part's output of the same name and makes every other
 input an input of the whole; constants, held buffers and metadata of all parts are kept.
 """
 from __future__ import annotations
 
-import numpy as np
-
-from .graph import Graph, Node, Spec, dtype_to_onnx
-
-
-class GraphBuilder:
-  """Appends ONNX-style nodes with fresh value names (prefix + counter); consts are named the same way."""
-
-  def __init__(self, prefix: str = "w"):
-    self.prefix, self.n = prefix, 0
-    self.nodes: list[Node] = []
-    self.consts: dict[str, np.ndarray] = {}
-
-  def _name(self) -> str:
-    self.n += 1
-    return f"{self.prefix}{self.n}"
-
-  def const(self, array) -> str:
-    name = self._name()
-    self.consts[name] = np.ascontiguousarray(array)
-    return name
-
-  def op(self, op: str, *inputs: str, **attrs) -> str:
-    out = self._name()
-    self.nodes.append(Node(op, list(inputs), [out], attrs))
-    return out
-
-  def cast(self, x: str, dtype) -> str:
-    return self.op("Cast", x, to=dtype_to_onnx(np.dtype(dtype)))
-
-  def reshape(self, x: str, shape) -> str:
-    return self.op("Reshape", x, self.const(np.array(shape, np.int64)))
-
-  def slice(self, x: str, start: int, stop: int, axis: int = 0) -> str:
-    return self.op("Slice", x, self.const(np.array([start], np.int64)), self.const(np.array([stop], np.int64)),
-                   self.const(np.array([axis], np.int64)))
-
-  def graph(self, inputs: dict[str, Spec], outputs: list[str], renames: dict[str, str]) -> Graph:
-    """The graph, with internal value names in `renames` (e.g. the last node's output) renamed."""
-    nodes = [Node(n.op, [renames.get(i, i) for i in n.inputs], [renames.get(o, o) for o in n.outputs], dict(n.attrs))
-             for n in self.nodes]
-    return Graph(dict(inputs), outputs, nodes, dict(self.consts))
+from .graph import Graph, Node, Spec
 
 
 def renamed(graph: Graph, prefix: str, keep: dict[str, str] | None = None) -> Graph:

@@ -45,7 +45,8 @@ from runtime.compose import compose, renamed
 from runtime.device import Device
 from runtime.digest import files_digest
 from runtime.errors import JitError
-from runtime.graph import Graph, Node, Spec
+from runtime.graph import Graph, Spec
+from runtime.jit import trace
 from runtime.runner import model_digest
 
 # where each part runs, per daemon (openpilot's tg_input_devices.json); env WARP_DEV / MODEL_DEV override
@@ -86,23 +87,19 @@ def device_table(daemon: str, env: dict | None = None, default: str | None = Non
 
 def _adapt(value: str, spec: Spec, shape, out: str) -> Graph:
   """out = value reshaped (a view)."""
-  return Graph({value: spec}, [out],
-               [Node("Reshape", [value, out + ":shape"], [out])], {out + ":shape": np.array(shape, np.int64)})
+  return trace(lambda **v: {out: v[value].reshape(*shape)}, {value: spec}, out + ":")
 
 
 def _pair_with_history(warped: str, old: str, slot: str, out: str) -> Graph:
   """out (1, 12, 128, 256) = [input `old` (frame t-4), warped (frame t)]; `warped` is assigned into input `slot`.
   Both inputs are bound per frame to buffers of the program's ring (FrameProgram.rings): no frame of the
   history is moved, only the binding turns."""
-  c = out + ":"
-  k = {c + "shape": np.array((1,) + wp.OUT_SHAPE, np.int64),
-       c + "pshape": np.array((1, 2 * wp.OUT_SHAPE[0]) + wp.OUT_SHAPE[1:], np.int64)}
-  nodes = [Node("Reshape", [warped, c + "shape"], [c + "now"]),
-           Node("Concat", [old, c + "now"], [c + "pair6"], {"axis": 1}),
-           Node("Reshape", [c + "pair6", c + "pshape"], [out]),
-           Node("_Assign", [c + "now"], [c + "assigned"], {"target": slot, "shape": [1, *wp.OUT_SHAPE], "dtype": "|u1"})]
+  def pair(**v):
+    now = v[warped].reshape(1, *wp.OUT_SHAPE)
+    v[slot].assign(now)
+    return {out: v[old].cat(now, dim=1).reshape(1, 2 * wp.OUT_SHAPE[0], *wp.OUT_SHAPE[1:])}
   spec = Spec((1, *wp.OUT_SHAPE), np.dtype(np.uint8))
-  return Graph({warped: Spec(wp.OUT_SHAPE, np.dtype(np.uint8)), old: spec, slot: spec}, [out], nodes, k)
+  return trace(pair, {warped: Spec(wp.OUT_SHAPE, np.dtype(np.uint8)), old: spec, slot: spec}, out + ":")
 
 
 # -------------------------------------------------------------------------------------------- the program

@@ -23,8 +23,9 @@ import numpy as np
 from common.transforms import MODEL_INPUT_SIZE
 from daemons.common.dm_warp import BORDER_VALUE, DM_INPUT_SIZE, source_coords
 from daemons.common.road_warp import OUT_SHAPE, WarpError, check_geometry
-from runtime.compose import GraphBuilder
 from runtime.graph import Graph, Spec
+from runtime.jit import trace
+from runtime.tensor import Tensor
 
 FRAME = "frame"          # the NV12 frame, a flat uint8 input of the buffer's whole length
 TRANSFORM = "transform"  # the road warp's 3x3 float32 input (model pixels -> camera pixels)
@@ -37,24 +38,19 @@ UV_SCALE = np.array([[1, 1, 0.5], [1, 1, 0.5], [2, 2, 1]], np.float32)
 
 # ----------------------------------------------------------------------------------------------- road warp
 
-def _coords(g: GraphBuilder, m32: str, m64: str, out_w: int, out_h: int, src_w: int, src_h: int) -> tuple[str, str]:
+def _coords(m32: Tensor, m64: Tensor, out_w: int, out_h: int, src_w: int, src_h: int) -> tuple[Tensor, Tensor]:
   """(cols, rows) int64 (out_h, out_w): the oracle's _sample_coords over a flat (9,) transform, given in float32
   (m32) and float64 (m64)."""
-  xs = g.const(np.arange(out_w, dtype=np.float64).reshape(1, out_w))
-  ys = g.const(np.arange(out_h, dtype=np.float64).reshape(out_h, 1))
+  xs = Tensor.constant(np.arange(out_w, dtype=np.float64).reshape(1, out_w))
+  ys = Tensor.constant(np.arange(out_h, dtype=np.float64).reshape(out_h, 1))
 
-  def prod(k: int, axis: str) -> str:   # fl32(M_k * axis): exact in float64, rounded once by the cast
-    return g.cast(g.op("Mul", g.slice(m64, k, k + 1), axis), F32)
-
-  def entry(k: int) -> str:
-    return g.slice(m32, k, k + 1)
-  den = g.op("Add", g.op("Add", prod(6, xs), prod(7, ys)), entry(8))
+  def prod(k: int, axis: Tensor) -> Tensor:   # fl32(M_k * axis): exact in float64, rounded once by the cast
+    return (m64[k:k + 1] * axis).cast(F32)
+  den = prod(6, xs) + prod(7, ys) + m32[8:9]
   out = []
   for row, size in ((0, src_w), (3, src_h)):
-    s = g.op("Div", g.op("Add", g.op("Add", prod(row, xs), prod(row + 1, ys)), entry(row + 2)), den)
-    c = g.op("Clip", g.op("Round", s), g.const(np.float32(0)), g.const(np.float32(size - 1)))
-    c = g.op("Where", g.op("Equal", c, c), c, g.const(np.float32(0)))   # NaN -> 0 (nan_to_num)
-    out.append(g.cast(c, I64))
+    c = ((prod(row, xs) + prod(row + 1, ys) + m32[row + 2:row + 3]) / den).round().clip(0, size - 1)
+    out.append(c.eq(c).where(c, 0).cast(I64))   # NaN -> 0 (nan_to_num)
   return out[0], out[1]
 
 
@@ -68,32 +64,27 @@ def check_road_geometry(width: int, height: int, stride: int, uv_offset: int, fr
   return need
 
 
-def _road_index(g: GraphBuilder, width: int, height: int, stride: int, uv_offset: int) -> str:
+def _road_index(transform: Tensor, width: int, height: int, stride: int, uv_offset: int) -> Tensor:
   """The (6, 128, 256) int64 flat byte index of every output byte into the NV12 frame (the same table as the tests' numpy oracle)."""
-  m32 = g.reshape(TRANSFORM, (9,))
-  muv = g.op("Mul", m32, g.const(UV_SCALE.reshape(9)))
+  m32 = transform.reshape(9)
+  muv = m32 * Tensor.constant(UV_SCALE.reshape(9))
   w, h = MODEL_INPUT_SIZE
-  cols, rows = _coords(g, m32, g.cast(m32, F64), w, h, width, height)
-  y_idx = g.op("Add", g.op("Mul", rows, g.const(np.int64(stride))), cols)
+  cols, rows = _coords(m32, m32.cast(F64), w, h, width, height)
+  y_idx = rows * stride + cols
   # channels 0..3 = Y[0::2, 0::2], Y[1::2, 0::2], Y[0::2, 1::2], Y[1::2, 1::2]: channel = 2 * col parity + row parity
-  y4 = g.reshape(g.op("Transpose", g.reshape(y_idx, (h // 2, 2, w // 2, 2)), perm=[3, 1, 0, 2]), (4, h // 2, w // 2))
-  ucols, urows = _coords(g, muv, g.cast(muv, F64), w // 2, h // 2, width // 2, height // 2)
-  u_idx = g.op("Add", g.op("Add", g.op("Mul", urows, g.const(np.int64(stride))), g.op("Mul", ucols, g.const(np.int64(2)))),
-               g.const(np.int64(uv_offset)))
-  u_idx = g.reshape(u_idx, (1, h // 2, w // 2))
-  v_idx = g.op("Add", u_idx, g.const(np.int64(1)))
+  y4 = y_idx.reshape(h // 2, 2, w // 2, 2).permute(3, 1, 0, 2).reshape(4, h // 2, w // 2)
+  ucols, urows = _coords(muv, muv.cast(F64), w // 2, h // 2, width // 2, height // 2)
+  u_idx = (urows * stride + ucols * 2 + uv_offset).reshape(1, h // 2, w // 2)
   assert OUT_SHAPE == (6, h // 2, w // 2)
-  return g.op("Concat", y4, u_idx, v_idx, axis=0)
+  return y4.cat(u_idx, u_idx + 1, dim=0)
 
 
 def road_warp_graph(width: int, height: int, stride: int, uv_offset: int, frame_len: int, prefix: str = "rw") -> Graph:
   """NV12 `frame` (frame_len,) uint8 + `transform` (3, 3) float32 -> `warped` (6, 128, 256) uint8, in one graph
   (the index arithmetic per pixel every run; the daemons split it: road_index_graph + road_gather_graph)."""
   check_road_geometry(width, height, stride, uv_offset, frame_len)
-  g = GraphBuilder(prefix)
-  out = g.op("Gather", FRAME, _road_index(g, width, height, stride, uv_offset), axis=0)
-  inputs = {FRAME: Spec((frame_len,), U8), TRANSFORM: Spec((3, 3), F32)}
-  return g.graph(inputs, [WARPED], {out: WARPED})
+  return trace(lambda frame, transform: {WARPED: frame.gather(_road_index(transform, width, height, stride, uv_offset))},
+               {FRAME: Spec((frame_len,), U8), TRANSFORM: Spec((3, 3), F32)}, prefix)
 
 
 def road_index_graph(width: int, height: int, stride: int, uv_offset: int, frame_len: int, prefix: str = "ri") -> Graph:
@@ -102,26 +93,25 @@ def road_index_graph(width: int, height: int, stride: int, uv_offset: int, frame
   check_road_geometry(width, height, stride, uv_offset, frame_len)
   if frame_len > np.iinfo(np.int32).max:
     raise WarpError(f"a frame of {frame_len} bytes is too long for 32-bit source indices")
-  g = GraphBuilder(prefix)
-  out = g.cast(_road_index(g, width, height, stride, uv_offset), I32)   # half the bytes each frame's gather reads
-  return g.graph({TRANSFORM: Spec((3, 3), F32)}, [INDEX], {out: INDEX})
+  # int32: half the bytes each frame's gather reads
+  return trace(lambda transform: {INDEX: _road_index(transform, width, height, stride, uv_offset).cast(I32)},
+               {TRANSFORM: Spec((3, 3), F32)}, prefix)
 
 
 def road_gather_graph(frame_len: int, prefix: str = "rg") -> Graph:
   """NV12 `frame` (frame_len,) uint8 gathered through `index` (road_index_graph's) -> `warped` (6, 128, 256) uint8:
   the road warp's per-frame part."""
-  g = GraphBuilder(prefix)
-  out = g.op("Gather", FRAME, INDEX, axis=0)
-  return g.graph({FRAME: Spec((frame_len,), U8), INDEX: Spec(OUT_SHAPE, I32)}, [WARPED], {out: WARPED})
+  return trace(lambda frame, index: {WARPED: frame.gather(index)},
+               {FRAME: Spec((frame_len,), U8), INDEX: Spec(OUT_SHAPE, I32)}, prefix)
 
 
 # ------------------------------------------------------------------------------------------------- DM warp
 
-def _pick(g: GraphBuilder, x: str, idx: np.ndarray, axis: int) -> str:
+def _pick(x: Tensor, idx: np.ndarray, axis: int) -> Tensor:
   """x's entries idx along axis: a Slice (a view) when idx is one unit-step run, else a Gather by a table."""
   if idx.size and (np.diff(idx) == 1).all():
-    return g.slice(x, int(idx[0]), int(idx[-1]) + 1, axis)
-  return g.op("Gather", x, g.const(idx), axis=axis)
+    return x[(slice(None),) * axis + (slice(int(idx[0]), int(idx[-1]) + 1),)]
+  return x.gather(idx, axis=axis)
 
 
 def dm_warp_graph(M: np.ndarray, width: int, height: int, stride: int, frame_len: int, prefix: str = "dw") -> Graph:
@@ -136,22 +126,20 @@ def dm_warp_graph(M: np.ndarray, width: int, height: int, stride: int, frame_len
   out_w, out_h = DM_INPUT_SIZE
   rx, ry = source_coords(M, out_w, out_h)       # folding the constant homography (the oracle's arithmetic)
   inside = (rx >= 0) & (rx <= width - 1) & (ry >= 0) & (ry <= height - 1)
-  g = GraphBuilder(prefix)
-  border = g.const(np.uint8(BORDER_VALUE))
-  if (rx == rx[:1]).all() and (ry == ry[:, :1]).all():
-    col_in = (rx[0] >= 0) & (rx[0] <= width - 1)
-    row_in = (ry[:, 0] >= 0) & (ry[:, 0] <= height - 1)
-    # outside columns/rows read the padding column `stride` / row `height`, whose bytes are the border
-    cols = np.where(col_in, np.clip(rx[0], 0, width - 1), stride).astype(np.int64)
-    rows = np.where(row_in, np.clip(ry[:, 0], 0, height - 1), height).astype(np.int64)
-    luma = g.reshape(g.slice(FRAME, 0, height * stride), (height, stride))
-    if not (col_in.all() and row_in.all()):
-      luma = g.op("Pad", luma, g.const(np.array([0, 0, 1, 1], np.int64)), border, mode="constant")
-    picked = _pick(g, _pick(g, luma, rows, 0), cols, 1)
-  else:
+
+  def warp(frame: Tensor) -> dict[str, Tensor]:
+    if (rx == rx[:1]).all() and (ry == ry[:, :1]).all():
+      col_in = (rx[0] >= 0) & (rx[0] <= width - 1)
+      row_in = (ry[:, 0] >= 0) & (ry[:, 0] <= height - 1)
+      # outside columns/rows read the padding column `stride` / row `height`, whose bytes are the border
+      cols = np.where(col_in, np.clip(rx[0], 0, width - 1), stride).astype(np.int64)
+      rows = np.where(row_in, np.clip(ry[:, 0], 0, height - 1), height).astype(np.int64)
+      luma = frame[:height * stride].reshape(height, stride)
+      if not (col_in.all() and row_in.all()):
+        luma = luma.pad([0, 0, 1, 1], BORDER_VALUE)
+      return {WARPED: _pick(_pick(luma, rows, 0), cols, 1)}
     ix = np.clip(np.nan_to_num(rx), 0, width - 1).astype(np.int64)
     iy = np.clip(np.nan_to_num(ry), 0, height - 1).astype(np.int64)
-    flat = np.where(inside, iy * stride + ix, frame_len).reshape(-1)
-    padded = g.op("Pad", FRAME, g.const(np.array([0, 1], np.int64)), border, mode="constant")
-    picked = g.op("Gather", padded, g.const(flat.reshape(out_h, out_w)), axis=0)
-  return g.graph({FRAME: Spec((frame_len,), U8)}, [WARPED], {picked: WARPED})
+    flat = np.where(inside, iy * stride + ix, frame_len)
+    return {WARPED: frame.pad([0, 1], BORDER_VALUE).gather(flat)}
+  return trace(warp, {FRAME: Spec((frame_len,), U8)}, prefix)
