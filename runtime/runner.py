@@ -3,6 +3,8 @@
 Per call: inputs are validated (names, shape, dtype) and uploaded into the linked input buffers, the whole
 program runs on the device as one command (one call of its C call list), and every output is read back into a
 fresh array (readback is the synchronisation point). `last_timings` holds the device-side seconds per stage.
+`staged(inputs)` is the same call with the program's run left to the caller (one call of Linked.run, or its
+command on a queued device), so a replay loop calls the linked program itself.
 
 A model given as a file or bytes is looked up first in the program cache (program_cache.py: a verified
 artifact by the digest of the file's bytes), so a daemon that starts on a model it ran before neither imports
@@ -14,8 +16,11 @@ cache, build, link and call path. `bind_input(name, buffer)` makes an input read
 run is recorded on the buffer (and its lease) as a device read."""
 from __future__ import annotations
 
+import functools
 import os
 import time
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -253,41 +258,51 @@ class OnnxRunner:
 
   def run(self, inputs: dict, readback: bool = True) -> dict[str, np.ndarray]:
     """One run; readback=False leaves the outputs on the device (read them, or copy_from them, afterwards)."""
+    with self.staged(inputs, readback) as (compute, outputs):
+      compute()
+    return outputs
+
+  @contextmanager
+  def staged(self, inputs: dict, readback: bool = True) -> Iterator[tuple[Callable[[], None], dict[str, np.ndarray]]]:
+    """run() in its stages around the caller's own call of the program, so that a caller replaying programs
+    (the daemons' frame program) calls the linked program itself instead of through run(). Entering checks
+    the inputs and uploads them; the block calls the yielded `compute` exactly once; leaving reads the outputs
+    back into the yielded dict (readback is the synchronisation point) and sets last_timings. On an inline
+    device `compute` is the linked program's own run; on a queued one it submits that run as the device's
+    compute command, and every bound input's buffer (and its lease) is told the command reads it."""
     arrays = self._check(inputs)
-    if self.device.inline:
-      return self._call_inline(arrays, readback)
+    outputs: dict[str, np.ndarray] = {}
+    if self.device.inline:   # commands would run inline anyway: copies and program run here, no command per stage
+      self.device.check_usable()
+      blas.set_threads(self.threads)
+      t0 = time.perf_counter()
+      for n, a in arrays.items():
+        if a.nbytes:
+          np.copyto(self.linked.inputs[n], a)
+      t1 = time.perf_counter()
+      yield functools.partial(self.linked.run, self.threads), outputs
+      t2 = time.perf_counter()
+      if readback:
+        outputs.update((n, self.linked.outputs[n].copy().reshape(spec.shape)) for n, spec in self.program.output_specs.items())
+      t3 = time.perf_counter()
+      self.last_timings = {"upload_s": t1 - t0, "compute_s": t2 - t1, "readback_s": t3 - t2, "total_s": t3 - t0}
+      return
     t0 = time.perf_counter()
+    submitted: list[int] = []
+
+    def compute() -> None:
+      submitted.append(self.device.submit(self._compute, stage="compute"))
     with self.device.stage_timer() as t:
       for n, a in arrays.items():
         if a.nbytes:
           self._in_bufs[n].copyin(a)
-      value = self.device.submit(self._compute, stage="compute")
+      yield compute, outputs
+      if len(submitted) != 1:
+        raise RuntimeError(f"a staged run computes once; its block computed {len(submitted)} times")
       for buf in self.bound.values():   # the run reads the bound memory: its owner's lease must wait for it
-        buf._note_read(self.device, value)
-      results = {}
+        buf._note_read(self.device, submitted[0])
       for n, spec in (self.program.output_specs if readback else {}).items():
         src = self._out_read[n]
-        if isinstance(src, np.ndarray):
-          results[n] = src.copy()
-        else:
-          results[n] = src.numpy().reshape(spec.shape)
+        outputs[n] = src.copy() if isinstance(src, np.ndarray) else src.numpy().reshape(spec.shape)
     self.last_timings = {"upload_s": t.upload_s, "compute_s": t.compute_s, "readback_s": t.readback_s,
                          "total_s": time.perf_counter() - t0}
-    return results
-
-  def _call_inline(self, arrays: dict[str, np.ndarray], readback: bool = True) -> dict[str, np.ndarray]:
-    """The same stages on a device whose commands would run inline anyway (host memory): the copies and the
-    program run here directly, without a command object per stage."""
-    self.device.check_usable()
-    t0 = time.perf_counter()
-    for n, a in arrays.items():
-      if a.nbytes:
-        np.copyto(self.linked.inputs[n], a)
-    t1 = time.perf_counter()
-    self._compute()
-    t2 = time.perf_counter()
-    results = {n: self.linked.outputs[n].copy().reshape(spec.shape) for n, spec in self.program.output_specs.items()} \
-        if readback else {}
-    t3 = time.perf_counter()
-    self.last_timings = {"upload_s": t1 - t0, "compute_s": t2 - t1, "readback_s": t3 - t2, "total_s": t3 - t0}
-    return results
