@@ -52,8 +52,8 @@ HINTS: dict[tuple[str, str], tuple[str, str]] = {
     ("run it under its own name: PYMODELD_PROCESS=<owner>, as the manager does", "PYMODELD_PROCESS="),
   ("runtime.device", "DeviceUnavailable"): ("start the stack with `pymodeld-manager --usb-gpu` for the USB+AMD device", "install: "),
   ("runtime.errors", "CacheError"):
-    ("set PYMODELD_CACHE_DIR to a new path of your own, e.g. under your home; never a shared dir such as /tmp",
-     "a new path of your own"),
+    ("set PYMODELD_CACHE_DIR to a new directory of your own, e.g. under your home; never a shared dir such as /tmp",
+     "a new directory of your own"),
 }
 
 

@@ -25,4 +25,4 @@ def test_a_daemon_refuses_a_shared_cache_dir_at_start_in_one_line_advising_a_pri
                      env={**os.environ, "PYMODELD_CACHE_DIR": "/tmp", "PYMODELD_DISK_CACHE": "1"})
   lines = (r.stdout + r.stderr).strip().splitlines()
   assert r.returncode == 2 and len(lines) == 1, lines
-  assert "cache dir /tmp" in lines[0] and "a new path of your own" in lines[0], lines
+  assert "cache dir /tmp" in lines[0] and "a new directory of your own" in lines[0], lines
