@@ -221,10 +221,12 @@ class ProcessRunner:
     self.extra_args, self.extra_env = tuple(extra_args), dict(env or {})
     self.proc: subprocess.Popen | None = None
     self.steps = 0
+    self.counts: dict[str, int] = {}     # this route's outputs per service
     self.routes = 0                      # routes started in this process
     self.route: Route | None = None
     self._ns: Namespace | None = None
     self._handle = self._pm = self._vipc = self._log = None
+    self._open_handles: list = []        # disabled handles of the inputs other than main_pub
     self._reply_r: int | None = None
     self._reply_buf = b""
     self._subs: dict = {}
@@ -301,10 +303,14 @@ class ProcessRunner:
         self.stop()
         raise
     self._close_route()
-    self.route, self.steps = route, 0
+    self.route, self.steps, self.counts = route, 0, {}
     with self._ns_ctx():
       if self._handle is None:
         self._handle = fake_event_handle(cfg.main_pub, identifier=cfg.name, override=True, enable=True)
+        # a receive on an endpoint without a handle looks for one every time (the harness may create it
+        # late); a disabled handle per other input makes those receives one flag read, and never gates them
+        self._open_handles = [fake_event_handle(s, identifier=cfg.name, override=True, enable=False)
+                              for s in cfg.pubs if s != cfg.main_pub]
         self._subs = {s: sub_sock(s) for s in cfg.subs}   # before main(): a late joiner would miss outputs
         self._pm = PubMaster(list(cfg.pubs), allow_foreign=True)
       self._start_vipc(route)
@@ -410,6 +416,9 @@ class ProcessRunner:
         closeable.close()
     if self._handle is not None:
       self._handle.close()
+    for handle in self._open_handles:
+      handle.close()
+    self._open_handles = []
     if self._log is not None:
       self._log.close()
     if self._reply_r is not None:
@@ -555,9 +564,10 @@ class ProcessRunner:
                       self.cfg.timeout)
     stamp = trigger.log_mono_time + int(self.cfg.processing_time * 1e9)
     outputs = []
-    for sock in self._subs.values():
+    for service, sock in self._subs.items():
       while (data := sock.receive(non_blocking=True)) is not None:
         outputs.append(restamp(data, stamp))
+        self.counts[service] = self.counts.get(service, 0) + 1
     return outputs
 
   @property
@@ -610,7 +620,7 @@ def replay(cfg: ProcessConfig, route: Route, seconds: float | None = None, extra
       batch, pending = [], set(cfg.trigger)
     t2 = time.monotonic()
     tail = runner.output_tail()
-    steps = runner.steps
+    steps, counts = runner.steps, dict(runner.counts)
     if own:
       runner.stop()
     else:
@@ -618,4 +628,4 @@ def replay(cfg: ProcessConfig, route: Route, seconds: float | None = None, extra
   except BaseException:
     runner.stop()
     raise
-  return ReplayResult(cfg.name, outputs, steps, route_s, t1 - t0, t2 - t1, tail, count_services(outputs))
+  return ReplayResult(cfg.name, outputs, steps, route_s, t1 - t0, t2 - t1, tail, counts)
