@@ -47,7 +47,7 @@ from cereal import messaging
 from cereal.messaging import new_message
 from cereal.route import CAMERAS, HEADER, Route, RouteError, _writable_route_dir
 from cereal.services import SERVICE_LIST
-from common.cli import Parser, UsageError, run_cli
+from common.cli import Parser, UsageError, check_cache_dir, run_cli
 from common.realtime import CORES_ENV, PRIORITIES, scheduling_plan, stack_pins
 from daemons.common.metadata import load_metadata
 from daemons.dmonitoringmodeld.model_state import DM_CONTRACT
@@ -759,13 +759,15 @@ def check_model_files(opts) -> None:
   """The model files the daemons of this run will load meet their contracts (ModelMetadataError otherwise),
   so a bad model is one line before anything starts, not a crash loop. With --usb-gpu the big model is asked
   for, so a missing one is refused like a wrong one (modeld alone would run small-only and the run say OK); so it
-  is with --model-device."""
+  is with --model-device. The compiled-code cache dir the model daemons will use is checked the same way (CacheError)."""
   if "modeld" not in opts.block:
     load_metadata(model_path("small"), contract=ROAD_CONTRACT)
     if opts.usb_gpu or opts.model_device:
       load_metadata(model_path("big"), contract=ROAD_CONTRACT)
   if "dmonitoringmodeld" not in opts.block:
     load_metadata(DM_MODEL_PATH, contract=DM_CONTRACT)
+  if not {"modeld", "dmonitoringmodeld"} <= set(opts.block):   # each would refuse it at its start, at every restart
+    check_cache_dir()
 
 
 def clean_namespace(prefix: str | None, out=sys.stdout) -> int:
