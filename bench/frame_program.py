@@ -68,7 +68,7 @@ def dm_case(cam, rounds: int) -> dict:
   def peer():
     plan(frame, out=img)
     return runner(input_img=img, calib=calib)
-  return compare("dm", lambda: prog.run({"frame": frame}, {"calib": calib})[0], peer, rounds)
+  return compare("dm", lambda: {prog.output: prog.run({"frame": frame}, {"calib": calib})[0]}, peer, rounds)
 
 
 def road_case(cam, rounds: int) -> dict:
@@ -90,8 +90,8 @@ def road_case(cam, rounds: int) -> dict:
   pushed = [0]
 
   def program():
-    return prog.run({f"{c}_frame": frames[c] for c in fp.ROAD_CAMERAS},
-                    {**{f"{c}_transform": ms[c] for c in fp.ROAD_CAMERAS}, **other})[0]
+    return {prog.output: prog.run({f"{c}_frame": frames[c] for c in fp.ROAD_CAMERAS},
+                                  {**{f"{c}_transform": ms[c] for c in fp.ROAD_CAMERAS}, **other})[0]}
 
   def peer():
     slot, old = pushed[0] % fp.RING, (pushed[0] - fp.PAIR_HISTORY) % fp.RING

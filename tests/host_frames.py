@@ -1,7 +1,7 @@
 """The daemons' frames seam done on the host, for tests: a numpy oracle warp, then a plain model callable.
 
-The daemons run each frame through a captured frame program (daemons/common/frame_program.FramePrograms: `frames(geometry,
-frames, inputs, after_warp) -> (flat output, StageTimes, after_warp's result)`, plus `program(geometry)` and
+The daemons run each frame through a captured frame program (daemons/common/frame_program.FramePrograms:
+`frames.program(geometry).run(frames, inputs, after_warp) -> (flat output, StageTimes, after_warp's result)`, plus
 `reset()`). A test that needs a model the program cannot be (one that fails on cue, returns a wrong size or
 NaN, sleeps a known time) or an oracle to compare the program with plugs one of these in its place:
 - `HostRoadFrames(model)`: modeld's seam: the numpy road warp (warp_oracles.RoadWarp) of both cameras, the
@@ -57,8 +57,7 @@ class HostRoadFrames:
     self.rings = {img: np.zeros((PAIR, *ROAD_IMG), np.uint8) for *_, img in ROAD_PARTS}
     self.pushed = 0
 
-  def __call__(self, geometry, frames: dict, inputs: dict, after_warp=None):
-    self.program(geometry)
+  def run(self, frames: dict, inputs: dict, after_warp=None):
     t0 = time.perf_counter()
     slot, old = self.pushed % PAIR, (self.pushed - (PAIR - 1)) % PAIR
     pairs = {}
@@ -82,19 +81,21 @@ class HostDMFrames:
   def __init__(self, model):
     self.model = model
     self.plans: dict[tuple, object] = {}
+    self.plan = None
 
   def program(self, geometry):
     width, height, stride, _ = geometry
     if geometry not in self.plans:
       self.plans[geometry] = plan_for_camera(width, height, stride)
-    return self.plans[geometry]
+    self.plan = self.plans[geometry]
+    return self
 
   def reset(self) -> None:
     pass
 
-  def __call__(self, geometry, frames: dict, inputs: dict, after_warp=None):
+  def run(self, frames: dict, inputs: dict, after_warp=None):
     t0 = time.perf_counter()
-    img = self.program(geometry)(frames["frame"])
+    img = self.plan(frames["frame"])
     warp_s = time.perf_counter() - t0
     ok = after_warp() if after_warp else True
     raw, times = _checked(self.model({"input_img": img, **inputs}))

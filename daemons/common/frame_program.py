@@ -63,6 +63,7 @@ _COMPOSING_SOURCES = ("daemons/common/frame_program.py", "daemons/common/warp_pr
 
 ROAD_CAMERAS = ("road", "wide")          # modeld's streams: main (narrow) road camera and the wide one
 ROAD_MODEL_INPUTS = {"road": "img", "wide": "big_img"}
+ROAD_MODEL_OUTPUT = "outputs"            # the road model's one flat output
 PAIR_HISTORY = 4                         # warped frames t-4 .. t-1 kept per camera (FRAME_SKIP)
 RING = PAIR_HISTORY + 1                  # ring buffers per camera: the frames t-4 .. t-1 and the one being written
 
@@ -106,16 +107,19 @@ def _pair_with_history(warped: str, old: str, slot: str, out: str) -> Graph:
 
 @dataclass
 class FrameProgram:
-  """The linked program(s) of one geometry. `run(frames, inputs)` -> (model outputs, stage seconds)."""
+  """The linked program(s) of one geometry. `run(frames, inputs, after_warp)` -> (the model's `output` flat,
+  StageTimes, after_warp's result)."""
   geometry: tuple
   frames: dict[str, Spec]                 # frame input name -> its spec (flat uint8 of the buffer's length)
   warped: list[str]                       # values crossing from the warp program to the model program (split only)
   model: OnnxRunner                       # the whole program, or the model part when split
+  output: str                             # the model output `run` returns, flat
   warp: OnnxRunner | None = None          # the warp part when split
   leases: dict[str, Lease] = field(default_factory=dict)   # the current replay's frame leases
   index: OnnxRunner | None = None         # road: transforms -> source index tables, run when a transform changes
   index_of: dict[str, str] = field(default_factory=dict)   # transform input -> index input of the frame runner
   index_runs: int = 0
+  index_s: float = 0.0                    # the index program's device seconds in the last run (0 when it did not run)
   _transforms: dict = field(default_factory=dict)          # the transforms the held index tables were made from
   rings: list = field(default_factory=list)   # road: [(old input, slot input, RING buffers on the model device)]
   pushed: int = 0                             # frames written into the rings since the last reset
@@ -171,11 +175,11 @@ class FrameProgram:
     for lease in self.leases.values():
       lease.release(wait=True)
 
-  def _update_index(self, inputs: dict, info: dict) -> dict:
+  def _update_index(self, inputs: dict) -> dict:
     """Run the index program when a transform differs from the one the held tables came from (a new
     calibration is new data to it, never a new capture); the tables stay in the frame runner's bound input
     buffers on its device. Returns the inputs without the transforms."""
-    info["index"] = 0.0
+    self.index_s = 0.0
     if self.index is None:
       return inputs
     given = {n: inputs[n] for n in self.index_of if n in inputs}   # a missing one: the index runner's InputError
@@ -187,38 +191,42 @@ class FrameProgram:
         runner._in_bufs[idx].copyin(outs[idx])
       self._transforms = key
       self.index_runs += 1
-      info["index"] = last_stage_times(self.index).model
+      self.index_s = last_stage_times(self.index).model
     return {n: a for n, a in inputs.items() if n not in self.index_of}
 
-  def run(self, frames: dict, inputs: dict, after_warp=None) -> tuple[dict[str, np.ndarray], dict]:
+  def run(self, frames: dict, inputs: dict, after_warp=None) -> tuple[np.ndarray, StageTimes, object]:
     """Replay on these frames (name -> uint8 array, e.g. a VisionIPC buffer's data) and inputs. Returns the
-    model's outputs and {"warp", "upload", "model", "readback", "index" seconds, "after_warp": the hook's result}
-    ("index": the index program's device seconds when it ran for a changed transform, else 0)."""
-    info: dict = {}
-    inputs = self._update_index(inputs, info)
+    model's `output` as flat float32, the stage times (device timeline: in one program the warp's seconds are
+    inside `model` and `warp` is 0; split, `warp` is the warp program's and the crossing counts as upload) and
+    after_warp's result (True without a hook). The linked programs are called from here (OnnxRunner.staged:
+    the runner checks and uploads the inputs before, reads back and times after)."""
+    inputs = self._update_index(inputs)
     try:   # binding is inside: a fault in it (the history rings' binding is the model device's first command) releases what was bound
       self._bind_frames(frames)
       self._bind_history()
       if self.warp is None:
-        outs = self.model.run(inputs)
-        info["after_warp"] = after_warp() if after_warp else True
+        with self.model.staged(inputs) as (run_linked, outs):
+          run_linked()
+        still_valid = after_warp() if after_warp else True
         t = last_stage_times(self.model)
-        info.update(warp=0.0, upload=t.upload, model=t.model, readback=t.readback)
+        times = StageTimes(upload=t.upload, model=t.model, readback=t.readback, on_device=DEVICE_STAGES)
       else:
         warp_inputs = {n: inputs[n] for n in self.warp.program.inputs if n in inputs}
-        self.warp.run(warp_inputs, readback=False)
-        info["after_warp"] = after_warp() if after_warp else True
+        with self.warp.staged(warp_inputs, readback=False) as (run_linked, _):
+          run_linked()
+        still_valid = after_warp() if after_warp else True
         with self.model.device.stage_timer() as cross:
           for w in self.warped:   # the warped tensor crosses devices: one logical copy, chunked as the link needs
             self.model._in_bufs[w].copy_from(self.warp._out_read[w])
-        outs = self.model.run({n: a for n, a in inputs.items() if n not in warp_inputs})
+        with self.model.staged({n: a for n, a in inputs.items() if n not in warp_inputs}) as (run_linked, outs):
+          run_linked()
         t = last_stage_times(self.model)   # after the model's readback (the sync point): `cross` is complete
-        info.update(warp=last_stage_times(self.warp).model, upload=t.upload + cross.upload_s + cross.copy_s, model=t.model,
-                    readback=t.readback)
+        times = StageTimes(warp=last_stage_times(self.warp).model, upload=t.upload + cross.upload_s + cross.copy_s,
+                           model=t.model, readback=t.readback, on_device=DEVICE_STAGES)
     finally:
       self._release_frames()
     self.pushed += 1
-    return outs, info
+    return np.asarray(outs[self.output], dtype=np.float32).reshape(-1), times, still_valid
 
 
 @functools.lru_cache(maxsize=1)
@@ -249,19 +257,19 @@ def _key(kind: str, model: ModelGraph, geometry, devices: dict[str, str], part: 
 
 
 def _build(geometry, graphs: Callable[[], tuple[Graph, Graph]], warped: list[str], devices: dict[str, str],
-           frames: dict[str, Spec], key: Callable[[str], dict]) -> FrameProgram:
+           frames: dict[str, Spec], key: Callable[[str], dict], output: str | None = None) -> FrameProgram:
   """graphs() -> (warp graph, model side: its outputs are the program's), called only when a part's program is not
-  in the program cache."""
+  in the program cache; `output` names the output a run returns (default: the model's first)."""
   graphs = functools.lru_cache(maxsize=1)(graphs)
   if Device[devices["warp"]] is Device[devices["model"]]:
     whole = OnnxRunner.from_graph(lambda: compose(list(graphs()), list(graphs()[1].outputs)), devices["model"],
                                   cache_key=key("whole"))
-    return FrameProgram(geometry, frames, [], whole)
+    return FrameProgram(geometry, frames, [], whole, output or next(iter(whole.output_specs)))
   warp = OnnxRunner.from_graph(lambda: compose([graphs()[0]], warped), devices["warp"], cache_key=key("warp"))
   model = OnnxRunner.from_graph(lambda: graphs()[1], devices["model"], cache_key=key("model"))
   for w in warped:    # filled by copy_from each frame: bound to its own device buffer, never passed per call
     model.bind_input(w, model._in_bufs[w])
-  return FrameProgram(geometry, frames, list(warped), model, warp)
+  return FrameProgram(geometry, frames, list(warped), model, output or next(iter(model.output_specs)), warp)
 
 
 def load_model_graph(path: str) -> Graph:
@@ -307,7 +315,7 @@ def road_frame_program(model: ModelGraph, geometries: dict[str, tuple[int, int, 
 
   def key(part):
     return _key("road", model, [list(x) for x in geometry], devices, part)
-  prog = _build(geometry, graphs, [f"{c}_warped" for c in ROAD_CAMERAS], devices, frames, key)
+  prog = _build(geometry, graphs, [f"{c}_warped" for c in ROAD_CAMERAS], devices, frames, key, ROAD_MODEL_OUTPUT)
 
   def index_graph():
     return compose([renamed(wp.road_index_graph(*geometries[cam]), f"{cam}/i/",
@@ -342,22 +350,18 @@ DEVICE_STAGES = frozenset({"warp", "upload", "model", "readback"})
 
 
 class FramePrograms:
-  """A model's frame programs by geometry, and the daemons' one seam to them:
-  `frames(geometry, frames, inputs, after_warp) -> (flat output, StageTimes, after_warp's result)`.
+  """A model's frame programs by geometry; a daemon's step looks its program up and runs it:
+  `frames.program(geometry).run(frames, inputs, after_warp) -> (flat output, StageTimes, after_warp's result)`.
 
   - `get(geometry)` (alias `program`) builds one on a miss (`captures` counts builds); the least recently used
     beyond `max_entries` are dropped.
   - Frames are handed over as the VisionIPC buffer's own memory; `after_warp` (the daemon's still_valid check)
-    runs after the program last read the frames and before their release (FrameProgram.run).
-  - Stage times come from the device timeline, every stage but the parse on_device. When the warp is a program
-    of its own (the device table splits the warp and the model) its seconds are `warp`; in one fused program
-    the warp's device seconds are inside `model` and `warp` is 0.
-  - `output` names the model output returned flat (default: the first)."""
+    runs after the program last read the frames and before their release (FrameProgram.run)."""
 
-  def __init__(self, build, output: str | None = None, max_entries: int = 4):
-    self.build, self.output, self.max_entries = build, output, max_entries
+  def __init__(self, build, max_entries: int = 4):
+    self.build, self.max_entries = build, max_entries
     self.programs: OrderedDict = OrderedDict()
-    self.captures = self.runs = 0
+    self.captures = 0
 
   def get(self, geometry) -> FrameProgram:
     got = self.programs.get(geometry)
@@ -376,15 +380,6 @@ class FramePrograms:
     """Forget every program's frame history (a model that stood by starts over)."""
     for prog in self.programs.values():
       prog.reset()
-
-  def __call__(self, geometry, frames: dict, inputs: dict, after_warp=None) -> tuple[np.ndarray, StageTimes, object]:
-    prog = self.get(geometry)
-    outs, info = prog.run(frames, inputs, after_warp)
-    name = self.output or next(iter(prog.model.output_specs))
-    times = StageTimes(warp=float(info["warp"]), upload=float(info["upload"]), model=float(info["model"]),
-                       readback=float(info["readback"]), on_device=DEVICE_STAGES)
-    self.runs += 1
-    return np.asarray(outs[name], dtype=np.float32).reshape(-1), times, info["after_warp"]
 
 
 __all__ = ["DEVICE_TABLES", "FrameProgram", "FramePrograms", "ModelGraph", "device_table", "dm_frame_program",

@@ -48,7 +48,7 @@ class ModelState:
     called after the program last read the frame, before its lease is released."""
     self.calib[0, :] = calib
     geometry = (frame.width, frame.height, frame.stride, memoryview(frame.data).nbytes)
-    raw, times, _ = self.frames(geometry, {"frame": frame.data}, {"calib": self.calib}, after_warp)
+    raw, times, _ = self.frames.program(geometry).run({"frame": frame.data}, {"calib": self.calib}, after_warp)
     return self._parsed(raw, times)
 
   def _parsed(self, raw: np.ndarray, times: StageTimes) -> tuple[dict, np.ndarray, StageTimes]:

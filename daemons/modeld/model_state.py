@@ -73,18 +73,19 @@ class ModelState:
     inputs = self.history.push(desire)
     inputs.update(transforms)
     inputs.update(_step_inputs(traffic_convention, action_t))
-    raw, timings, _ = self.frames(geometry, {"road_frame": main_frame, "wide_frame": extra_frame}, inputs, after_warp)
+    program = self.frames.program(geometry)
+    raw, timings, _ = program.run({"road_frame": main_frame, "wide_frame": extra_frame}, inputs, after_warp)
     return self._checked(raw, timings)
 
   def capture(self, geometry) -> None:
     """Capture the frame program of this geometry now (startup), not at its first frame, and run it once on
     zero frames and inputs (as the reference's warmup: the device is touched before a real frame needs it);
     the image rings are reset after, and the history is not touched."""
-    self.frames.program(geometry)
+    program = self.frames.program(geometry)
     main, extra = geometry
     inputs = {n: np.zeros(shape, np.float32) for n, shape in self.metadata.input_shapes.items() if "img" not in n}
     inputs.update(road_transform=np.eye(3, dtype=np.float32), wide_transform=np.eye(3, dtype=np.float32))
-    self.frames(geometry, {"road_frame": np.zeros(main[-1], np.uint8), "wide_frame": np.zeros(extra[-1], np.uint8)}, inputs)
+    program.run({"road_frame": np.zeros(main[-1], np.uint8), "wide_frame": np.zeros(extra[-1], np.uint8)}, inputs)
     self.frames.reset()
 
   def _checked(self, raw: np.ndarray, timings: StageTimes) -> tuple[dict, np.ndarray, StageTimes]:

@@ -6,18 +6,17 @@ Kept apart from model_state.py so that reading the road contract does not load t
 from daemons.common.frame_program import FramePrograms, ModelGraph, device_table, road_frame_program
 from daemons.modeld.model_state import ModelState
 
-OUTPUT = "outputs"    # the road model's one flat output
-
 
 def road_frame_programs(path: str, devices: dict[str, str]) -> FramePrograms:
   """The frame programs of the road model at `path`, keyed by ((main geometry), (extra geometry)), each
-  (width, height, stride, uv_offset, frame length); the main camera feeds `img`, the extra one `big_img`."""
+  (width, height, stride, uv_offset, frame length); the main camera feeds `img`, the extra one `big_img`, and a
+  run returns the flat `outputs`."""
   graph = ModelGraph(path)
 
   def build(geometry):
     main, extra = geometry
     return road_frame_program(graph, {"road": main, "wide": extra}, devices)
-  return FramePrograms(build, output=OUTPUT)
+  return FramePrograms(build)
 
 
 def load_programs(name: str, devices: dict[str, str] | None = None, path: str | None = None) -> ModelState:

@@ -1,13 +1,17 @@
 """Modeld.step, the pure per-frame work: each `valid` rule, messages, SEND_RAW_PRED, small-model failure."""
 import itertools
+import sys
 
 import numpy as np
 import pytest
+
+import runtime.link
 
 from cereal import messaging
 from common.cameras import MICI, TICI
 from common.transforms import get_warp_matrix
 from daemons.common.env import send_raw_pred
+from daemons.common.frame_loop import run_frame_loop
 from msgq.env import EnvError
 from daemons.common.stage_times import StageTimes
 from daemons.modeld.core import CarInputs, Frame, Modeld
@@ -308,3 +312,26 @@ def test_a_whole_lane_change_reaches_the_model_as_one_rising_edge_pulse(small_mo
     desires.append(md.desire_helper.desire)
   assert [d for d, _ in itertools.groupby(desires)] == [0, 3, 0]     # none -> laneChangeLeft -> none (latActive off)
   assert pulses.count(3) == 1 and sum(1 for p in pulses if p) == 1   # the model sees laneChangeLeft once, on its edge
+
+
+def test_a_road_frame_reaches_the_linked_program_in_five_calls_from_the_frame_loop(small_model, monkeypatch):
+  """The daemon's main calls run_frame_loop; from there a steady-state frame is five calls from Linked.run."""
+  md, frame = make(small_model)
+  warm(md, frame)
+  callers = []
+  real_run = runtime.link.Linked.run
+
+  def noting_run(self, *a, **k):
+    f, chain = sys._getframe(1), []
+    while f is not None and (not chain or chain[-1] != "run_frame_loop"):
+      chain.append(f.f_code.co_qualname)
+      f = f.f_back
+    callers.append((self, chain[::-1]))
+    return real_run(self, *a, **k)
+  monkeypatch.setattr(runtime.link.Linked, "run", noting_run)
+  pending = [(Frame(frame, 5, 1_250_000_000, 1_270_000_000), Frame(frame, 5, 1_250_000_000, 1_270_000_000))]
+  run_frame_loop(pending.pop, lambda frames: CarInputs(v_ego=15.0, calibration=CALIB), md.step, lambda *_: None,
+                 lambda: not pending)
+  prog = md.small.frames.program(md.program_geometry(frame.nbytes, frame.nbytes))
+  assert callers == [(prog.model.linked, ["run_frame_loop", "FrameStep.step", "Modeld.run", "ModelState.run_frames",
+                                          "FrameProgram.run"])]

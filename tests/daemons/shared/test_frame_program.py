@@ -52,11 +52,10 @@ def test_a_dm_replay_is_bit_identical_to_the_numpy_warp_then_onnx_runner(width, 
   for _ in range(3):
     frame = rng.integers(0, 256, size, dtype=np.uint8)
     calib = rng.standard_normal((1, 3)).astype(np.float32)
-    out, _ = prog.run({"frame": frame}, {"calib": calib})
-    want = ref(input_img=plan(frame), calib=calib)
-    assert out.keys() == want.keys()
-    for k in want:
-      assert out[k].tobytes() == want[k].tobytes()
+    out, times, still_valid = prog.run({"frame": frame}, {"calib": calib})
+    (want,) = ref(input_img=plan(frame), calib=calib).values()
+    assert out.dtype == np.float32 and out.tobytes() == want.reshape(-1).tobytes()
+    assert still_valid is True and times.on_device == fp.DEVICE_STAGES and times.model > 0 and times.warp == 0
 
 
 def test_a_road_replay_with_its_image_history_is_bit_identical_to_the_host_oracle_and_onnx_runner():
@@ -75,11 +74,11 @@ def test_a_road_replay_with_its_image_history_is_bit_identical_to_the_host_oracl
           for c in fp.ROAD_CAMERAS}   # recalibrated every frame: new input data, same program
     other = {n: rng.standard_normal(specs[n][0]).astype(np.float32) for n in ("features_buffer", "desire_pulse")}
     other.update(traffic_convention=np.array([[1, 0]], np.float32), action_t=np.zeros((1, 2), np.float32))
-    out, _ = prog.run({f"{c}_frame": frames[c] for c in fp.ROAD_CAMERAS},
-                      {**{f"{c}_transform": ms[c] for c in fp.ROAD_CAMERAS}, **other})
-    want, _, _ = oracle(geometry, {f"{c}_frame": frames[c] for c in fp.ROAD_CAMERAS},
-                        {**{f"{c}_transform": ms[c] for c in fp.ROAD_CAMERAS}, **other})
-    assert out["outputs"].reshape(-1).tobytes() == want.tobytes(), f"step {step}"
+    out, _, _ = prog.run({f"{c}_frame": frames[c] for c in fp.ROAD_CAMERAS},
+                         {**{f"{c}_transform": ms[c] for c in fp.ROAD_CAMERAS}, **other})
+    want, _, _ = oracle.program(geometry).run({f"{c}_frame": frames[c] for c in fp.ROAD_CAMERAS},
+                                              {**{f"{c}_transform": ms[c] for c in fp.ROAD_CAMERAS}, **other})
+    assert out.tobytes() == want.tobytes(), f"step {step}"
   prog.reset()   # a standby model starts over: the history is zeros again
   assert prog.pushed == 0 and all(not b.numpy().any() for _, _, bufs in prog.rings for b in bufs)
 
@@ -126,11 +125,11 @@ def test_the_frame_lease_is_held_until_the_readback_and_released_after_it(device
     seen["released_during_run"] = lease.released
     seen["bound"] = "frame" in prog.frame_runner.bound
     return False      # as if camerad overwrote the frame meanwhile: the caller is told
-  out, info = prog.run({"frame": frame}, {"calib": np.zeros((1, 3), np.float32)}, after_warp=still_valid)
+  out, _, valid = prog.run({"frame": frame}, {"calib": np.zeros((1, 3), np.float32)}, after_warp=still_valid)
   assert seen == {"released_during_run": False, "bound": True}
-  assert info["after_warp"] is False
+  assert valid is False
   assert prog.leases["frame"].released and "frame" not in prog.frame_runner.bound   # no address into the frame remains
-  assert np.isfinite(out["outputs"]).all()
+  assert np.isfinite(out).all()
 
 
 def test_the_warped_tensor_crossing_to_the_model_device_is_counted_and_outputs_match_cpu(usb):
@@ -142,15 +141,15 @@ def test_the_warped_tensor_crossing_to_the_model_device_is_counted_and_outputs_m
   split.run({"frame": frame}, {"calib": calib})
   before = dict(usb.transfers.by_kind)
   chunks = usb.link.transfers
-  out, info = split.run({"frame": frame}, {"calib": calib})
+  out, times, _ = split.run({"frame": frame}, {"calib": calib})
   after = usb.transfers.by_kind
   # one upload of the warped image (copy_from), one of calib, one readback of the outputs
   assert after.get("upload", 0) - before.get("upload", 0) == 2
   assert after.get("readback", 0) - before.get("readback", 0) == 1
   warped_chunks = usb.chunks(960 * 1440, "upload")
   assert warped_chunks > 1 and usb.link.transfers - chunks >= warped_chunks + 2
-  assert info["upload"] > 0
-  assert out["outputs"].tobytes() == cpu.run({"frame": frame}, {"calib": calib})[0]["outputs"].tobytes()
+  assert times.upload > 0 and times.warp > 0
+  assert out.tobytes() == cpu.run({"frame": frame}, {"calib": calib})[0].tobytes()
 
 
 def test_a_hung_model_device_raises_the_runners_device_timeout_and_releases_the_frame(usb):
@@ -237,7 +236,7 @@ def test_a_frame_program_built_again_comes_from_the_program_cache_without_readin
   def build():   # a fresh process-level program cache over one disk dir, as a daemon started again has
     monkeypatch.setattr(runtime.runner, "DEFAULT_CACHE", CompileCache(disk_dir=str(tmp_path / "cache")))
     prog = fp.road_frame_program(fp.ModelGraph(MODEL_PATHS["small"]), geometries, CPU)
-    return prog, [prog.run(frames, inputs)[0]["outputs"] for _ in range(6)]
+    return prog, [prog.run(frames, inputs)[0] for _ in range(6)]
   first, want = build()
   assert {r.program_source for r in first.runners + [first.index]} == {"graph"}
 
