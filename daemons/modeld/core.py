@@ -224,21 +224,18 @@ class Modeld(FrameStep):
     def after_warp() -> bool:   # still_valid, after the program last read the frames
       return self._after_warp(frames, reasons)
 
-    model = self.active
     outs, raw, times, error = None, None, StageTimes(), ""
-    try:
-      outs, raw, times = model.run_frames(geometry, main.data, extra.data, self.transforms, desire, traffic, action_t, after_warp)
-    except Exception as e:  # any big-model failure means fallback; the frame is re-run on the small model
-      if model is self.small:
-        error = f"small model failed: {type(e).__name__}: {e}"
-      else:
+    # any big-model failure means fallback and the same frame is run again on the small model (modelExecutionTime
+    # keeps counting: this frame's model time includes the failed attempt); the small model has no fallback
+    for model in (self.active, self.small):
+      try:
+        outs, raw, times = model.run_frames(geometry, main.data, extra.data, self.transforms, desire, traffic, action_t, after_warp)
+        break
+      except Exception as e:
+        if model is self.small:
+          error = f"small model failed: {type(e).__name__}: {e}"
+          break
         self._switch_to_small(e)
-        model = self.small
-        try:   # modelExecutionTime keeps counting: this frame's model time includes the failed attempt
-          outs, raw, times = model.run_frames(geometry, main.data, extra.data, self.transforms, desire, traffic, action_t,
-                                              after_warp)
-        except Exception as e2:
-          error = f"small model failed: {type(e2).__name__}: {e2}"
     if error:
       reasons.append(error)
     elif not model.pair_filled:
