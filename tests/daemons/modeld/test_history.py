@@ -3,7 +3,7 @@ pair itself is the frame program's ring: tests/daemons/shared/test_frame_program
 import numpy as np
 import pytest
 
-from daemons.modeld.history import HistoryError, ModelHistory
+from daemons.modeld.model_state import HistoryError, ModelHistory
 
 
 def desire(i):
