@@ -197,6 +197,7 @@ class Manager:
     self.events: list[str] = []
     self.monitor = None
     self.rate_failures: list[str] = []
+    self.all_up_at: float | None = None   # run time at which every process was settled; rates are measured from a warm-up later
     self.report: dict = {}
     self.started = time.monotonic()
     self.tty = False
@@ -321,9 +322,14 @@ class Manager:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     own_cpu = usage.ru_utime + usage.ru_stime
     mon = self.monitor
-    window = (f"rates and valid shares measured over the last {measured:.1f} s (from t={mon.window_start - self.started:.1f} s, "
-              "once every process was up; the live view's valid column counts the same)" if mon.window_start is not None
-              else "the stack never came up, so rates and valid shares are over the whole run")
+    if mon.window_start is not None:
+      window = (f"rates and valid shares measured over the last {measured:.1f} s (from t={mon.window_start - self.started:.1f} s, "
+                "once every process was up; the live view's valid column counts the same)")
+    elif self.all_up_at is not None:
+      window = (f"every process was up at t={self.all_up_at:.1f} s but the run ended within the {WARMUP_AFTER_READY_S:g} s "
+                "before rates are measured, so rates and valid shares are over the whole run")
+    else:
+      window = "the stack never came up, so rates and valid shares are over the whole run"
     lines = [f"summary: ran {elapsed:.1f} s, {window}; "
              f"the manager itself used {own_cpu:.1f} s CPU ({100 * own_cpu / max(elapsed, 1e-9):.0f}% of a core)"]
     for p in self.procs:
@@ -512,7 +518,7 @@ class Manager:
         self._note_changes()
         self._update_ready(now, elapsed)
         if all_ready_at is None and all(self._settled(p, now) or p.state == "disabled" for p in self.procs):
-          all_ready_at = now
+          all_ready_at, self.all_up_at = now, elapsed
           self.note("all processes up", elapsed)
         if all_ready_at is not None and self.monitor.window_start is None and now >= all_ready_at + WARMUP_AFTER_READY_S:
           self.monitor.start_window()
@@ -553,7 +559,10 @@ class Manager:
     self.monitor.update()
     elapsed = time.monotonic() - start
     measured = time.monotonic() - self.monitor.window_start if self.monitor.window_start else 0.0
-    if self.monitor.window_start is None:
+    if self.monitor.window_start is None and self.all_up_at is not None:
+      self.rate_failures = [f"no rate was measured: the run ended {elapsed - self.all_up_at:.1f} s after every process was up, "
+                            f"within the {WARMUP_AFTER_READY_S:g} s before measuring starts (run longer)"]
+    elif self.monitor.window_start is None:
       self.rate_failures = ["the stack never came up (not every process ready before the end)"]
     else:
       self.rate_failures = self._check_rates(measured)
