@@ -1,23 +1,33 @@
-"""The skeleton both model daemons share: one frame loop and one per-frame step, in one order.
+"""The skeleton both model daemons share: one frame loop, one per-frame step in one order, and their messages.
 
 The loop (`run_frame_loop`): receive frames -> read the bus -> step -> publish every event -> report.
 The step (`FrameStep.step`), for each received frame (or main/extra pair):
   1. the frame is received: the step's clock starts (modelExecutionTime counts from here);
   2. `check`: the daemon's input rules (calibration in camera time, dropped frames, sync, malformed inputs);
-  3. `run`: the daemon's model on the frames through its captured frame program (daemons/common/frame_program.FramePrograms:
-     the program warps the frame's own memory and runs the model), then the parse of the flat output; the daemon
+  3. `run`: the daemon's model state looks up the captured frame program of the frames' geometry and runs it
+     (daemons/common/frame_program.FrameProgram.run: the program warps the frame's own memory and runs the
+     model, calling the linked program itself), then the parse of the flat output; the daemon
      adds its own reasons (non-finite output, failure, history filling). The program calls the daemon's
      after-warp hook after it last read the frames: `check_overwritten` asks every frame still_valid there, and
      an overwritten one makes the step invalid ("frame 1258 overwritten while it was warped", naming each such
      frame). The outputs are parsed when it returns: modelExecutionTime ends here;
-  4. `build`: the daemon's messages (daemons/common/messages.model_event), then the skeleton stamps the
-     timing fields on every one of them (messages.stamp_timings).
+  4. `build`: the daemon's messages (`model_event`), then the skeleton stamps the timing fields on every one of
+     them (`stamp_timings`).
 Per-daemon code supplies only check / run / build (and the loop's receive and bus reading). There is one
 per-frame path: no host warp, no second engine.
 
 Invariants: `valid` is False exactly when a reason was given; reasons keep this order (inputs, overwrite,
 model); every stage time is the program's own (device timeline; in one fused program the warp's seconds are
 inside `model` and `warp` is 0), the parse is host wall clock.
+
+The messages: `model_event(service, reasons)` is the one way the daemons build their output Events:
+cereal.messaging.new_message (logMonoTime = the bus clock, fields set one by one so no reference cycle is
+built), `valid` True exactly when `reasons` is empty and `invalidReason` every reason joined with "; ", so a
+consumer sees all of them. `stamp_timings` is the one place their timing fields are written, on every event
+whose struct has them, with the meanings openpilot gives them: `modelExecutionTime` = wall seconds of the whole
+model step, from the frame received to the outputs parsed; `gpuExecutionTime` = seconds the device
+(GPU/accelerator) spent executing the step's stages (StageTimes.device_s); `stageTimings` = the StageTimes in
+milliseconds. Other events are left alone.
 
 The status line (`FrameStatus`, `run_frame_loop(status_every=S)`): every S seconds of the loop's clock after the
 first published step, one line with that window's frame rate, its p50 latency from the frame's end of exposure
@@ -31,11 +41,11 @@ import collections
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from daemons.common.messages import stamp_timings
+from cereal.messaging import new_message
 from daemons.common.stage_times import StageTimes
 
 REASON_CHARS = 100   # a status line quotes the window's most frequent invalid reason up to this long
@@ -55,6 +65,26 @@ def add_status_every(parser, service: str) -> None:
   parser.add_argument("--status-every", type=status_every, default=STATUS_EVERY_S, metavar="S",
                       help="print a status line every S seconds: frame rate, p50 latency from the frame's end to its "
                            f"{service}, share published valid (default {STATUS_EVERY_S:g}; 0: never)")
+
+
+def model_event(service: str, reasons: Iterable[str] = ()):
+  reasons = list(reasons)
+  if reasons:
+    return new_message(service, valid=False, invalidReason="; ".join(reasons))
+  return new_message(service, valid=True)
+
+
+def stamp_timings(events, times: StageTimes, execution_s: float) -> None:
+  """Write the step's timings into each (service, event) whose struct has the fields."""
+  for service, msg in events:
+    body = getattr(msg, service)
+    fields = body.schema.fieldnames
+    if "modelExecutionTime" in fields:
+      body.modelExecutionTime = execution_s
+    if "gpuExecutionTime" in fields:
+      body.gpuExecutionTime = times.device_s
+    if "stageTimings" in fields:
+      times.fill(body.init("stageTimings"))
 
 
 def overwritten_reason(frames) -> str:
@@ -193,9 +223,21 @@ class FrameStatus:
     why = ""
     if self.reasons:   # the reason a user most needs: the one most steps of the window gave
       reason, _ = self.reasons.most_common(1)[0]
-      why = f"; most often: {reason if len(reason) <= REASON_CHARS else reason[:REASON_CHARS - 3] + '...'}"
+      why = f"; most often: {_cut_words(reason, REASON_CHARS)}"
+    share = 100 * self.valid / self.steps
+    if 0 < self.valid < self.steps:   # 100% and 0% mean every frame and none: a partial share never rounds to them
+      share = min(max(share, 1.0), 99.0)
     return (f"status: {self.steps / elapsed:.1f} fps, {latency} (frame end to publish), "
-            f"{100 * self.valid / self.steps:.0f}% valid ({window}{why})")
+            f"{share:.0f}% valid ({window}{why})")
+
+
+def _cut_words(text: str, n: int) -> str:
+  """text in at most n characters, cut at a word boundary and marked with an ellipsis."""
+  if len(text) <= n:
+    return text
+  head = text[:n - 1]
+  space = head.rfind(" ")
+  return (head[:space] if space > 0 else head).rstrip(" ,;:") + "\u2026"
 
 
 def run_frame_loop(receive: Callable[[], Sequence[Frame] | None], read_bus: Callable[[Sequence[Frame]], Any],
