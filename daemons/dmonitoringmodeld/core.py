@@ -19,8 +19,7 @@ from common.cameras import config_for_frame
 from common.transforms import CalibrationError, check_calibration
 from daemons.common.calibration import CalibrationAge, camera_time
 from daemons.common.env import send_raw_pred as env_send_raw_pred
-from daemons.common.frame_loop import FrameDrops, FrameStep, ModelOutcome
-from daemons.common.messages import model_event
+from daemons.common.frame_loop import FrameDrops, FrameStep, ModelOutcome, model_event
 from daemons.common.outputs import ModelOutputError
 from daemons.common.stage_times import StageTimes
 from daemons.dmonitoringmodeld.model_state import ModelState

@@ -31,8 +31,7 @@ import numpy as np
 from common.cameras import DeviceCameraConfig
 from common.transforms import CalibrationError, check_calibration, get_warp_matrix
 from daemons.common.env import send_raw_pred as env_send_raw_pred
-from daemons.common.frame_loop import Frame, FrameDrops, FrameStep, ModelOutcome, StepResult  # noqa: F401 (Frame: modeld's API)
-from daemons.common.messages import model_event
+from daemons.common.frame_loop import Frame, FrameDrops, FrameStep, ModelOutcome, StepResult, model_event  # noqa: F401 (Frame: modeld's API)
 from daemons.common.stage_times import StageTimes
 from daemons.modeld.action import Action, get_action_from_model
 from daemons.modeld.constants import DESIRE_LEN, DT_MDL, LAT_SMOOTH_SECONDS, LONG_SMOOTH_SECONDS

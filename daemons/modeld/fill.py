@@ -1,7 +1,7 @@
 """Fill modelV2, drivingModelData and cameraOdometry from parsed outputs (semantics of openpilot
 selfdrive/modeld/fill_model_msg.py), plus our additions: sof/eof timestamps, which model ran and why, and a reason
 whenever `valid` is false. The timing fields (modelExecutionTime, stageTimings) are stamped on every message by
-the daemons' skeleton (daemons/common/messages.stamp_timings), not here.
+the daemons' skeleton (daemons/common/frame_loop.stamp_timings), not here.
 
 Invariants:
 - `valid` is decided by the caller (core.Modeld.step) and written with its reason; these functions never set it
