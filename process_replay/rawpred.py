@@ -44,12 +44,21 @@ def read_events(path: str) -> list[bytes]:
   return read_log_file(path)
 
 
-def _nothing_to_decode(proc: str, elsewhere: dict[str, int]) -> str:
+def _nothing_to_decode(proc: str, elsewhere: dict[str, int], counts: dict[str, int]) -> str:
   """Why `proc` has nothing to decode, naming the raw predictions the log does hold (of another daemon), so a
-  wrong --proc is not mistaken for a log replayed without SEND_RAW_PRED=1."""
+  wrong --proc is not mistaken for a log replayed without SEND_RAW_PRED=1; without any, what the daemons' messages
+  in the log are (`counts`: messages of each daemon's service, with or without raw predictions)."""
   service = SERVICES[proc]
   if not elsewhere:
-    return f"no {service} message with rawPredictions in the log (replay with SEND_RAW_PRED=1)"
+    if counts.get(service):
+      return f"the log's {counts[service]} {service} messages carry no rawPredictions (replay with SEND_RAW_PRED=1)"
+    held = [(owner, s) for owner, s in SERVICES.items() if counts.get(s)]
+    if not held:
+      return f"the log holds no {service} messages, nor any other model daemon's output"
+    what = " and ".join(f"{counts[s]} {s} messages of {owner}" for owner, s in held)
+    use = " or ".join(f"--proc {owner}" for owner, _ in held)
+    return (f"the log holds no {service} messages ({proc}'s output) but {what}, without rawPredictions: use {use} "
+            "on a log replayed with SEND_RAW_PRED=1")
   held = [(owner, s) for owner, s in SERVICES.items() if s in elsewhere]
   what = " and ".join(f"{owner}'s {s} ({elsewhere[s]} messages)" for owner, s in held)
   use = " or ".join(f"--proc {owner}" for owner, _ in held)
@@ -63,9 +72,12 @@ def decode(events: list[bytes], proc: str, model: str | None = None) -> tuple[di
   service = SERVICES[proc]
   rows, frame_ids, times, model_names = [], [], [], set()
   elsewhere: dict[str, int] = {}   # other daemons' messages with raw predictions: named when `proc` has none
+  counts: dict[str, int] = {}      # every daemon's messages, named when no message has raw predictions
   for data in events:
     evt = log_from_bytes(data)
     which = evt.which()
+    if which in SERVICES.values():
+      counts[which] = counts.get(which, 0) + 1
     if which != service:
       if which in SERVICES.values() and len(getattr(evt, which).rawPredictions):
         elsewhere[which] = elsewhere.get(which, 0) + 1
@@ -82,7 +94,7 @@ def decode(events: list[bytes], proc: str, model: str | None = None) -> tuple[di
     if service == "modelV2":
       model_names.add(str(msg.modelName))
   if not rows:
-    raise RawPredError(_nothing_to_decode(proc, elsewhere))
+    raise RawPredError(_nothing_to_decode(proc, elsewhere, counts))
   if len(model_names) > 1:
     raise RawPredError(f"the log mixes road models {sorted(model_names)}; pass --model for the one to decode")
   meta = load_metadata(model or default_model(proc, next(iter(model_names), "")))
