@@ -51,7 +51,7 @@ def _nothing_to_decode(proc: str, elsewhere: dict[str, int], counts: dict[str, i
   service = SERVICES[proc]
   if not elsewhere:
     if counts.get(service):
-      return f"the log's {counts[service]} {service} messages carry no rawPredictions (replay with SEND_RAW_PRED=1)"
+      return f"no {service} message with rawPredictions in the log (its {counts[service]} carry none: replay with SEND_RAW_PRED=1)"
     held = [(owner, s) for owner, s in SERVICES.items() if counts.get(s)]
     if not held:
       return f"the log holds no {service} messages, nor any other model daemon's output"
