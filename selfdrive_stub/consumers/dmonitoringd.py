@@ -31,7 +31,7 @@ from selfdrive_stub.env import SELFDRIVE_ENV
 PROCESS_NAME = "dmonitoringd"
 SERVICES = ["driverStateV2", "extrinsicsCalibration", "carState", "selfdriveState", "modelV2"]
 REQUIRED = ["driverStateV2", "extrinsicsCalibration", "carState"]
-WRONG_GEARS = ("park", "neutral", "reverse", "unknown")
+MONITORED_GEARS = ("drive", "low")   # openpilot's: every other gear is the wrong gear for always-on monitoring
 
 
 def context_ok(sm, s: str) -> bool:
@@ -64,7 +64,7 @@ def car_context(sm) -> tuple[dict, str]:
       ctx.update(car_speed=_finite("carState.vEgo", cs.vEgo),
                  steering_angle_deg=_finite("carState.steeringAngleDeg", cs.steeringAngleDeg),
                  driver_interacting=bool(cs.steeringPressed or cs.gasPressed), standstill=bool(cs.standstill),
-                 wrong_gear=_gear(cs) in WRONG_GEARS)
+                 wrong_gear=_gear(cs) not in MONITORED_GEARS)
     except MalformedInput as e:
       problem = str(e)
   if context_ok(sm, "selfdriveState"):
