@@ -259,6 +259,7 @@ class CLLinked:
                                   f"({device.cl.identity['device']}) compiles no _Float16")
     sources = [part for k in program.kernels if k.kind == "cl" for part in re.split(r"(?m)^(?=__kernel )", k.source) if part]
     prog = device.build(render_cl.program_source(sources), kernels)
+    self.code_source = {"memory": "memory", "binary": "disk", "source": "compile"}[device.last_build]   # as Linked's
     self.place: dict[str, tuple[Buffer, int]] = {}
     arena_bytes = program.plan.arena_bytes.get("arena", 0) + program.scratch_bytes
     self.arena = Buffer(device, max(arena_bytes, 1)).allocate()

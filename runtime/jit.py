@@ -30,7 +30,7 @@ from . import config
 from .errors import JitError
 from .compose import renamed
 from .graph import Graph, Spec
-from .link import compile_program, link
+from .link import link
 from .program import Program, build_program
 from .tensor import CAPTURING, EAGER_CACHE, GraphBuilder, Tensor, realize
 
@@ -239,7 +239,6 @@ class TinyJit:
     if self.prune:
       graph, held = _prune(graph, held)
     program = build_program(graph)
-    compile_program(program, EAGER_CACHE.kernels)
     targets = {n.attrs["target"] for n in program.graph.nodes if n.op == "_Assign"}
     assigned_inputs = {n: n for n in tensors if n in targets}
     self.captured = CapturedJit(program, held, sig, fp, rebuild, out_names, assigned_inputs,

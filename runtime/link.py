@@ -164,8 +164,9 @@ class Linked:
   """A program bound to memory: `inputs` and `outputs` are the arrays callers copy into and out of (a rebound
   input reads the array given to bind_input instead; `inputs` keeps its staging array)."""
 
-  def __init__(self, program, arena, inputs, outputs, calls, keep):
+  def __init__(self, program, arena, inputs, outputs, calls, keep, code_source: str = "memory"):
     self.program, self.arena, self.inputs, self.outputs = program, arena, inputs, outputs
+    self.code_source = code_source   # where the machine code came from: memory, disk or compile
     self._list, self._n, self._keep = calls, len(calls) // 3, keep
     self._ptr = calls.ctypes.data
     self._run = runner(keep.get("kernel_cache"))
@@ -228,8 +229,8 @@ class Linked:
 
 def compile_program(program, kernels: KernelCache | None = None) -> tuple[list, str]:
   """Compile: the loaded machine code of each C kernel of a program.Program (None for host kernels), and where it
-  came from (memory, the disk cache, or the compiler). The first half of link, which runs it; building the
-  program (program.py) is the stage below that, so this module never imports it."""
+  came from (memory, the disk cache, or the compiler). The first half of link, and called only there: every front end
+  compiles by linking. Building the program (program.py) is the stage below, so this module never imports it."""
   kc = kernels or DEFAULT_KERNELS
   got = program.loaded.get(kc)
   if got is not None:
@@ -246,7 +247,7 @@ def compile_program(program, kernels: KernelCache | None = None) -> tuple[list, 
 def link(program, alloc=None, held: dict | None = None, kernels: KernelCache | None = None) -> Linked:
   """Compile (or fetch) the program's machine code, allocate its memory and write its call list.
   `held` maps each held name to the caller's array (referenced, never copied)."""
-  loaded, _ = compile_program(program, kernels)
+  loaded, code_source = compile_program(program, kernels)
   try:
     check = config.arena_check()
   except ValueError as e:
@@ -331,7 +332,7 @@ def link(program, alloc=None, held: dict | None = None, kernels: KernelCache | N
     calls[3 * i + 1] = args.ctypes.data
     calls[3 * i + 2] = int(k.tags.get("par", 0))
   keep["loaded"] = loaded
-  return Linked(program, arena, inputs, outputs, calls, keep)
+  return Linked(program, arena, inputs, outputs, calls, keep, code_source)
 
 
 def _host_call(k, arrays, program, errors: list):

@@ -33,7 +33,7 @@ from .codegen.ir import GemmKernel, HostKernel, LoopKernel
 from .codegen.rules import RULES
 from .digest import digest, tree_digest
 from .graph import Graph, Node, Spec
-from .link import compile_program, link
+from .link import link
 from .memory_plan import Plan
 from .passes import fold_constants, optimize
 
@@ -356,7 +356,6 @@ class CompileCache:
     self.kernels = kernels
     self.stats = self.kernels.stats
     self.program_hits = self.program_misses = 0
-    self.last = ""
 
   def get(self, graph: Graph, config: dict | None = None, device: str = "CPU", backend: str = "compiled") -> Program:
     config = {**CODEGEN_DEFAULTS, **(config or {})}
@@ -372,7 +371,6 @@ class CompileCache:
       self.programs[key] = p
       while len(self.programs) > self.max_programs:
         self.programs.popitem(last=False)
-    _, self.last = compile_program(p, self.kernels)
     return p
 
   def remember(self, model_key: str, program: Program, model_hash: str) -> None:
@@ -395,7 +393,6 @@ class CompileCache:
       return None
     self.program_hits += 1
     self.programs.move_to_end(got[0])
-    self.last = "memory"
     return program, got[1]
 
 

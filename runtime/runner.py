@@ -29,7 +29,7 @@ from .buffer import Buffer, LinkedMemory
 from .device import Device
 from .digest import digest
 from .errors import InputError
-from .link import BindError, aligned_bytes, compile_program, link
+from .link import BindError, aligned_bytes, link
 from .program import DEFAULT_CACHE, CompileCache
 
 
@@ -84,14 +84,13 @@ class OnnxRunner:
     self.model_hash = known[1] if known is not None else entry.model_hash
     self.graph = program.graph
     self.program_source = "memory" if known is not None else "program cache"
-    self.cache_source = compile_program(program, self.cache.kernels)[1]
     self.cache.remember(entry.key, program, self.model_hash)
     return program
 
   def _built(self, entry, config, dev, source: str):
     """Build self.graph's program (a miss) and store it as the entry."""
     program = self.cache.get(self.graph, config, dev.name, dev.backend)
-    self.program_source, self.cache_source = source, self.cache.last
+    self.program_source = source
     if entry is not None:
       entry.store(program, self.model_hash)
       self.cache.remember(entry.key, program, self.model_hash)
@@ -122,6 +121,7 @@ class OnnxRunner:
     self.threads = config.runtime_threads() if threads is None else threads  # BLAS threads while running
     self._index_ranges = index_input_ranges(program)
     self._link()
+    self.cache_source = self.linked.code_source   # where the machine code came from (memory, disk, compile)
     self.last_timings: dict[str, float] = {}
     self.bound: dict = {}   # input name -> the Buffer it reads (bind_input)
 
@@ -143,8 +143,7 @@ class OnnxRunner:
       expect = (model_digest(proto.SerializeToString()), front.import_onnx(proto))
     program = artifact.load(path, device=dev.name, backend=dev.backend, model=expect)
     self = cls.__new__(cls)
-    self.path, self.model_hash, self.cache, self.cache_source = None, artifact.read_header(path)["model_hash"], \
-        cache or DEFAULT_CACHE, "artifact"
+    self.path, self.model_hash, self.cache = None, artifact.read_header(path)["model_hash"], cache or DEFAULT_CACHE
     self.program_source = "artifact"
     self.graph = program.graph
     self._setup(program, dev, threads)

@@ -19,9 +19,9 @@ from runtime.program_cache import PROGRAM_DIR
 from repo_paths import REPO_ROOT
 from runtime.errors import CacheError, CompilerUnavailable
 from runtime import link as link_module
-from runtime.link import link
+from runtime.link import compile_program, link
 from runtime.onnx_import import import_onnx
-from runtime.program import CompileCache, build_program, compile_program, graph_key
+from runtime.program import CompileCache, build_program, graph_key
 
 from rt_helpers import node_model, ort_run
 

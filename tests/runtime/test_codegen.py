@@ -86,6 +86,24 @@ def test_onnx_runner_tensor_realize_and_tinyjit_go_through_the_same_stages(stage
   assert all(v >= 1 for v in stage_calls.values()), stage_calls
 
 
+def test_machine_code_is_compiled_in_one_place_the_link_stage():
+  """Every front end (a model, a graph, a realize, a TinyJit capture, an artifact) compiles by linking: no module
+  but link.py calls compile_program, and link reports where the code came from."""
+  root = os.path.dirname(runtime.link.__file__)
+  callers = set()
+  for d, _, files in os.walk(root):
+    for f in files:
+      if f.endswith(".py"):
+        with open(os.path.join(d, f)) as fh:
+          if "compile_program(" in fh.read():
+            callers.add(os.path.relpath(os.path.join(d, f), root))
+  assert callers == {"link.py"}
+  cache = CompileCache(use_disk=False)
+  model = tiny_model("Relu", {"x": f32(2, 5)})
+  assert OnnxRunner(model, cache=cache).cache_source == "compile"
+  assert OnnxRunner(model, cache=cache).cache_source == "memory"
+
+
 def test_replay_enters_no_python_per_kernel():
   x = f32(1, 3, 16, 16)
   nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"]),

@@ -120,7 +120,8 @@ def test_save_and_load_artifact_checks_the_model(tmp_path):
   path = str(tmp_path / "cnn.pmart")
   r.save(path)
   loaded = OnnxRunner.load(path, model=model)
-  assert loaded.cache_source == "artifact" and loaded.metadata == r.metadata
+  assert loaded.program_source == "artifact" and loaded.metadata == r.metadata
+  assert loaded.cache_source == "memory"   # the same machine code as the model's runner, loaded in this process
   np.testing.assert_array_equal(loaded(x=x)["prob"], r(x=x)["prob"])
   other, _ = small_cnn(np.random.default_rng(7))
   with pytest.raises(ArtifactError, match="model_hash"):
