@@ -42,7 +42,7 @@ from daemons.common.stage_times import StageTimes, last_stage_times
 from runtime import OnnxRunner
 from runtime.buffer import Buffer, Lease
 from runtime.compose import compose, renamed
-from runtime.device import Device
+from runtime.device import Device, DeviceError
 from runtime.digest import files_digest
 from runtime.errors import JitError
 from runtime.graph import Graph, Spec
@@ -167,13 +167,26 @@ class FrameProgram:
         dst.copy_from(host)
         runner.bind_input(name, dst)
 
-  def _release_frames(self) -> None:
+  def _release_frames(self, failed: bool = False) -> None:
+    """Unbind the frames and release their leases once no device may still read them. After a failed run
+    (failed=True) a device error here is not raised over the run's own: a failed device refuses the unbinding
+    command, and it may still read a frame it had queued (a stalled upload drains at reopen()), so that frame's
+    lease stays held, not released, and the queued command keeps its memory referenced until then."""
     runner = self.frame_runner
     for name in self.frames:
       if name in runner.bound:
-        runner.unbind_input(name)
+        try:
+          runner.unbind_input(name)
+        except DeviceError:
+          if not failed:
+            raise
+          runner.bound.pop(name, None)   # reopen() drops every binding with all the device's memory
     for lease in self.leases.values():
-      lease.release(wait=True)
+      try:
+        lease.release(wait=True)
+      except DeviceError:
+        if not failed:
+          raise
 
   def _update_index(self, inputs: dict) -> dict:
     """Run the index program when a transform differs from the one the held tables came from (a new
@@ -223,8 +236,10 @@ class FrameProgram:
         t = last_stage_times(self.model)   # after the model's readback (the sync point): `cross` is complete
         times = StageTimes(warp=last_stage_times(self.warp).model, upload=t.upload + cross.upload_s + cross.copy_s,
                            model=t.model, readback=t.readback, on_device=DEVICE_STAGES)
-    finally:
-      self._release_frames()
+    except BaseException:
+      self._release_frames(failed=True)
+      raise
+    self._release_frames()
     self.pushed += 1
     return np.asarray(outs[self.output], dtype=np.float32).reshape(-1), times, still_valid
 

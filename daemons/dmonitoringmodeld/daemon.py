@@ -6,7 +6,9 @@ Invariants:
   logged and its frames skipped. A camerad restart is followed by the VisionIPC client's own reconnect.
 - One driverStateV2 per processed frame, frameId = the camera's frame id; `valid` per core.py.
 - SIGINT/SIGTERM end the loop and the process exits 0. A model that does not meet the contract, or a
-  first frame of an unknown geometry, is one line naming it and exit 2 (common.cli).
+  first frame of an unknown geometry, is one line naming it and exit 2 (common.cli). A failure of the model's
+  device (a hang past its wait timeout, a disconnect) is one line and exit DEVICE_FAILED: there is no standby
+  model, so the process ends and the manager restarts it on a reopened device.
 - It says what it is doing, on stderr, in order (daemons/common/daemon_log.py): loading the model (its contract
   checked), waiting for the cabin stream, the first frame and its geometry, compiling the frame program for that
   geometry, ready (with the time and what it compiled, or that it came from the cache), a status line every
@@ -18,7 +20,7 @@ from setproctitle import setproctitle
 
 from cereal.messaging import PubMaster, SubMaster
 from common.cameras import UnknownCameraError
-from common.cli import Parser, check_cache_dir, run_cli, stop_on_signals
+from common.cli import Parser, check_cache_dir, one_line, run_cli, stop_on_signals
 from common.realtime import SCHEDULING_HELP, scheduling_plan
 from daemons.common.calibration import camera_time
 from daemons.common.daemon_log import devices_words, frame_words, make_log, timed_capture
@@ -29,10 +31,14 @@ from daemons.dmonitoringmodeld.model_state import MODEL_PATH
 from daemons.dmonitoringmodeld.programs import dm_devices, load_programs
 from msgq.namespace import runtime_dir
 from runtime import config as runtime_config
+from runtime.device import DeviceDisconnected, DeviceTimeout, TransferError
 from visionipc import VisionIpcClient, VisionStreamType
 
 PROCESS_NAME = "dmonitoringmodeld"
 WAITING_LOG_S = 10.0   # while no frame comes, say so this often
+DEVICE_FAILED = 1        # exit status after the model's device failed (not a user error: 2 is theirs)
+# a device that worked and then failed; one that is not there at all (DeviceUnavailable) is a setup error, exit 2
+DEVICE_FAILURES = (DeviceTimeout, DeviceDisconnected, TransferError)
 
 
 log = make_log(PROCESS_NAME)
@@ -104,6 +110,9 @@ def main(argv=None) -> int:
 
   try:
     run_frame_loop(receive, read_bus, dm.step, pm.send, stop.is_set, status_every=args.status_every, say=log)
+  except DEVICE_FAILURES as e:   # the model has no standby: a failed device ends the process (the manager restarts it)
+    log(f"the model's device failed: {one_line(e)}; exiting")
+    return DEVICE_FAILED
   finally:
     client.close()
     pm.close()

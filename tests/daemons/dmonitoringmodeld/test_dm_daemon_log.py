@@ -10,6 +10,7 @@ import onnx
 
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH
 from hand_run import start_camerad, stop
+from msgq.namespace import runtime_dir
 from repo_paths import REPO_ROOT
 from stderr_lines import follow, wait_for_line
 
@@ -72,3 +73,26 @@ def test_a_model_with_wrong_inputs_and_no_metadata_is_one_line_naming_every_mism
   at = [error.find(part) for part in parts]
   assert -1 not in at and at == sorted(at), error
   assert lines[:-1] == [f"dmonitoringmodeld: loading model {path}"], lines   # nothing else was said or done
+
+
+def test_a_failed_model_device_ends_dmonitoringmodeld_in_one_line_with_exit_1_not_a_traceback():
+  """dmonitoringmodeld has no standby model: a device that fails under it (here the simulated USB+AMD, told to
+  disconnect) ends the process with one line naming the failure, for the manager to restart it."""
+  env = {**os.environ, "PYMODELD_PROCESS": "dmonitoringmodeld", "DEV": "USB+AMD"}
+  faults = [sys.executable, "-m", "runtime.faults", "--runtime-dir", runtime_dir()]   # this test's namespace
+  subprocess.run([*faults, "plug"], cwd=REPO_ROOT, env=env, check=True, capture_output=True, timeout=60)
+  dm = subprocess.Popen([*DM, "--status-every", "0.5"], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  camerad = None
+  err: list[str] = []
+  reader = follow(dm.stderr, err)
+  try:
+    wait_for_line(err, "waiting for the cabin stream", dm, "dmonitoringmodeld")
+    camerad = start_camerad()
+    wait_for_line(err, STATUS.pattern, dm, "dmonitoringmodeld")
+    subprocess.run([*faults, "inject", "disconnect"], cwd=REPO_ROOT, env=env, check=True, capture_output=True, timeout=60)
+    dm.wait(60)
+  finally:
+    stop(dm, camerad)
+    reader.join(10)
+  assert dm.returncode == 1 and not any("Traceback" in line for line in err), err
+  assert re.fullmatch(r"dmonitoringmodeld: the model's device failed: .*disconnected.*; exiting", err[-1]), err

@@ -17,7 +17,7 @@ from daemons.common.stage_times import StageTimes
 from host_frames import HostRoadFrames
 from daemons.modeld.model_state import MODEL_PATHS
 from runtime import OnnxRunner, usb_amd
-from runtime.device import Device, DeviceTimeout
+from runtime.device import Device, DeviceTimeout, DeviceUnavailable
 from runtime.errors import InputError, JitError
 from runtime.program import CompileCache
 from visionipc.nv12 import padded_nv12_layout
@@ -161,6 +161,34 @@ def test_a_hung_model_device_raises_the_runners_device_timeout_and_releases_the_
   with pytest.raises(DeviceTimeout, match="within 200 ms"):
     prog.run({"frame": frame}, {"calib": np.zeros((1, 3), np.float32)})
   assert prog.leases["frame"].released
+
+
+def test_a_hang_of_the_device_the_frame_is_uploaded_to_raises_its_timeout_alone_and_holds_the_lease_until_reopen():
+  """Warp and model on OpenCL (WARP_DEV=CL MODEL_DEV=CL): the frame is uploaded to and bound on the device that
+  hangs. Unbinding is a device command the failed device refuses, and its stalled upload may still read the frame
+  until reopen(): the timeout is the one error raised, and the frame's lease is held until the reopen."""
+  Device.close("CL")
+  try:
+    cl_dev = Device["CL"]
+  except DeviceUnavailable as e:
+    pytest.skip(f"no OpenCL device here: {e}")
+  try:
+    prog, size, _ = _dm(1928, 1208, {"warp": "CL", "model": "CL"})
+    frame = np.zeros(size, np.uint8)
+    prog.run({"frame": frame}, {"calib": np.zeros((1, 3), np.float32)})
+    cl_dev.wait_timeout_ms = 300
+    cl_dev.inject_fault("hang@after=0")
+    with pytest.raises(DeviceTimeout) as raised:
+      prog.run({"frame": frame}, {"calib": np.zeros((1, 3), np.float32)})
+    assert raised.value.__context__ is None   # no second error raised while the frame was being released
+    lease = prog.leases["frame"]
+    assert "frame" not in prog.frame_runner.bound
+    assert not lease.released and lease.reads.pending()   # the stalled upload of the frame may still read it
+    cl_dev.reopen()   # drains the stalled commands: nothing may read the frame any more
+    assert not lease.reads.pending()
+    lease.release()
+  finally:
+    Device.close("CL")
 
 
 def test_frame_programs_and_onnx_runner_share_the_one_link_and_run_path(monkeypatch):
