@@ -166,5 +166,5 @@ def compile_many(sources: list[str], label: str = "kernels") -> list[bytes]:
         elapsed = time.monotonic() - t0
         if elapsed > PROGRESS_AFTER_S and (elapsed - last >= PROGRESS_EVERY_S or done == len(sources)):
           last = elapsed
-          print(f"runtime: compiled {done}/{len(sources)} {label} ({elapsed:.1f} s)", file=sys.stderr, flush=True)
+          print(f"runtime: compiled {done}/{len(sources)} {label} of a program ({elapsed:.1f} s)", file=sys.stderr, flush=True)
   return results

@@ -62,11 +62,13 @@ def _parts(program) -> list:
 def compiled_words(program, compiled: int, exclusive: bool = True) -> str:
   """What a capture cost: `from cache` when no part of the frame program compiled anything, else the kernels
   it compiled (`compiled` is the cache's count over the capture, trusted only when `exclusive`)."""
-  if not any(getattr(r, "cache_source", "") == "compile" for r in _parts(program)):
+  built = sum(getattr(r, "cache_source", "") == "compile" for r in _parts(program))
+  if not built:
     return "from cache"
   if not exclusive:
     return "compiled"
-  return f"compiled {compiled} kernel{'s' * (compiled != 1)}"
+  # the runtime's progress lines count one program's kernels; a frame program of several parts compiles more
+  return f"compiled {compiled} kernel{'s' * (compiled != 1)}" + (f" in {built} programs" if built > 1 else "")
 
 
 def timed_capture(log: Say, what: str, geometry_text: str, capture: Callable[[], object], exclusive: bool = True):

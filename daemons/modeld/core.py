@@ -195,7 +195,7 @@ class Modeld(FrameStep):
     self._frame = FrameInfo(main.frame_id, extra.frame_id, main.timestamp_sof, main.timestamp_eof,
                             car.camera_state_frame_id, drop_ratio, dropped)
     if dropped:
-      reasons.append(f"{dropped} frames dropped before frame {main.frame_id}")
+      reasons.append(f"{dropped} frame{'s' * (dropped != 1)} dropped before frame {main.frame_id}")
     if abs(main.timestamp_sof - extra.timestamp_sof) > FRAME_SYNC_NS:
       reasons.append(f"frames out of sync by {(main.timestamp_sof - extra.timestamp_sof) / 1e6:.1f} ms")
     return reasons

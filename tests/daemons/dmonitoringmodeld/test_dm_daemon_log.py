@@ -41,7 +41,7 @@ def test_dmonitoringmodeld_says_loading_compiling_ready_status_and_exiting_in_or
   first_at = [next((i for i, line in enumerate(err) if re.search(pattern, line)), -1) for pattern in order]
   assert -1 not in first_at and first_at == sorted(first_at), err
   ready = next(line for line in err if "ready in" in line)
-  assert re.search(r"ready in \d+\.\d s \((compiled \d+ kernels?|from cache)\)$", ready), ready
+  assert re.search(r"ready in \d+\.\d s \((compiled \d+ kernels?( in \d+ programs)?|from cache)\)$", ready), ready
   assert all(line.startswith("dmonitoringmodeld: ") for line in err if not line.startswith("runtime: ")), err
   assert not any(re.search(r"\(\d+, \d+", line) for line in err), err   # geometry in words, never a tuple
   assert err[-1] == "dmonitoringmodeld: exiting", err

@@ -42,7 +42,7 @@ def collect(services, until, deadline_s=90):
   return got
 
 
-LOAD_REASONS = re.compile(r"^(\d+ frames dropped before frame \d+|frame \d+(, \d+)? overwritten while it was warped|"
+LOAD_REASONS = re.compile(r"^(\d+ frames? dropped before frame \d+|frame \d+(, \d+)? overwritten while it was warped|"
                           r"frames out of sync by [-\d.]+ ms)(; .*)?$")
 
 

@@ -136,6 +136,8 @@ def test_dropped_overwritten_and_unsynced_frames_are_invalid(small_model):
   assert r.reasons == [f"frame {i + 5} overwritten while it was warped"]
   r = step(md, frame, i + 6, sof_offset=12_000_000)
   assert r.reasons == ["frames out of sync by -12.0 ms"]
+  r = step(md, frame, i + 8)          # one frame, i + 7, never arrived
+  assert "1 frame dropped before frame %d" % (i + 8) in r.reasons
 
 
 def test_single_camera_device_uses_main_for_both_inputs(small_model):

@@ -35,7 +35,7 @@ def test_modeld_logs_loading_waiting_compiling_ready_first_frame_status_and_exit
   hint = next(line for line in lines if "big model not used" in line)
   assert "pymodeld-manager --usb-gpu" in hint and "runtime.faults" not in hint, hint
   ready = next(line for line in lines if "ready in" in line)
-  assert re.search(r"ready in \d+\.\d s \((compiled \d+ kernels?|from cache)\)$", ready), ready
+  assert re.search(r"ready in \d+\.\d s \((compiled \d+ kernels?( in \d+ programs)?|from cache)\)$", ready), ready
   status = next(line for line in lines if "status: " in line)
   assert re.search(r"^modeld: status: \d+\.\d fps, p50 latency \d+\.\d ms \(frame end to publish\), \d+% valid "
                    r"\(last 0\.5 s", status), status
