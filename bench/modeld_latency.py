@@ -97,8 +97,8 @@ def run_mode(mode: str, args) -> dict:
                           [getattr(mv2.stageTimings, s) for s in STAGES]))
         if now >= next_report:
           rows = matched(outputs, cam_time)
-          print(f"[{mode}] {now - t_start:5.1f} s: {len(rows)} outputs, p50 {pct([r[0] for r in rows], 50):.2f} ms",
-                flush=True)
+          p50 = f"p50 {pct([r[0] for r in rows], 50):.2f} ms" if rows else "no output yet (the models compile or warm up)"
+          print(f"[{mode}] {now - t_start:5.1f} s: {len(rows)} outputs, {p50}", flush=True)
           next_report = now + 5
         time.sleep(0.001)
     finally:
