@@ -2,8 +2,6 @@
 linked program run per frame, the numpy warp never called), the VisionIPC frame's own memory is bound (not
 copied) and its lease released after the readback, an overwrite is seen from the program's after-warp hook, and
 driverStateV2 is byte-identical to the numpy warp oracle + OnnxRunner behind the host frames seam."""
-import sys
-
 import numpy as np
 import pytest
 
@@ -17,6 +15,7 @@ from daemons.dmonitoringmodeld.programs import load_programs
 from selfdrive_stub.producers.scenes import SceneRenderer
 from host_frames import HostDMFrames, RuntimeModel
 from visionipc import VISION_STREAM_CABIN, VisionIpcClient, VisionIpcServer, get_nv12_info
+from call_chain import record_linked_runs
 
 
 def _calib(now=0.0) -> Calibration:
@@ -119,17 +118,7 @@ def test_the_visionipc_frame_is_bound_in_place_and_its_lease_released_after_the_
 
 def test_a_cabin_frame_reaches_the_linked_program_in_five_calls_from_the_frame_loop(programs, cabin_frames, monkeypatch):
   """The daemon's main calls run_frame_loop; from there a frame is five calls from Linked.run."""
-  callers = []
-  real_run = runtime.link.Linked.run
-
-  def noting_run(self, *a, **k):
-    f, chain = sys._getframe(1), []
-    while f is not None and (not chain or chain[-1] != "run_frame_loop"):
-      chain.append(f.f_code.co_qualname)
-      f = f.f_back
-    callers.append((self, chain[::-1]))
-    return real_run(self, *a, **k)
-  monkeypatch.setattr(runtime.link.Linked, "run", noting_run)
+  callers = record_linked_runs(monkeypatch)
   pending = [_frame(cabin_frames[0], 4)]
   run_frame_loop(pending.pop, lambda frames: _calib(), programs.step, lambda *_: None, lambda: not pending)
   prog = programs.model.frames.program((1928, 1208, 2048, cabin_frames[0].nbytes))

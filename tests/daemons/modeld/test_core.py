@@ -1,11 +1,8 @@
 """Modeld.step, the pure per-frame work: each `valid` rule, messages, SEND_RAW_PRED, small-model failure."""
 import itertools
-import sys
 
 import numpy as np
 import pytest
-
-import runtime.link
 
 from cereal import messaging
 from common.cameras import MICI, TICI
@@ -23,6 +20,7 @@ from daemons.modeld.daemon import pair_extra
 from daemons.modeld.programs import road_frame_programs
 from daemons.common.frame_program import device_table
 from host_frames import HostRoadFrames, RuntimeModel
+from call_chain import record_linked_runs
 
 CALIB = [0.0, 0.02, -0.01]
 
@@ -320,17 +318,7 @@ def test_a_road_frame_reaches_the_linked_program_in_five_calls_from_the_frame_lo
   """The daemon's main calls run_frame_loop; from there a steady-state frame is five calls from Linked.run."""
   md, frame = make(small_model)
   warm(md, frame)
-  callers = []
-  real_run = runtime.link.Linked.run
-
-  def noting_run(self, *a, **k):
-    f, chain = sys._getframe(1), []
-    while f is not None and (not chain or chain[-1] != "run_frame_loop"):
-      chain.append(f.f_code.co_qualname)
-      f = f.f_back
-    callers.append((self, chain[::-1]))
-    return real_run(self, *a, **k)
-  monkeypatch.setattr(runtime.link.Linked, "run", noting_run)
+  callers = record_linked_runs(monkeypatch)
   pending = [(Frame(frame, 5, 1_250_000_000, 1_270_000_000), Frame(frame, 5, 1_250_000_000, 1_270_000_000))]
   run_frame_loop(pending.pop, lambda frames: CarInputs(v_ego=15.0, calibration=CALIB), md.step, lambda *_: None,
                  lambda: not pending)
