@@ -18,8 +18,9 @@ DM = [sys.executable, "-m", "daemons.dmonitoringmodeld"]
 STATUS = re.compile(r"status: \d+\.\d fps, p50 latency \d+\.\d ms \(frame end to publish\), \d+% valid \(last 0\.5 s")
 
 
-def test_dmonitoringmodeld_says_loading_compiling_ready_status_and_exiting_in_order_on_stderr():
-  dm = subprocess.Popen([*DM, "--status-every", "0.5"], cwd=REPO_ROOT, env={**os.environ, "PYMODELD_PROCESS": "dmonitoringmodeld"},
+def _run_until_status(env: dict, then=lambda dm: None) -> tuple[subprocess.Popen, list[str]]:
+  """dmonitoringmodeld started before camerad, run until its first status line, then `then(process)`, then stopped."""
+  dm = subprocess.Popen([*DM, "--status-every", "0.5"], cwd=REPO_ROOT, env={**env, "PYMODELD_PROCESS": "dmonitoringmodeld"},
                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   camerad = None
   err: list[str] = []
@@ -28,9 +29,15 @@ def test_dmonitoringmodeld_says_loading_compiling_ready_status_and_exiting_in_or
     wait_for_line(err, "waiting for the cabin stream", dm, "dmonitoringmodeld")
     camerad = start_camerad()
     wait_for_line(err, STATUS.pattern, dm, "dmonitoringmodeld")
+    then(dm)
   finally:
     stop(dm, camerad)
     reader.join(10)
+  return dm, err
+
+
+def test_dmonitoringmodeld_says_loading_compiling_ready_status_and_exiting_in_order_on_stderr():
+  dm, err = _run_until_status(dict(os.environ))
   out = dm.stdout.read()
   assert dm.returncode == 0, err
   assert out == "", out                                  # every line on stderr, as modeld's
@@ -78,21 +85,13 @@ def test_a_model_with_wrong_inputs_and_no_metadata_is_one_line_naming_every_mism
 def test_a_failed_model_device_ends_dmonitoringmodeld_in_one_line_with_exit_1_not_a_traceback():
   """dmonitoringmodeld has no standby model: a device that fails under it (here the simulated USB+AMD, told to
   disconnect) ends the process with one line naming the failure, for the manager to restart it."""
-  env = {**os.environ, "PYMODELD_PROCESS": "dmonitoringmodeld", "DEV": "USB+AMD"}
+  env = {**os.environ, "DEV": "USB+AMD"}
   faults = [sys.executable, "-m", "runtime.faults", "--runtime-dir", runtime_dir()]   # this test's namespace
   subprocess.run([*faults, "plug"], cwd=REPO_ROOT, env=env, check=True, capture_output=True, timeout=60)
-  dm = subprocess.Popen([*DM, "--status-every", "0.5"], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-  camerad = None
-  err: list[str] = []
-  reader = follow(dm.stderr, err)
-  try:
-    wait_for_line(err, "waiting for the cabin stream", dm, "dmonitoringmodeld")
-    camerad = start_camerad()
-    wait_for_line(err, STATUS.pattern, dm, "dmonitoringmodeld")
+
+  def disconnect(dm):
     subprocess.run([*faults, "inject", "disconnect"], cwd=REPO_ROOT, env=env, check=True, capture_output=True, timeout=60)
     dm.wait(60)
-  finally:
-    stop(dm, camerad)
-    reader.join(10)
+  dm, err = _run_until_status(env, disconnect)
   assert dm.returncode == 1 and not any("Traceback" in line for line in err), err
   assert re.fullmatch(r"dmonitoringmodeld: the model's device failed: .*disconnected.*; exiting", err[-1]), err
