@@ -19,6 +19,7 @@ import os
 import time
 import weakref
 from collections import OrderedDict
+from typing import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -372,6 +373,25 @@ class CompileCache:
       while len(self.programs) > self.max_programs:
         self.programs.popitem(last=False)
     return p
+
+  def program_for(self, entry, build: Callable[[], tuple[Graph, str]], config: dict | None, device: str,
+                  backend: str) -> tuple[Program, Graph, str, str]:
+    """(program, its source graph, model hash, where it came from): the one lookup order of a program. An `entry`
+    of the program cache (runtime.program_cache: a model file's or a named graph's, None without one) is looked up
+    in this process ('memory'), then on disk ('program cache'; the graph is then the program's own); on a miss
+    `build()` gives (graph, model hash), its program is built ('built') and stored under the entry in both."""
+    if entry is not None:
+      known = self.recall(entry.key)
+      program, model_hash = known if known is not None else (entry.load(), entry.model_hash)
+      if program is not None:
+        self.remember(entry.key, program, model_hash)
+        return program, program.graph, model_hash, "memory" if known is not None else "program cache"
+    graph, model_hash = build()
+    program = self.get(graph, config, device, backend)
+    if entry is not None:
+      entry.store(program, model_hash)
+      self.remember(entry.key, program, model_hash)
+    return program, graph, model_hash, "built"
 
   def remember(self, model_key: str, program: Program, model_hash: str) -> None:
     """Note the program a model (by runtime.program_cache's key) compiled to; it lives in the one bounded LRU of

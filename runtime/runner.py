@@ -64,36 +64,17 @@ class OnnxRunner:
     dev = Device[device or Device.DEFAULT]
     self.cache = cache or DEFAULT_CACHE
     entry = program_cache.entry_for(path, input_shapes, config, dev.name, dev.backend, self.cache.kernels)
-    program = self._cached(entry)
-    if program is None:
+
+    def imported():
       front = _onnx_front_end()
       proto = front.load_model_proto(path)
-      self.model_hash = model_digest(proto.SerializeToString())
-      self.graph = front.import_onnx(proto, input_shapes)
-      program = self._built(entry, config, dev, "model")
-    self._setup(program, dev, threads)
+      return front.import_onnx(proto, input_shapes), model_digest(proto.SerializeToString())
+    self._setup(self._program(entry, imported, config, dev, "model"), dev, threads)
 
-  def _cached(self, entry):
-    """The program of a program-cache entry, from this process's cache or the disk layer; None on a miss."""
-    if entry is None:
-      return None
-    known = self.cache.recall(entry.key)
-    program = known[0] if known is not None else entry.load()
-    if program is None:
-      return None
-    self.model_hash = known[1] if known is not None else entry.model_hash
-    self.graph = program.graph
-    self.program_source = "memory" if known is not None else "program cache"
-    self.cache.remember(entry.key, program, self.model_hash)
-    return program
-
-  def _built(self, entry, config, dev, source: str):
-    """Build self.graph's program (a miss) and store it as the entry."""
-    program = self.cache.get(self.graph, config, dev.name, dev.backend)
-    self.program_source = source
-    if entry is not None:
-      entry.store(program, self.model_hash)
-      self.cache.remember(entry.key, program, self.model_hash)
+  def _program(self, entry, build, config, dev, built_from: str):
+    """The program, by the compile cache's one lookup order (CompileCache.program_for)."""
+    program, self.graph, self.model_hash, source = self.cache.program_for(entry, build, config, dev.name, dev.backend)
+    self.program_source = built_from if source == "built" else source
     return program
 
   @classmethod
@@ -103,17 +84,12 @@ class OnnxRunner:
     `cache_key` (the fields that name the graph: program_cache.entry_for_key) the program is looked up in the
     program cache first, and `graph` may be a zero-argument callable that builds the Graph only on a miss."""
     self = cls.__new__(cls)
-    self.path, self.model_hash = None, model_hash
+    self.path = None
     dev = Device[device or Device.DEFAULT]
     self.cache = cache or DEFAULT_CACHE
     entry = None if cache_key is None else \
         program_cache.entry_for_key(cache_key, dev.name, dev.backend, self.cache.kernels)
-    program = self._cached(entry)
-    if program is None:
-      self.model_hash = model_hash
-      self.graph = graph() if callable(graph) else graph
-      program = self._built(entry, config, dev, "graph")
-    self._setup(program, dev, threads)
+    self._setup(self._program(entry, lambda: (graph() if callable(graph) else graph, model_hash), config, dev, "graph"), dev, threads)
     return self
 
   def _setup(self, program, device, threads):
