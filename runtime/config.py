@@ -27,6 +27,8 @@ DEFAULT_MEMORY_BUDGET = 4 << 30
 CPU_TARGET_ENV = "PYMODELD_CPU_TARGET"
 CACHE_MAX_ENV = "PYMODELD_CACHE_MAX_MB"
 ARENA_CHECK_ENV = "PYMODELD_ARENA_CHECK"
+GEMM_ENV = "PYMODELD_GEMM"
+GEMM_MODES = ("auto", "micro", "blas")
 # link-time arena layouts for finding reads of bytes a kernel never wrote and buffers that share bytes while both
 # are live: the planned layout with every fresh byte 0x00, or each planned buffer in bytes of its own, all 0xFF
 ARENA_CHECKS = ("zero", "spread")
@@ -37,7 +39,7 @@ CPU_TARGETS = {"x86-64": 16, "x86-64-v2": 16, "x86-64-v3": 32, "x86-64-v4": 64}
 # every variable read below (tests/test_env.py checks README.md's table against this)
 VARIABLES = ("DEV", "JIT", "CC", CACHE_DIR_ENV, DISK_CACHE_ENV, THREADS_ENV, SEARCH_ENV, RUNTIME_DIR_ENV, CPU_LRU_ENV,
              USB_PRESENT_ENV, USB_FAULT_ENV, USB_VRAM_ENV, USB_LRU_ENV, USB_BANDWIDTH_ENV, USB_LATENCY_ENV,
-             MEMORY_BUDGET_ENV, CPU_TARGET_ENV, CACHE_MAX_ENV, ARENA_CHECK_ENV)
+             MEMORY_BUDGET_ENV, CPU_TARGET_ENV, CACHE_MAX_ENV, ARENA_CHECK_ENV, GEMM_ENV)
 
 _runtime_dir: str | Callable[[], str] | None = None
 
@@ -116,6 +118,16 @@ def disk_cache_enabled() -> bool:
 def search_enabled() -> bool:
   """Opt-in measured search of kernel schedules (like tinygrad's BEAM); results are cached on disk."""
   return _flag(SEARCH_ENV, False)
+
+
+def gemm_mode() -> str:
+  """Who computes the GEMMs of convolutions with constant weights: "auto" (the generated micro-kernel where
+  codegen/conv.py's heuristic or the measured search picks it, else sgemm), "micro" (it wherever it applies)
+  or "blas" (sgemm always)."""
+  v = (_get(GEMM_ENV) or "auto").strip().lower()
+  if v not in GEMM_MODES:
+    raise ValueError(f"{GEMM_ENV} must be one of {', '.join(GEMM_MODES)}, got {v!r}")
+  return v
 
 
 def runtime_threads() -> int:

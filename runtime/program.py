@@ -54,6 +54,7 @@ class Target:
   vl: int = 16                     # float32 lanes of one vector register
   blas: bool = True                # sgemm can be called from generated code
   blas_int: str = "int64_t"        # the integer type of that sgemm's dimensions
+  gemm: str = "blas"               # config.gemm_mode(): who computes the conv GEMMs with constant weights
 
   @property
   def program_name(self) -> str:
@@ -62,7 +63,7 @@ class Target:
       return f"{self.device}:numpy"
     if self.backend == "opencl":
       return f"{self.device}:OpenCL-C"
-    return f"{self.device}:C:vl{self.vl}:{'blas-' + self.blas_int if self.blas else 'noblas'}"
+    return f"{self.device}:C:vl{self.vl}:{'blas-' + self.blas_int if self.blas else 'noblas'}:gemm-{self.gemm}"
 
   @property
   def name(self) -> str:
@@ -72,7 +73,7 @@ class Target:
     return f"{self.program_name}:{compiler.cpu_target()}"
 
   def lowering(self) -> dict:
-    return {"blas": self.blas, "vl": self.vl}
+    return {"blas": self.blas, "vl": self.vl, "gemm": self.gemm}
 
 
 def target_for(device: str, backend: str = "compiled") -> Target:
@@ -81,7 +82,7 @@ def target_for(device: str, backend: str = "compiled") -> Target:
   if backend == "opencl":
     return Target(device, "opencl", blas=False)
   int_t = blas.sgemm_int_ctype()
-  return Target(device, "compiled", compiler.vector_bytes() // 4, int_t is not None, int_t or "int")
+  return Target(device, "compiled", compiler.vector_bytes() // 4, int_t is not None, int_t or "int", config.gemm_mode())
 
 
 @dataclass
@@ -235,7 +236,7 @@ def optimise(lowered: lowering.Lowered, target: Target, measure: bool = False) -
 def render_kernels(scheduled: list, target: Target, lowered: lowering.Lowered) -> list[KernelSpec]:
   specs = []
   for k, nests in scheduled:
-    tags = {key: v for key, v in k.tags.items() if key in ("ops", "strategy", "band_rows")}
+    tags = {key: v for key, v in k.tags.items() if key in ("ops", "strategy", "band_rows", "gemm")}
     if isinstance(k, HostKernel):
       ins = [[p[0].name, int(p[1])] if p is not None else None for p in k.ins]
       outs = [[b.name, int(off)] for b, off in k.outs]
@@ -324,6 +325,8 @@ def measured_conv_strategies(graph: Graph, specs: dict, device: str, cfg: dict) 
     group = int(n.attrs.get("group", 1))
     cands = ["direct"] + (["direct_cm"] if group == 1 and w.shape[0] >= 16 else []) + \
         ["pointwise" if pointwise else "im2col"]
+    if config.gemm_mode() != "blas":  # the same GEMM through the generated micro-kernel
+      cands.append(cands[-1] + _conv.MICRO)
     signature = {"x": [list(x.shape), x.dtype.str], "w": list(w.shape), "attrs": n.attrs, "device": device}
 
     def measure(strategy, one=one, name=n.outputs[0], xin=n.inputs[0]):

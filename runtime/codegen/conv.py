@@ -22,6 +22,9 @@ Strategies (choose_conv, choose_matmul):
   into a scratch matrix small enough to stay in cache, and sgemm multiplies the weights by it.
 - Gemm/MatMul: "gemv" (generated loops) when the output has one row per batch (batch-1 fully connected layers),
   else "blas".
+The GEMM of "pointwise" and "im2col" runs on OpenBLAS's sgemm or on the generated register-blocked micro-kernel
+(codegen/gemm.py) with the weights packed for it at build: choose_gemm, per conv, by config.gemm_mode, the
+measured search (strategy names with the MICRO suffix) or a heuristic on how well the GEMM fills its tiles.
 In every strategy the bias, activation, residual add, clip and cast after the op are fused: in the loop's
 epilogue, or in the epilogue loop that runs on each band right after its sgemm, while it is still in cache.
 The opt-in measured search (search.py) may override the choice per kernel.
@@ -33,6 +36,7 @@ import math
 import numpy as np
 
 from ..kernels.nn import window_geometry
+from . import gemm as mk
 from . import ir
 from .ir import F32, INDEX, GemmCall, GemmKernel, LoopKernel, Store, View
 from .lazy import Lazy, gate_loads
@@ -52,6 +56,7 @@ POINTWISE_DIRECT_MIN_ROW = 8   # 1x1 convs: output rows at least this long (one 
 TINY_OUTPUT = 64               # 1x1 convs with at most this many output positions and at most TINY_MAX_CIN input
 TINY_MAX_CIN = 512             # channels: a BLAS call's own overhead (packing) outweighs its faster inner loop
 PATCHIFY_MIN_STRIDE = 4      # from this stride, lanes along the output channels beat strided input vectors
+MICRO = "+micro"             # a strategy name's suffix: its GEMM through the generated micro-kernel (codegen/gemm.py)
 
 
 def applicable(strategy: str, *, G: int, pointwise_ok: bool, dtype, blas: bool) -> bool:
@@ -92,6 +97,27 @@ def choose_matmul(*, rows: int, dtype, blas: bool) -> str:
   if not blas or dtype != F32 or rows <= GEMV_MAX_ROWS:
     return "gemv"
   return "blas"
+
+
+def choose_gemm(target: dict, m: int, n: int, dtype, forced: bool | None = None) -> bool:
+  """Whether a conv GEMM (constant m x k weights, n output columns per image) runs on the generated micro-kernel
+  rather than sgemm. Mode "blas" (config.gemm_mode) never, "micro" always, a measured choice (forced) as
+  measured; otherwise the heuristic: whenever the GEMM fills the register tiles well. The micro-kernel reads
+  the weights packed at build (sgemm repacks them on every call) and its tile is the ISA's widest, but it
+  always computes whole MR x NR tiles: the rows and columns padding m and n to multiples of them are wasted
+  multiply-adds, so it is taken when at least MICRO_MIN_TILE_USE of the tiles' products land in C (a 1x1 conv
+  classifier, n = 1, or a 16-channel squeeze layer stay with sgemm)."""
+  mode = target.get("gemm", "blas")
+  vl = target.get("vl", 16)
+  if mode == "blas" or dtype != F32 or not mk.supported(vl):
+    return False
+  if forced is not None or mode == "micro":
+    return forced is not False
+  mr, nr = mk.gemm_geometry(vl)
+  return m * n >= MICRO_MIN_TILE_USE * (-(-m // mr) * mr) * (-(-n // nr) * nr)
+
+
+MICRO_MIN_TILE_USE = 0.6   # share of a tile's products that must be outputs for the heuristic to pick it
 
 
 class GemmPending:
@@ -145,8 +171,11 @@ def conv(ctx, node, ins, specs, consts):
                          pointwise_ok=pointwise_ok, out_w=out_sp[-1], out_size=math.prod(out_sp),
                          vl=ctx.target.get("vl", 16), kernel=K)
   forced = ctx.target.get("force_conv", {}).get(node.outputs[0])  # a measured choice (search.py)
-  if forced is not None and applicable(forced, G=G, pointwise_ok=pointwise_ok, dtype=x.dtype, blas=ctx.target["blas"]):
-    strategy = forced
+  micro = None   # None: the heuristic decides (choose_gemm)
+  if forced is not None:
+    base = forced[:-len(MICRO)] if forced.endswith(MICRO) else forced
+    if applicable(base, G=G, pointwise_ok=pointwise_ok, dtype=x.dtype, blas=ctx.target["blas"]):
+      strategy, micro = base, forced.endswith(MICRO) if base in ("im2col", "pointwise") else None
   if strategy == "im2col" and taps == 1 and not padded:
     # a strided 1x1 conv: its im2col columns are the input subsampled. A loop kernel of its own computes them
     # (vector tiles with the narrow lanes a short row needs, which a BLAS kernel's nests, sharing one vector
@@ -158,7 +187,9 @@ def conv(ctx, node, ins, specs, consts):
   if strategy in ("direct", "direct_cm"):
     out = _direct_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, tags, strategy == "direct_cm")
   else:
-    out = _blas_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, strategy, tags)
+    micro = choose_gemm(ctx.target, Mg, math.prod(out_sp), x.dtype, micro)
+    tags["gemm"] = "micro" if micro else "blas"
+    out = _blas_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, strategy, tags, micro)
   if bias is not None:
     lb = Lazy.of_buffer(ctx.const_buf(bias.astype(x.dtype)), View.contiguous((M,))).reshape((M,) + (1,) * len(S))
     out = ew(ctx, lambda a, b: ir.alu("add", a, b), [out, lb])
@@ -223,13 +254,18 @@ def _direct_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, ta
   return Lazy(shape, dt, f, red="reduce", cost=x.cost + 2, reads=x.reads | {wb}, tags=tags)
 
 
-def _blas_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, strategy, tags) -> Lazy:
+def _blas_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, strategy, tags, micro=False) -> Lazy:
   N, C, *S = x.shape
   M = W.shape[0]
   kk = math.prod(K)
   kred = Cg * kk
   dt = x.dtype
-  wb = ctx.const_buf(np.ascontiguousarray(W.reshape(G, Mg, kred)).astype(dt))
+  vl = ctx.target.get("vl", 16)
+  mr, _ = mk.gemm_geometry(vl)
+  if micro:  # the weights packed once, here, into the micro-kernel's MR-row panels
+    wb = ctx.const_buf(mk.pack_a(np.ascontiguousarray(W.reshape(G, Mg, kred)).astype(dt), mr))
+  else:
+    wb = ctx.const_buf(np.ascontiguousarray(W.reshape(G, Mg, kred)).astype(dt))
   x_in = ctx.prologue(x, overlap(K, strides, dil) if strategy == "im2col" else 1)
   if strategy == "pointwise":
     xv = x_in.view
@@ -278,7 +314,7 @@ def _blas_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, stra
       xb, xview = x_in.view[0], x_in.view[1]
       base = xview.index([nvar, ir.mul(gvar, Cg)] + [ir.const(0)] * len(S))
       b_op = (xb, ir.add(base, ir.mul(o0, rest)), O, False)
-    a_op = (wb, ir.mul(gvar, Mg * kred), kred, False)
+    a_op = (wb, ir.mul(gvar, mk.packed_a_size(Mg, kred, mr) if micro else Mg * kred), kred, False)
     # sgemm writes float32: straight into the output only when the epilogue keeps that dtype (a Cast in the
     # epilogue would read its float32 results back as the wider type, half of them bytes sgemm never wrote)
     direct_c = lazy.dtype == dt and view.mask is None and tuple(view.strides[2:]) == ir.contiguous_strides(out_sp) and \
@@ -299,6 +335,9 @@ def _blas_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, stra
         return ir.load(cs, ir.add(ir.mul(m, bcols), ir.mul(ir.add(o[0], ir.mul(o0, -1)), rest),
                                   *[ir.mul(v, math.prod(out_sp[2 + d:])) for d, v in enumerate(o[1:])]))
     gemm = GemmCall([nvar, gvar], Mg, ir.mul(rows, rest), kred, a_op, b_op, c_op)
+    if micro:
+      gemm.packed = ctx.scratch(mk.scratch_floats(bcols, kred, vl), dt)
+      scratch.append(gemm.packed)
     ev = [ctx.new_var("em", M), ctx.new_var("er", band_rows)] + [ctx.new_var("eo", o) for o in out_sp[1:]]
     e_idx = [nvar, ev[0], ir.add(o0, ev[1])] + ev[2:]
     value = _replace_acc(lazy.at(e_idx), pending.tag, c_at)

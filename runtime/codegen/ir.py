@@ -760,7 +760,8 @@ class LoopKernel:
 
 @dataclass
 class GemmCall:
-  """C[b] (M x N) = alpha * op(A[b]) @ op(B[b]) + beta * C[b] for every batch index b, through BLAS sgemm."""
+  """C[b] (M x N) = alpha * op(A[b]) @ op(B[b]) + beta * C[b] for every batch index b, through BLAS sgemm, or
+  through the generated micro-kernel (codegen/gemm.py) when A is packed for it (packed set)."""
   batch_vars: list[E]
   m: int
   n: int
@@ -770,6 +771,7 @@ class GemmCall:
   c: tuple        # (Buf, offset E, ldc)
   alpha: float = 1.0
   beta: float = 0.0
+  packed: Buf | None = None   # set: A is packed for the generated micro-kernel (codegen/gemm.py), this its B scratch
 
 
 @dataclass

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import ir
+from .gemm import source as gemm_source
 from .cfamily import BIN_C, LoopEmitter, Writer, _collect, ctype, helpers, kernel_name, literal, vname
 from .ir import BOOL, F32, INDEX, E, LoopKernel
 from .optimise import VEC_ARITH, VEC_LANEWISE, VEC_TYPES, Schedule, bound, gate_conjuncts, t_conjuncts
@@ -803,6 +804,7 @@ def render_gemm(k, nests: list, vl: int, blas_int: str) -> Rendered:
   for opnd in (g.a, g.b, g.c):  # sgemm reads and writes float32 through float pointers, whatever the buffer's type
     assert opnd[0].dtype == np.float32, f"sgemm operand {opnd[0].name} is {opnd[0].dtype}, not float32"
   extra = [(g.a[0], False), (g.b[0], False), (g.c[0], True)] + [(b, True) for b in k.scratch]
+  micro = g.packed is not None
   loop_ks = [lk for lk, _ in nests]
   bufs, written = _collect(loop_ks, extra)
   names, decls = _params(bufs, written)
@@ -810,9 +812,10 @@ def render_gemm(k, nests: list, vl: int, blas_int: str) -> Rendered:
   for d in decls:
     w(d)
   it = blas_int
-  w(f"typedef void (*pm_sgemm_t)(int, int, int, {it}, {it}, {it}, float, const float*, {it}, const float*, {it}, "
-    f"float, float*, {it});")
-  w(f"const pm_sgemm_t sgemm = (pm_sgemm_t)args[{len(bufs)}];")
+  if not micro:
+    w(f"typedef void (*pm_sgemm_t)(int, int, int, {it}, {it}, {it}, float, const float*, {it}, const float*, {it}, "
+      f"float, float*, {it});")
+    w(f"const pm_sgemm_t sgemm = (pm_sgemm_t)args[{len(bufs)}];")
   em = LoopEmitter(w, lambda b: names[b])
   opened = 0
   outer, inner = k.tags.get("outer", []), k.tags.get("inner", [])
@@ -837,21 +840,29 @@ def render_gemm(k, nests: list, vl: int, blas_int: str) -> Rendered:
   ta = "112" if a[3] else "111"
   tb = "112" if b[3] else "111"
   n_expr = em.expr(g.n) if isinstance(g.n, E) else str(g.n)
-  w(f"sgemm(101, {ta}, {tb}, {g.m}, {n_expr}, {g.k}, {literal(g.alpha, F32)}, {names[a[0]]} + {em.expr(a[1])}, "
-    f"{a[2]}, {names[b[0]]} + {em.expr(b[1])}, {b[2]}, {literal(g.beta, F32)}, {names[c[0]]} + {em.expr(c[1])}, {c[2]});")
+  if micro:  # A packed at build (gemm.pack_a), B row-major, C = A @ B: what conv.py builds it for
+    assert not a[3] and not b[3] and g.alpha == 1.0 and g.beta == 0.0, "micro-kernel GEMM with transposes or scaling"
+    w(f"pm_gemm({g.m}, {n_expr}, {g.k}, {names[a[0]]} + {em.expr(a[1])}, {names[b[0]]} + {em.expr(b[1])}, {b[2]}, "
+      f"{names[c[0]]} + {em.expr(c[1])}, {c[2]}, {names[g.packed]});")
+  else:
+    w(f"sgemm(101, {ta}, {tb}, {g.m}, {n_expr}, {g.k}, {literal(g.alpha, F32)}, {names[a[0]]} + {em.expr(a[1])}, "
+      f"{a[2]}, {names[b[0]]} + {em.expr(b[1])}, {b[2]}, {literal(g.beta, F32)}, {names[c[0]]} + {em.expr(c[1])}, {c[2]});")
   for _ in range(inner_open):
     w.close()
   if k.epilogue is not None:
     emit_nest(w, names, nests[n_pack][0], nests[n_pack][1], {v: n for v, n in bound.items() if v not in inner})
   for _ in range(opened):
     w.close()
+  if micro:
+    return _finish(w, [("buf", x.name) for x in bufs], [s.describe() for _, s in nests], vl, lib=gemm_source(vl))
   return _finish(w, [("buf", x.name) for x in bufs] + [("extern", "sgemm")], [s.describe() for _, s in nests], vl)
 
 
-def _finish(w: Writer, params, schedules, vl: int, par: int = 0) -> Rendered:
+def _finish(w: Writer, params, schedules, vl: int, par: int = 0, lib: str = "") -> Rendered:
+  """lib: static functions the body calls (they use the vector types)."""
   body = "\n".join(w.lines)
-  needs_vec = "vf" in body or "vu8" in body or "vsel" in body
-  head = PRELUDE + (vector_prelude(vl) if needs_vec else "")
+  needs_vec = "vf" in body or "vu8" in body or "vsel" in body or lib
+  head = PRELUDE + (vector_prelude(vl) if needs_vec else "") + lib
   sig = "void* const* restrict args, int64_t pm_lo, int64_t pm_hi" if par else "void* const* restrict args"
   name = kernel_name(head + sig + body)
   src = f"{head}\nvoid {name}({sig}) {{\n{body}\n}}\n"
