@@ -6,7 +6,7 @@ import ctypes
 import numpy as np
 import pytest
 
-from runtime import OnnxRunner, compiler
+from runtime import OnnxRunner, compiler, config
 from runtime.cache import DEFAULT_KERNELS
 from runtime.codegen import conv, gemm, render
 from runtime.codegen.ir import F32
@@ -114,3 +114,15 @@ def test_blas_mode_keeps_sgemm(monkeypatch):
   x = R.standard_normal((1, 64, 9, 9)).astype(np.float32)
   r = OnnxRunner(_conv_model(x, R.standard_normal((64, 64, 3, 3)).astype(np.float32), {"pads": [1, 1, 1, 1]}))
   assert [k.tags.get("gemm") for k in r.program.kernels if k.tags.get("strategy")] == ["blas"]
+
+
+def test_auto_leaves_conv_gemms_to_sgemm_when_the_process_runs_programs_on_several_threads(monkeypatch):
+  """The micro-kernel runs on one thread; sgemm splits a GEMM across PYMODELD_THREADS of them."""
+  monkeypatch.delenv(config.GEMM_ENV, raising=False)
+  monkeypatch.setenv(config.THREADS_ENV, "2")
+  assert target_for("CPU").gemm == "blas"
+  monkeypatch.setenv(config.GEMM_ENV, "micro")
+  assert target_for("CPU").gemm == "micro"   # asked for by name, it is used on any thread count
+  monkeypatch.delenv(config.GEMM_ENV)
+  monkeypatch.setenv(config.THREADS_ENV, "1")
+  assert target_for("CPU").gemm == "auto"
