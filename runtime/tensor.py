@@ -122,6 +122,8 @@ class Tensor:
   def where(self, a, b): return Tensor._op("Where", [self, *self._same(a, b)])   # self: the bool condition
   def clip(self, lo, hi): return Tensor._op("Clip", [self, self._other(lo), self._other(hi)])
   def flatten(self): return self.reshape(-1)
+  def clone(self): return Tensor._op("_Copy", [self])
+  contiguous = clone
 
   def gather(self, index, axis: int = 0) -> "Tensor":
     """ONNX Gather: self's entries at `index` (a Tensor, or an integer array made a constant) along axis."""
