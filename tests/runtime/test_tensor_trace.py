@@ -41,9 +41,9 @@ def test_gather_clip_round_where_cat_and_pad_match_numpy():
   np.testing.assert_array_equal(x.cat(x[:1], dim=0).numpy(), np.concatenate([X, X[:1]], 0))
   np.testing.assert_array_equal(x.pad([0, 1, 0, 0, 2, 0], 7).numpy(), np.pad(X, ((0, 0), (1, 2), (0, 0)), constant_values=7))
   np.testing.assert_array_equal(x.flatten().numpy(), X.reshape(-1))
-  copy = x[:, ::-1].contiguous()   # a copy into a buffer of its own (clone), as before the indexing ops
-  np.testing.assert_array_equal(copy.numpy(), X[:, ::-1])
+  copy = x[:, ::-1].contiguous()   # a copy into a buffer of its own (clone)
   assert copy._node.op == "_Copy"
+  np.testing.assert_array_equal(copy.numpy(), X[:, ::-1])
 
 
 def test_a_traced_function_is_a_graph_over_named_inputs_and_outputs_with_every_other_value_under_the_prefix():
