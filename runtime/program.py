@@ -332,7 +332,7 @@ def measured_conv_strategies(graph: Graph, specs: dict, device: str, cfg: dict) 
     group = int(n.attrs.get("group", 1))
     cands = ["direct"] + (["direct_cm"] if group == 1 and w.shape[0] >= 16 else []) + \
         ["pointwise" if pointwise else "im2col"]
-    if config.gemm_mode() != "blas":  # the same GEMM through the generated micro-kernel
+    if target_for(device).gemm != "blas":  # the same GEMM through the generated micro-kernel, where the target may use it
       cands.append(cands[-1] + _conv.MICRO)
     signature = {"x": [list(x.shape), x.dtype.str], "w": list(w.shape), "attrs": n.attrs, "device": device}
 

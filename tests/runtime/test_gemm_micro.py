@@ -10,7 +10,10 @@ from runtime import OnnxRunner, compiler, config
 from runtime.cache import DEFAULT_KERNELS
 from runtime.codegen import conv, gemm, render
 from runtime.codegen.ir import F32
-from runtime.program import target_for
+from runtime import search
+from runtime.graph import Spec
+from runtime.onnx_import import import_onnx
+from runtime.program import measured_conv_strategies, target_for
 
 from rt_helpers import ort_run, tiny_model
 
@@ -126,3 +129,15 @@ def test_auto_leaves_conv_gemms_to_sgemm_when_the_process_runs_programs_on_sever
   monkeypatch.delenv(config.GEMM_ENV)
   monkeypatch.setenv(config.THREADS_ENV, "1")
   assert target_for("CPU").gemm == "auto"
+
+
+def test_the_search_measures_micro_kernel_candidates_only_where_the_target_may_use_them(monkeypatch):
+  x = R.standard_normal((1, 64, 9, 9)).astype(np.float32)
+  graph = import_onnx(_conv_model(x, R.standard_normal((64, 64, 3, 3)).astype(np.float32), {"pads": [1, 1, 1, 1]}))
+  offered = []
+  monkeypatch.setattr(search, "conv_strategy", lambda sig, default, cands, measure: offered.append(cands) or cands[0])
+  monkeypatch.delenv(config.GEMM_ENV, raising=False)
+  for threads in ("1", "2"):
+    monkeypatch.setenv(config.THREADS_ENV, threads)
+    measured_conv_strategies(graph, {"x": Spec(x.shape, x.dtype)}, "CPU", {})
+  assert [any(c.endswith(conv.MICRO) for c in cands) for cands in offered] == [True, False]
