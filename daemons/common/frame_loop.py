@@ -46,6 +46,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from cereal.messaging import new_message
+from common.text import cut_words
 from daemons.common.stage_times import StageTimes
 
 REASON_CHARS = 100   # a status line quotes the window's most frequent invalid reason up to this long
@@ -223,21 +224,12 @@ class FrameStatus:
     why = ""
     if self.reasons:   # the reason a user most needs: the one most steps of the window gave
       reason, _ = self.reasons.most_common(1)[0]
-      why = f"; most often: {_cut_words(reason, REASON_CHARS)}"
+      why = f"; most often: {cut_words(reason, REASON_CHARS)}"
     share = 100 * self.valid / self.steps
     if 0 < self.valid < self.steps:   # 100% and 0% mean every frame and none: a partial share never rounds to them
       share = min(max(share, 1.0), 99.0)
     return (f"status: {self.steps / elapsed:.1f} fps, {latency} (frame end to publish), "
             f"{share:.0f}% valid ({window}{why})")
-
-
-def _cut_words(text: str, n: int) -> str:
-  """text in at most n characters, cut at a word boundary and marked with an ellipsis."""
-  if len(text) <= n:
-    return text
-  head = text[:n - 1]
-  space = head.rfind(" ")
-  return (head[:space] if space > 0 else head).rstrip(" ,;:") + "\u2026"
 
 
 def run_frame_loop(receive: Callable[[], Sequence[Frame] | None], read_bus: Callable[[Sequence[Frame]], Any],

@@ -49,6 +49,7 @@ from cereal.route import CAMERAS, HEADER, Route, RouteError, _writable_route_dir
 from cereal.services import SERVICE_LIST
 from common.cli import Parser, UsageError, check_cache_dir, run_cli
 from common.realtime import CORES_ENV, PRIORITIES, scheduling_plan, stack_pins
+from common.text import cut_words
 from daemons.common.metadata import load_metadata
 from daemons.dmonitoringmodeld.model_state import DM_CONTRACT
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH as DM_MODEL_PATH
@@ -350,7 +351,7 @@ class Manager:
       lines.append(f"  modelV2 frames dropped over the run: {mon.model_frames_dropped}")
     changes = mon.selfdrive_states
     for i, (t, state, events, reasons) in enumerate(changes[:SUMMARY_CHANGES]):
-      told = "; ".join(f"{e}: {_cut(reasons[e], 100)}" if reasons.get(e) else e for e in events)
+      told = "; ".join(f"{e}: {cut_words(reasons[e], 100)}" if reasons.get(e) else e for e in events)
       # selfdrived starts disabled with an event per input not yet arriving: normal on every run, so say so
       startup = " (the start-up state, before every input arrives)" if i == 0 and state == "disabled" else ""
       lines.append(f"  selfdrive at {t - self.started:5.1f} s: {state}{startup}" + (f"  events: {told}" if told else ""))
@@ -574,15 +575,6 @@ class Manager:
       with open(self.opts.summary_json, "w") as f:
         json.dump({**self.report, "exit_code": code, "interrupted": interrupted}, f, indent=1)
     return code
-
-
-def _cut(text: str, n: int) -> str:
-  """text in at most n characters, cut at a word boundary (never mid-word) and marked with an ellipsis."""
-  if len(text) <= n:
-    return text
-  head = text[:n - 1]
-  space = head.rfind(" ")
-  return (head[:space] if space > 0 else head).rstrip(" ,;:") + "\u2026"
 
 
 def _group_of(pid: int) -> int | None:
