@@ -119,7 +119,6 @@ class FrameProgram:
   index: OnnxRunner | None = None         # road: transforms -> source index tables, run when a transform changes
   index_of: dict[str, str] = field(default_factory=dict)   # transform input -> index input of the frame runner
   index_runs: int = 0
-  index_s: float = 0.0                    # the index program's device seconds in the last run (0 when it did not run)
   _transforms: dict = field(default_factory=dict)          # the transforms the held index tables were made from
   rings: list = field(default_factory=list)   # road: [(old input, slot input, RING buffers on the model device)]
   pushed: int = 0                             # frames written into the rings since the last reset
@@ -192,7 +191,6 @@ class FrameProgram:
     """Run the index program when a transform differs from the one the held tables came from (a new
     calibration is new data to it, never a new capture); the tables stay in the frame runner's bound input
     buffers on its device. Returns the inputs without the transforms."""
-    self.index_s = 0.0
     if self.index is None:
       return inputs
     given = {n: inputs[n] for n in self.index_of if n in inputs}   # a missing one: the index runner's InputError
@@ -204,7 +202,6 @@ class FrameProgram:
         runner._in_bufs[idx].copyin(outs[idx])
       self._transforms = key
       self.index_runs += 1
-      self.index_s = last_stage_times(self.index).model
     return {n: a for n, a in inputs.items() if n not in self.index_of}
 
   def run(self, frames: dict, inputs: dict, after_warp=None) -> tuple[np.ndarray, StageTimes, object]:
