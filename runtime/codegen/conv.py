@@ -262,10 +262,8 @@ def _blas_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, stra
   dt = x.dtype
   vl = ctx.target.get("vl", 16)
   mr, _ = mk.gemm_geometry(vl)
-  if micro:  # the weights packed once, here, into the micro-kernel's MR-row panels
-    wb = ctx.const_buf(mk.pack_a(np.ascontiguousarray(W.reshape(G, Mg, kred)).astype(dt), mr))
-  else:
-    wb = ctx.const_buf(np.ascontiguousarray(W.reshape(G, Mg, kred)).astype(dt))
+  w_rows = np.ascontiguousarray(W.reshape(G, Mg, kred)).astype(dt)
+  wb = ctx.const_buf(mk.pack_a(w_rows, mr) if micro else w_rows)   # micro: packed once, here, into its MR-row panels
   x_in = ctx.prologue(x, overlap(K, strides, dil) if strategy == "im2col" else 1)
   if strategy == "pointwise":
     xv = x_in.view
