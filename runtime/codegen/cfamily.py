@@ -9,7 +9,7 @@ Both dialects are C99 expressions and statements; what this module emits must me
   depends on are defined (so loop-invariant work, including whole reductions, is hoisted).
 - Gated loads render as `gate ? p[i] : 0`: the address is dereferenced only where the gate holds.
 - Floating-point semantics are C's without fast-math: max/min propagate NaN like numpy, integer division
-  and modulo by zero give 0 (never a trap), and nothing assumes finite values. exp and tanh of float are our
+  and modulo by zero give 0 (never a trap), and nothing assumes finite values. exp, tanh and erf of float are our
   own polynomials (HELPERS), so both dialects compute them the same way, not with their libraries' versions.
 """
 from __future__ import annotations
@@ -90,6 +90,19 @@ static inline float pm_tanhf(float x) {
                    * z - 3.33332819422e-1f) * z + 1.0f);  /* x * (1 + ...): keeps the sign of a zero */
   float pl = 1.0f - 2.0f / (pm_expf(a + a) + 1.0f);
   return a < 0.625f ? ps : (x < 0.0f ? -pl : pl);
+}
+/* erf(x) for float: x * P(x^2) / Q(x^2), a rational approximation on [-4, 4] (the coefficients XLA and Eigen use
+   for float erf, a few ulp); |x| is clamped to 4 first, where erf is 1 to float precision. Odd, so erf(-0) = -0,
+   and relative error stays small near 0 (no 1 - erfc cancellation). NaN stays NaN. Branch-free, like verf(). */
+static inline float pm_erff(float x) {
+  float c = x > 4.0f ? 4.0f : (x < -4.0f ? -4.0f : x), z = c * c;
+  float p = -2.72614225801306e-10f;
+  p = p * z + 2.77068142495902e-08f; p = p * z + -2.10102402082508e-06f; p = p * z + -5.69250639462346e-05f;
+  p = p * z + -7.34990630326855e-04f; p = p * z + -2.95459980854025e-03f; p = p * z + -1.60960333262415e-02f;
+  float q = -1.45660718464996e-05f;
+  q = q * z + -2.13374055278905e-04f; q = q * z + -1.68282697438203e-03f; q = q * z + -7.37332916720468e-03f;
+  q = q * z + -1.42647390514189e-02f;
+  return x != x ? x : c * p / q;
 }
 #define PM_IMOD(T, a, b) ((b) == 0 || (b) == (T)-1 ? (T)0 : pm_imod_##T((a), (b)))
 #define PM_IMOD_DEF(T) static inline T pm_imod_##T(T a, T b) { T r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
@@ -196,7 +209,7 @@ def scalar_op(n: E, a: list[str], buf_name, math_fn=c_math) -> str:
     if dt.kind == "f":
       return f"{math_fn('fabs', dt)}({a[0]})"
     return f"(({ctype(dt)})({a[0]} < 0 ? -{a[0]} : {a[0]}))" if dt.kind == "i" else a[0]
-  if op in ("exp", "tanh") and f32:
+  if op in ("exp", "tanh", "erf") and f32:
     return f"pm_{op}f({a[0]})"
   if op in UNARY_F:
     return f"{math_fn(UNARY_F[op], dt)}({a[0]})"

@@ -50,7 +50,7 @@ class Schedule:
 VEC_TYPES = {"float32": "vf", "uint8": "vu8", "int8": "vi8", "int32": "vi"}
 VEC_ARITH = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 VEC_LANEWISE = {"log": "logf", "sqrt": "__builtin_sqrtf", "sin": "sinf", "cos": "cosf",
-                "tan": "tanf", "erf": "erff", "floor": "floorf", "ceil": "ceilf", "rint": "rintf", "log1p": "log1pf"}
+                "tan": "tanf", "floor": "floorf", "ceil": "ceilf", "rint": "rintf", "log1p": "log1pf"}
 
 
 def vectorizable(value: E, t: E) -> bool:
@@ -81,7 +81,7 @@ def vectorizable(value: E, t: E) -> bool:
       return False
     if n.op == "cast" and n.srcs[0].dtype.name in VEC_TYPES:
       continue
-    if n.op in VEC_ARITH or n.op in VEC_LANEWISE or n.op in ("max", "min", "neg", "abs", "recip", "exp", "tanh",
+    if n.op in VEC_ARITH or n.op in VEC_LANEWISE or n.op in ("max", "min", "neg", "abs", "recip", "exp", "tanh", "erf",
                                                               "WHERE", "ACC") or (n.op == "pow" and n.dtype == F32):
       continue
     return False

@@ -87,6 +87,16 @@ def vector_prelude(vl: int) -> str:
           "  vf pl = 1.0f - 2.0f / (vexp(a + a) + 1.0f);\n"
           "  return vsel(a < 0.625f, ps, vsel(x < 0.0f, -pl, pl));\n"
           "}\n"
+          "static inline vf verf(vf x) {  /* pm_erff per lane */\n"
+          "  vf c = vsel(x > 4.0f, (vf){} + 4.0f, vsel(x < -4.0f, (vf){} + -4.0f, x)), z = c * c;\n"
+          "  vf p = (vf){} + -2.72614225801306e-10f;\n"
+          "  p = p * z + 2.77068142495902e-08f; p = p * z + -2.10102402082508e-06f; p = p * z + -5.69250639462346e-05f;\n"
+          "  p = p * z + -7.34990630326855e-04f; p = p * z + -2.95459980854025e-03f; p = p * z + -1.60960333262415e-02f;\n"
+          "  vf q = (vf){} + -1.45660718464996e-05f;\n"
+          "  q = q * z + -2.13374055278905e-04f; q = q * z + -1.68282697438203e-03f; q = q * z + -7.37332916720468e-03f;\n"
+          "  q = q * z + -1.42647390514189e-02f;\n"
+          "  return vsel(x != x, x, c * p / q);\n"
+          "}\n"
           "static inline vf vmin(vf a, vf b) { return vsel((a < b) | (a != a), a, b); }\n")
 
 
@@ -270,7 +280,7 @@ class VecEmitter:
       text = f"((vf)((vi){self.get(n.srcs[0])} & 0x7fffffff))"
     elif op == "recip":
       text = f"(1.0f / {self.get(n.srcs[0])})"
-    elif op in ("exp", "tanh"):
+    elif op in ("exp", "tanh", "erf"):
       text = f"v{op}({self.get(n.srcs[0])})"
     elif op in ir.COMPARE:
       a, b = n.srcs

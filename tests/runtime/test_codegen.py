@@ -2,7 +2,9 @@
 chooser picks, the vector paths (tiles, edges, strided loads, inner reductions) against onnxruntime, and the
 semantics generated C must keep (NaN/Inf propagation, no signal on integer division by zero, clamped gathers)."""
 import json
+import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -548,3 +550,18 @@ def test_a_blas_matmul_whose_epilogue_casts_writes_the_cast_values(to):
   got = r(a=a, b=b)["y0"]
   assert got.dtype == to
   np.testing.assert_allclose(got, np.tanh((a @ b).astype(to)), rtol=2e-3 if to == np.float16 else 1e-5, atol=1e-6)
+
+
+def test_erf_is_computed_by_our_vectorised_polynomial_to_a_few_ulp_including_its_special_values():
+  """Erf (and exact GELU) runs on our branch-free polynomial (pm_erff, verf per vector lane), not a libm call per
+  element, so loops over it vectorise and every target computes the same values."""
+  x = np.concatenate([np.linspace(-6, 6, 20011), [0.0, -0.0, 1e-30, -1e-20, 3.9999, 4.0, 4.5, np.inf, -np.inf, np.nan]])
+  x = x.astype(np.float32)
+  r = OnnxRunner(tiny_model("Erf", {"x": x}))
+  [k] = [k for k in r.program.kernels if k.kind == "c"]
+  assert re.search(r"\b(verf|pm_erff)\(", k.source) and not re.search(r"\berff\(", k.source)
+  got = r(x=x)["y0"]
+  ref = np.array([math.erf(v) for v in x.astype(np.float64)])
+  fin = np.isfinite(ref)
+  assert np.all(np.abs(got[fin] - ref[fin]) <= 8 * np.spacing(np.abs(ref[fin]).astype(np.float32)) + 1e-45)
+  assert np.isnan(got[-1]) and got[-3] == 1.0 and got[-2] == -1.0 and np.signbit(got[20012])
