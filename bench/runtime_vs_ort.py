@@ -237,7 +237,8 @@ def per_kernel(runner, args):
       t[i] = min(t[i], time.perf_counter() - s)
   for i in np.argsort(-t)[:args.per_kernel]:
     k = runner.program.kernels[i]
-    print(f"      {t[i] * 1e3:7.3f} ms  {'+'.join(k.tags.get('ops', ['copy']))} {k.tags.get('strategy', '')} "
+    gemm = f" ({k.tags['gemm']})" if "gemm" in k.tags else ""
+    print(f"      {t[i] * 1e3:7.3f} ms  {'+'.join(k.tags.get('ops', ['copy']))} {k.tags.get('strategy', '')}{gemm} "
           f"{k.tags.get('schedules', '')}")
 
 

@@ -44,10 +44,14 @@ RUNNER_SOURCE = r"""#include <stdint.h>
 /* The call list: per kernel (function, argument array, rows). rows == 0: fn(args). rows > 0: fn(args, lo, hi)
    computes rows [lo, hi) of its split loop; with threads > 1 the rows are cut into parts run by a pool of
    worker threads (started on first use, sleeping on a condition variable between kernels) and the caller,
-   and the next kernel starts only when every part is done. A forked child starts with no workers. */
+   and the next kernel starts only when every part is done. A forked child starts with no workers.
+   pm_split(fn, args, rows) does the same for a kernel that cuts its own work into parts (the micro-kernel GEMM
+   of codegen/gemm.py): the parts run on the threads pm_run was given, on the calling thread's run. A part with
+   lo > 0 runs on a worker, whose stack is PM_WORKER_STACK bytes: a part may keep a packing buffer there. */
 typedef void (*pm_kernel_t)(void* const*);
 typedef void (*pm_par_t)(void* const*, int64_t, int64_t);
 #define PM_MAX_THREADS 64
+#define PM_WORKER_STACK (8 << 20)
 static pthread_mutex_t pm_mu = PTHREAD_MUTEX_INITIALIZER, pm_run_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t pm_go = PTHREAD_COND_INITIALIZER, pm_done = PTHREAD_COND_INITIALIZER;
 static int pm_workers = 0, pm_left = 0, pm_parts = 0, pm_atfork = 0;
@@ -55,6 +59,7 @@ static uint64_t pm_gen = 0;
 static pm_par_t pm_fn;
 static void* const* pm_args;
 static int64_t pm_rows;
+static __thread int64_t pm_threads = 1;   /* the threads of the pm_run on this thread (pm_split reads it) */
 
 static void pm_child(void) {
   pm_workers = pm_left = pm_parts = 0;
@@ -90,46 +95,52 @@ static int pm_pool(int want) {  /* parts that can run now: the caller plus the w
     pthread_atfork(0, 0, pm_child);
     pm_atfork = 1;
   }
+  pthread_attr_t attr;
+  const int have_attr = pthread_attr_init(&attr) == 0 && pthread_attr_setstacksize(&attr, PM_WORKER_STACK) == 0;
   while (pm_workers < want - 1 && pm_workers < PM_MAX_THREADS - 1) {
     pthread_t t;
-    if (pthread_create(&t, 0, pm_worker, (void*)(intptr_t)(pm_workers + 1)) != 0) break;
+    if (!have_attr || pthread_create(&t, &attr, pm_worker, (void*)(intptr_t)(pm_workers + 1)) != 0) break;
     pthread_detach(t);
     pm_workers++;
   }
+  pthread_attr_destroy(&attr);
   return pm_workers + 1 < want ? pm_workers + 1 : want;
 }
 
+void pm_split(pm_par_t fn, void* const* args, int64_t rows) {
+  const int64_t want = pm_threads < rows ? pm_threads : rows;
+  if (want <= 1) {
+    fn(args, 0, rows);
+    return;
+  }
+  pthread_mutex_lock(&pm_run_mu);  /* one parallel kernel at a time in this process */
+  pthread_mutex_lock(&pm_mu);
+  const int parts = pm_pool((int)(want < PM_MAX_THREADS ? want : PM_MAX_THREADS));
+  pm_fn = fn;
+  pm_args = args;
+  pm_rows = rows;
+  pm_parts = parts;
+  pm_left = parts - 1;
+  pm_gen++;
+  pthread_cond_broadcast(&pm_go);
+  pthread_mutex_unlock(&pm_mu);
+  fn(args, 0, rows / parts);
+  pthread_mutex_lock(&pm_mu);
+  while (pm_left > 0) pthread_cond_wait(&pm_done, &pm_mu);
+  pthread_mutex_unlock(&pm_mu);
+  pthread_mutex_unlock(&pm_run_mu);
+}
+
 void pm_run(const uint64_t* list, int64_t n, int64_t threads) {
+  pm_threads = threads;
   for (int64_t i = 0; i < n; i++) {
     const uint64_t* e = list + 3 * i;
     const int64_t rows = (int64_t)e[2];
     void* const* args = (void* const*)(uintptr_t)e[1];
-    if (rows <= 0) {
+    if (rows <= 0)
       ((pm_kernel_t)(uintptr_t)e[0])(args);
-      continue;
-    }
-    const pm_par_t fn = (pm_par_t)(uintptr_t)e[0];
-    int64_t want = threads < rows ? threads : rows;
-    if (want <= 1) {
-      fn(args, 0, rows);
-      continue;
-    }
-    pthread_mutex_lock(&pm_run_mu);  /* one parallel kernel at a time in this process */
-    pthread_mutex_lock(&pm_mu);
-    const int parts = pm_pool((int)(want < PM_MAX_THREADS ? want : PM_MAX_THREADS));
-    pm_fn = fn;
-    pm_args = args;
-    pm_rows = rows;
-    pm_parts = parts;
-    pm_left = parts - 1;
-    pm_gen++;
-    pthread_cond_broadcast(&pm_go);
-    pthread_mutex_unlock(&pm_mu);
-    fn(args, 0, rows / parts);
-    pthread_mutex_lock(&pm_mu);
-    while (pm_left > 0) pthread_cond_wait(&pm_done, &pm_mu);
-    pthread_mutex_unlock(&pm_mu);
-    pthread_mutex_unlock(&pm_run_mu);
+    else
+      pm_split((pm_par_t)(uintptr_t)e[0], args, rows);
   }
 }
 """
@@ -139,13 +150,24 @@ _HOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _runner_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def runner(kc: KernelCache | None = None):
+def _runner_lib(kc: KernelCache | None):
   kc = kc or DEFAULT_KERNELS
   got = _runner_cache.get(kc)
   if got is None:
     (lk,), _ = kc.get_many([(RUNNER_SOURCE, "pm_run")], "runner")
-    got = _runner_cache[kc] = (ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(lk.address), lk)
-  return got[0]
+    split = ctypes.cast(lk.lib.pm_split, ctypes.c_void_p).value
+    got = _runner_cache[kc] = (ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(lk.address), split, lk)
+  return got
+
+
+def runner(kc: KernelCache | None = None):
+  """pm_run of the runner library that kernel cache holds."""
+  return _runner_lib(kc)[0]
+
+
+def split_address(kc: KernelCache | None = None) -> int:
+  """The address of pm_split (the extern "pm_split" a kernel that cuts its own work into parts calls)."""
+  return _runner_lib(kc)[1]
 
 
 def aligned_bytes(nbytes: int, alloc=None) -> np.ndarray:
@@ -325,6 +347,8 @@ def link(program, alloc=None, held: dict | None = None, kernels: KernelCache | N
       elif what == "sgemm":
         sgemm = sgemm or blas.sgemm_address()
         args[j] = sgemm
+      elif what == "pm_split":
+        args[j] = split_address(kernels)
       else:
         raise ValueError(f"unknown extern {what!r}")
     keep["args"].append(args)

@@ -82,14 +82,7 @@ def target_for(device: str, backend: str = "compiled") -> Target:
   if backend == "opencl":
     return Target(device, "opencl", blas=False)
   int_t = blas.sgemm_int_ctype()
-  return Target(device, "compiled", compiler.vector_bytes() // 4, int_t is not None, int_t or "int", _gemm_mode())
-
-
-def _gemm_mode() -> str:
-  """config.gemm_mode(), with "auto" meaning sgemm when the process runs programs on several threads
-  (PYMODELD_THREADS > 1): the micro-kernel computes a GEMM on one thread, sgemm splits it across them."""
-  mode = config.gemm_mode()
-  return "blas" if mode == "auto" and config.runtime_threads() > 1 else mode
+  return Target(device, "compiled", compiler.vector_bytes() // 4, int_t is not None, int_t or "int", config.gemm_mode())
 
 
 @dataclass

@@ -21,7 +21,8 @@ Strategies (choose_conv, choose_matmul):
   output rows, generated loops copy the windows (padding and any fused prologue such as a uint8 cast included)
   into a scratch matrix small enough to stay in cache, and sgemm multiplies the weights by it.
 - Gemm/MatMul: "gemv" (generated loops) when the output has one row per batch (batch-1 fully connected layers),
-  else "blas".
+  else "blas": a GEMM by constant weights (B with no batch extent) runs on the micro-kernel with B packed at build
+  where choose_gemm takes it, any other on sgemm.
 The GEMM of "pointwise" and "im2col" runs on OpenBLAS's sgemm or on the generated register-blocked micro-kernel
 (codegen/gemm.py) with the weights packed for it at build: choose_gemm, per conv, by config.gemm_mode, the
 measured search (strategy names with the MICRO suffix) or a heuristic on how well the GEMM fills its tiles.
@@ -113,7 +114,7 @@ def choose_gemm(target: dict, m: int, n: int, dtype, forced: bool | None = None)
     return False
   if forced is not None or mode == "micro":
     return forced is not False
-  mr, nr = mk.gemm_geometry(vl)
+  mr, nr = mk.panel_rows(m, vl), mk.gemm_geometry(vl)[1]
   return m * n >= MICRO_MIN_TILE_USE * (-(-m // mr) * mr) * (-(-n // nr) * nr)
 
 
@@ -261,7 +262,7 @@ def _blas_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, stra
   kred = Cg * kk
   dt = x.dtype
   vl = ctx.target.get("vl", 16)
-  mr, _ = mk.gemm_geometry(vl)
+  mr = mk.panel_rows(Mg, vl)
   w_rows = np.ascontiguousarray(W.reshape(G, Mg, kred)).astype(dt)
   wb = ctx.const_buf(mk.pack_a(w_rows, mr) if micro else w_rows)   # micro: packed once, here, into its MR-row panels
   x_in = ctx.prologue(x, overlap(K, strides, dil) if strategy == "im2col" else 1)
@@ -332,7 +333,7 @@ def _blas_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, stra
         n, m, *o = idx
         return ir.load(cs, ir.add(ir.mul(m, bcols), ir.mul(ir.add(o[0], ir.mul(o0, -1)), rest),
                                   *[ir.mul(v, math.prod(out_sp[2 + d:])) for d, v in enumerate(o[1:])]))
-    gemm = GemmCall([nvar, gvar], Mg, ir.mul(rows, rest), kred, a_op, b_op, c_op)
+    gemm = GemmCall([nvar, gvar], Mg, ir.mul(rows, rest), kred, a_op, b_op, c_op, mr=mr)
     if micro:
       gemm.packed = ctx.scratch(mk.scratch_floats(bcols, kred, vl), dt)
       scratch.append(gemm.packed)
@@ -383,6 +384,19 @@ def _rows_of_weights(ctx, b: Lazy) -> Lazy | None:
   return Lazy.of_buffer(ctx.const_buf(nk), View.contiguous((N, K))).permute([1, 0])
 
 
+def _const_matrix(ctx, b: Lazy) -> np.ndarray | None:
+  """The values of B (..., K, N) as a (K, N) array when B is a plain constant with no batch extent, else None."""
+  if b.view is None or b.view[1].mask is not None or any(s != 1 for s in b.shape[:-2]):
+    return None
+  info = ctx.bufs.get(b.view[0].name)
+  if info is None or info.role != "const" or info.array is None:
+    return None
+  K, N = b.shape[-2:]
+  v = b.view[1]
+  idx = v.offset + np.arange(K)[:, None] * v.strides[-2] + np.arange(N)[None, :] * v.strides[-1]
+  return np.asarray(info.array).reshape(-1)[idx]
+
+
 def _matmul(ctx, a: Lazy, b: Lazy, shape, alpha: float, tags) -> Lazy:
   """a (..., M, K) @ b (..., K, N) with numpy broadcasting over the batch axes (both already that rank)."""
   dt = a.dtype
@@ -417,6 +431,15 @@ def _matmul(ctx, a: Lazy, b: Lazy, shape, alpha: float, tags) -> Lazy:
       opnd = _blas_operand(lz)
     ops.append(opnd)
   nb = len(batch)
+  vl = ctx.target.get("vl", 16)
+  weights = _const_matrix(ctx, b) if M * Nn * K > 0 else None
+  packed_b = None
+  if weights is not None and choose_gemm(ctx.target, M, Nn, dt):
+    # constant weights: packed once, here, into the micro-kernel's NR-column panels, alpha folded in
+    packed_b = ctx.const_buf(mk.pack_b((weights * np.float32(alpha)).astype(np.float32), mk.gemm_geometry(vl)[1]))
+    tags = dict(tags, gemm="micro")
+  elif strategy == "blas":
+    tags = dict(tags, gemm="blas")
 
   def build(ctx, lazy, buf, view):
     bvars = [ctx.new_var("mb", s) for s in batch]
@@ -442,7 +465,13 @@ def _matmul(ctx, a: Lazy, b: Lazy, shape, alpha: float, tags) -> Lazy:
 
       def c_at(idx):
         return ir.load(cs, ir.add(ir.mul(idx[-2], Nn), idx[-1]))
-    gemm = GemmCall(bvars, M, ir.const(Nn), K, a_op, b_op, c_op, alpha=alpha)
+    if packed_b is None:
+      gemm = GemmCall(bvars, M, ir.const(Nn), K, a_op, b_op, c_op, alpha=alpha)
+    else:
+      mr = mk.panel_rows(M, vl)
+      gemm = GemmCall(bvars, M, ir.const(Nn), K, a_op, (packed_b, ir.const(0), Nn, False), c_op, pack="b", mr=mr,
+                      packed=ctx.scratch(mk.scratch_floats_a(M, K, mr), dt))
+      scratch.append(gemm.packed)
     ev = [ctx.new_var("em", M), ctx.new_var("en", Nn)]
     e_idx = bvars + ev
     value = _replace_acc(lazy.at(e_idx), pending.tag, c_at)

@@ -761,7 +761,8 @@ class LoopKernel:
 @dataclass
 class GemmCall:
   """C[b] (M x N) = alpha * op(A[b]) @ op(B[b]) + beta * C[b] for every batch index b, through BLAS sgemm, or
-  through the generated micro-kernel (codegen/gemm.py) when A is packed for it (packed set)."""
+  through the generated micro-kernel (codegen/gemm.py) when its constant operand is packed for it (packed set:
+  alpha 1, beta 0; the operand named by pack is that packed constant, laid out as gemm.pack_a / pack_b make it)."""
   batch_vars: list[E]
   m: int
   n: int
@@ -771,7 +772,9 @@ class GemmCall:
   c: tuple        # (Buf, offset E, ldc)
   alpha: float = 1.0
   beta: float = 0.0
-  packed: Buf | None = None   # set: A is packed for the generated micro-kernel (codegen/gemm.py), this its B scratch
+  packed: Buf | None = None   # set: the generated micro-kernel (codegen/gemm.py) runs it, this its run-time packing scratch
+  pack: str = "a"             # the operand packed at build for it: "a" (conv weights) or "b" (MatMul / Gemm weights)
+  mr: int = 0                 # rows of its register tile (gemm.panel_rows), the row panels of the packed or packing A
 
 
 @dataclass

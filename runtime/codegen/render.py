@@ -822,7 +822,9 @@ def render_gemm(k, nests: list, vl: int, blas_int: str) -> Rendered:
   for d in decls:
     w(d)
   it = blas_int
-  if not micro:
+  if micro:  # the runner's pm_split: the micro-kernel cuts a large GEMM into parts run on the program's threads
+    w(f"const pm_split_t pm_split_fn = (pm_split_t)args[{len(bufs)}];")
+  else:
     w(f"typedef void (*pm_sgemm_t)(int, int, int, {it}, {it}, {it}, float, const float*, {it}, const float*, {it}, "
       f"float, float*, {it});")
     w(f"const pm_sgemm_t sgemm = (pm_sgemm_t)args[{len(bufs)}];")
@@ -850,10 +852,15 @@ def render_gemm(k, nests: list, vl: int, blas_int: str) -> Rendered:
   ta = "112" if a[3] else "111"
   tb = "112" if b[3] else "111"
   n_expr = em.expr(g.n) if isinstance(g.n, E) else str(g.n)
-  if micro:  # A packed at build (gemm.pack_a), B row-major, C = A @ B: what conv.py builds it for
+  if micro and g.pack == "b":  # B packed at build (gemm.pack_b), A read at its strides, C = A @ B (conv.py's MatMul)
+    assert not b[3] and g.alpha == 1.0 and g.beta == 0.0, "micro-kernel GEMM with a transposed B or scaling"
+    rs, cs = (1, a[2]) if a[3] else (a[2], 1)
+    w(f"pm_gemm_b({g.m}, {n_expr}, {g.k}, {names[a[0]]} + {em.expr(a[1])}, {rs}, {cs}, {names[b[0]]} + {em.expr(b[1])}, "
+      f"{names[c[0]]} + {em.expr(c[1])}, {c[2]}, {names[g.packed]}, pm_split_fn);")
+  elif micro:  # A packed at build (gemm.pack_a), B row-major, C = A @ B: what conv.py builds it for
     assert not a[3] and not b[3] and g.alpha == 1.0 and g.beta == 0.0, "micro-kernel GEMM with transposes or scaling"
     w(f"pm_gemm({g.m}, {n_expr}, {g.k}, {names[a[0]]} + {em.expr(a[1])}, {names[b[0]]} + {em.expr(b[1])}, {b[2]}, "
-      f"{names[c[0]]} + {em.expr(c[1])}, {c[2]}, {names[g.packed]});")
+      f"{names[c[0]]} + {em.expr(c[1])}, {c[2]}, {names[g.packed]}, pm_split_fn);")
   else:
     w(f"sgemm(101, {ta}, {tb}, {g.m}, {n_expr}, {g.k}, {literal(g.alpha, F32)}, {names[a[0]]} + {em.expr(a[1])}, "
       f"{a[2]}, {names[b[0]]} + {em.expr(b[1])}, {b[2]}, {literal(g.beta, F32)}, {names[c[0]]} + {em.expr(c[1])}, {c[2]});")
@@ -864,7 +871,8 @@ def render_gemm(k, nests: list, vl: int, blas_int: str) -> Rendered:
   for _ in range(opened):
     w.close()
   if micro:
-    return _finish(w, [("buf", x.name) for x in bufs], [s.describe() for _, s in nests], vl, lib=gemm_source(vl))
+    return _finish(w, [("buf", x.name) for x in bufs] + [("extern", "pm_split")], [s.describe() for _, s in nests], vl,
+                   lib=gemm_source(vl, g.pack, g.mr))
   return _finish(w, [("buf", x.name) for x in bufs] + [("extern", "sgemm")], [s.describe() for _, s in nests], vl)
 
 

@@ -23,11 +23,16 @@ SHAPES = [(1, 1, 1), (0, 5, 3), (5, 0, 3), (4, 6, 0), (1, 37, 13), (13, 1, 37), 
           (gemm.MC_ROWS + 11, 2 * 16 + 3, 2 * gemm.KC + 3), (31, 1031, 67), (17, 3000, 19)]
 
 
-def _kernel(vl: int):
-  body = ("i64* d = (i64*)args[0];\n"
-          "pm_gemm(d[0], d[1], d[2], (const float*)args[1], (const float*)args[2], d[3], (float*)args[3], d[4], "
-          "(float*)args[4]);")
-  head = render.PRELUDE + render.vector_prelude(vl) + gemm.source(vl)
+def _kernel(vl: int, packed: str = "a", mr: int = 0):
+  if packed == "a":
+    body = ("i64* d = (i64*)args[0];\n"
+            "pm_gemm(d[0], d[1], d[2], (const float*)args[1], (const float*)args[2], d[3], (float*)args[3], d[4], "
+            "(float*)args[4], 0);")
+  else:   # args: dims (m, n, k, rs, cs, ldc), A, packed B, C, packing scratch
+    body = ("i64* d = (i64*)args[0];\n"
+            "pm_gemm_b(d[0], d[1], d[2], (const float*)args[1], d[3], d[4], (const float*)args[2], (float*)args[3], d[5], "
+            "(float*)args[4], 0);")
+  head = render.PRELUDE + render.vector_prelude(vl) + gemm.source(vl, packed, mr)
   name = render.kernel_name(head + body)
   (k,), _ = DEFAULT_KERNELS.get_many([(f"{head}\nvoid {name}(void* const* restrict args) {{\n{body}\n}}\n", name)],
                                      target_for("CPU").name)
@@ -45,9 +50,11 @@ def _run(fn, vl, a_packed, b, m, n, k, ldb, ldc):
 
 
 @pytest.mark.parametrize("vl", WIDTHS)
-def test_micro_gemm_matches_numpy_and_repeats_bit_identically(vl):
-  fn = _kernel(vl)
-  mr, _ = gemm.gemm_geometry(vl)
+@pytest.mark.parametrize("short", [False, True])
+def test_micro_gemm_matches_numpy_and_repeats_bit_identically(vl, short):
+  """short: a register tile of fewer rows than the registers hold (what panel_rows picks for a short M)."""
+  mr = gemm.gemm_geometry(vl)[0] // 2 + 1 if short else gemm.gemm_geometry(vl)[0]
+  fn = _kernel(vl, "a", mr)
   for m, n, k in SHAPES:
     a = R.standard_normal((m, k)).astype(np.float32)
     ldb = n + 3   # B and C rows wider than n: the kernel reads and writes only the n columns
@@ -60,6 +67,53 @@ def test_micro_gemm_matches_numpy_and_repeats_bit_identically(vl):
     np.testing.assert_allclose(c1, ref, rtol=1e-4, atol=1e-4 * max(1.0, np.sqrt(k)), err_msg=f"vl {vl}: {(m, n, k)}")
     assert np.array_equal(c1, c2), f"vl {vl}: {(m, n, k)} differs between two runs"
     assert np.all(np.isnan(pad1)), f"vl {vl}: {(m, n, k)} wrote past column n"
+
+
+@pytest.mark.parametrize("vl", WIDTHS)
+@pytest.mark.parametrize("transposed", [False, True])
+def test_micro_gemm_with_packed_weights_as_b_matches_numpy_at_any_strides_of_a_and_repeats_bit_identically(vl, transposed):
+  for m, n, k in SHAPES:
+    mr = gemm.panel_rows(m, vl)
+    fn = _kernel(vl, "b", mr)
+    a = R.standard_normal((m, k)).astype(np.float32)
+    b = R.standard_normal((k, n)).astype(np.float32)
+    lda = (m if transposed else k) + 2   # A's rows (or columns) wider than it: only the m x k block is read
+    held = np.full((k, lda) if transposed else (m, lda), np.nan, np.float32)
+    if transposed:
+      held[:, :m] = a.T
+    else:
+      held[:, :k] = a
+    bp = gemm.pack_b(b, gemm.gemm_geometry(vl)[1]).reshape(-1)
+    ldc = n + 5
+    outs = []
+    for _ in range(2):
+      c = np.full((max(m, 1), ldc), np.nan, np.float32)
+      ap = np.zeros(max(1, gemm.scratch_floats_a(m, k, mr)), np.float32)
+      dims = np.array([m, n, k, 1 if transposed else lda, lda if transposed else 1, ldc], np.int64)
+      keep = [dims, held if held.size else np.zeros(1, np.float32), bp if bp.size else np.zeros(1, np.float32), c, ap]
+      fn(np.array([x.ctypes.data for x in keep], np.uint64).ctypes.data)
+      assert np.all(np.isnan(c[:m, n:])), f"vl {vl}: {(m, n, k)} wrote past column n"
+      outs.append(c[:m, :n].copy())
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(outs[0], ref, rtol=1e-4, atol=1e-4 * max(1.0, np.sqrt(k)), err_msg=f"vl {vl}: {(m, n, k)}")
+    assert np.array_equal(outs[0], outs[1]), f"vl {vl}: {(m, n, k)} differs between two runs"
+
+
+def test_row_panels_are_balanced_within_the_register_tile():
+  most, _ = gemm.gemm_geometry(16)
+  assert [gemm.panel_rows(m, 16) for m in (1, 5, most, most + 1, 16, 2 * most + 1)] == \
+      [1, 5, most, -(-(most + 1) // 2), 8, -(-(2 * most + 1) // 3)]
+  for m in range(1, 200):
+    mr = gemm.panel_rows(m, 16)
+    assert mr <= most and -(-m // mr) == -(-m // most) and -(-m // mr) * mr - m < -(-m // mr)
+
+
+def test_packed_b_panels_are_k_major_and_zero_padded():
+  b = np.arange(3 * 5, dtype=np.float32).reshape(3, 5)
+  p = gemm.pack_b(b, 4)
+  assert p.shape == (2, 3, 4)
+  assert np.array_equal(p[0, 2], b[2, :4]) and np.array_equal(p[1, :, 0], b[:, 4]) and not p[1, :, 1:].any()
+  assert gemm.packed_b_size(3, 5, 4) == p.size
 
 
 def test_packed_a_panels_are_k_major_and_zero_padded():
@@ -80,7 +134,8 @@ def test_heuristic_leaves_sparse_tiles_to_sgemm():
   t = {"gemm": "auto", "vl": 16}
   mr, nr = gemm.gemm_geometry(16)
   assert conv.choose_gemm(t, 4 * mr, 100 * nr, F32)
-  assert not conv.choose_gemm(t, mr + 1, 100 * nr, F32) and not conv.choose_gemm(t, 4 * mr, 1, F32)  # padding rows, columns
+  assert conv.choose_gemm(t, mr + 1, 100 * nr, F32)   # two balanced panels: hardly any padding rows
+  assert not conv.choose_gemm(t, 4 * mr, 1, F32) and not conv.choose_gemm(t, 4 * mr, nr + 1, F32)  # padding columns
   assert conv.choose_gemm(dict(t, gemm="micro"), 1, 1, F32) and not conv.choose_gemm(dict(t, gemm="blas"), 64, 4096, F32)
   assert not conv.choose_gemm(t, 4 * mr, 4096, F32, forced=False) and conv.choose_gemm(t, 1, 1, F32, forced=True)
   assert not conv.choose_gemm(t, 4 * mr, 4096, np.dtype(np.float16))
@@ -119,16 +174,25 @@ def test_blas_mode_keeps_sgemm(monkeypatch):
   assert [k.tags.get("gemm") for k in r.program.kernels if k.tags.get("strategy")] == ["blas"]
 
 
-def test_auto_leaves_conv_gemms_to_sgemm_when_the_process_runs_programs_on_several_threads(monkeypatch):
-  """The micro-kernel runs on one thread; sgemm splits a GEMM across PYMODELD_THREADS of them."""
+@pytest.mark.parametrize("op", ["Conv", "MatMul"])
+def test_micro_kernel_gemms_split_across_threads_give_bit_identical_results_for_every_thread_count(monkeypatch, op):
+  """A large micro-kernel GEMM is cut into column (Conv) or row (MatMul) panels run by the program's threads; each
+  C element is computed by the same tile in the same order, so 1, 2 and 3 threads agree bit for bit."""
   monkeypatch.delenv(config.GEMM_ENV, raising=False)
-  monkeypatch.setenv(config.THREADS_ENV, "2")
-  assert target_for("CPU").gemm == "blas"
-  monkeypatch.setenv(config.GEMM_ENV, "micro")
-  assert target_for("CPU").gemm == "micro"   # asked for by name, it is used on any thread count
-  monkeypatch.delenv(config.GEMM_ENV)
-  monkeypatch.setenv(config.THREADS_ENV, "1")
-  assert target_for("CPU").gemm == "auto"
+  if op == "Conv":
+    x = R.standard_normal((1, 128, 14, 14)).astype(np.float32)   # short rows, many channels: im2col
+    model = _conv_model(x, (R.standard_normal((128, 128, 3, 3)) * 0.1).astype(np.float32), {"pads": [1, 1, 1, 1]})
+  else:
+    x = R.standard_normal((200, 300)).astype(np.float32)
+    model = tiny_model("MatMul", {"x": x}, consts={"w": (R.standard_normal((300, 250)) * 0.1).astype(np.float32)})
+  r = OnnxRunner(model, threads=1)
+  [k] = [k for k in r.program.kernels if k.tags.get("gemm")]
+  assert k.tags["gemm"] == "micro" and ("extern", "pm_split") in [tuple(p) for p in k.params]
+  one = np.array(r(x=x)["y0"])
+  np.testing.assert_allclose(one, ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
+  for threads in (2, 3):
+    r.threads = threads
+    assert np.array_equal(np.array(r(x=x)["y0"]), one), f"{threads} threads differ from one"
 
 
 def test_the_search_measures_micro_kernel_candidates_only_where_the_target_may_use_them(monkeypatch):
@@ -136,8 +200,41 @@ def test_the_search_measures_micro_kernel_candidates_only_where_the_target_may_u
   graph = import_onnx(_conv_model(x, R.standard_normal((64, 64, 3, 3)).astype(np.float32), {"pads": [1, 1, 1, 1]}))
   offered = []
   monkeypatch.setattr(search, "conv_strategy", lambda sig, default, cands, measure: offered.append(cands) or cands[0])
-  monkeypatch.delenv(config.GEMM_ENV, raising=False)
-  for threads in ("1", "2"):
-    monkeypatch.setenv(config.THREADS_ENV, threads)
+  for mode in ("auto", "blas"):
+    monkeypatch.setenv(config.GEMM_ENV, mode)
     measured_conv_strategies(graph, {"x": Spec(x.shape, x.dtype)}, "CPU", {})
   assert [any(c.endswith(conv.MICRO) for c in cands) for cands in offered] == [True, False]
+
+
+@pytest.mark.parametrize("op,xs,ws,attrs", [
+  ("MatMul", (37, 70), (70, 45), {}),
+  ("MatMul", (2, 3, 29, 40), (40, 64), {}),                              # batched activations, one weight matrix
+  ("Gemm", (50, 33), (33, 70), {"alpha": 0.5, "beta": 2.0}),             # alpha folded into the packed weights
+  ("Gemm", (33, 50), (70, 33), {"transA": 1, "transB": 1}),              # A read down its columns, B laid out (N, K)
+  ("MatMul", (16, 2 * gemm.KC + 5), (2 * gemm.KC + 5, 96), {}),          # several K blocks, two balanced row panels
+])
+def test_matmuls_by_constant_weights_run_on_the_micro_kernel_and_match_onnxruntime(monkeypatch, op, xs, ws, attrs):
+  monkeypatch.delenv(config.GEMM_ENV, raising=False)
+  monkeypatch.setenv(config.THREADS_ENV, "1")
+  x = R.standard_normal(xs).astype(np.float32)
+  consts = {"w": (R.standard_normal(ws) * 0.1).astype(np.float32)}
+  if op == "Gemm":
+    consts["c"] = R.standard_normal(ws[0] if attrs.get("transB") else ws[1]).astype(np.float32)
+  model = tiny_model(op, {"x": x}, attrs=attrs, consts=consts)
+  r = OnnxRunner(model)
+  [k] = [k for k in r.program.kernels if k.tags.get("gemm")]
+  assert k.tags["gemm"] == "micro" and "pm_gemm_b(" in k.source and "sgemm" not in str(k.params)
+  first = {n: np.array(v) for n, v in r(x=x).items()}
+  np.testing.assert_allclose(first["y0"], ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
+  again = r(x=x)
+  assert all(np.array_equal(first[n], again[n]) for n in first)
+
+
+def test_a_matmul_by_run_time_weights_stays_on_sgemm(monkeypatch):
+  monkeypatch.delenv(config.GEMM_ENV, raising=False)
+  monkeypatch.setenv(config.THREADS_ENV, "1")
+  a, b = R.standard_normal((40, 50)).astype(np.float32), R.standard_normal((50, 64)).astype(np.float32)
+  model = tiny_model("MatMul", {"a": a, "b": b})
+  r = OnnxRunner(model)
+  assert [k.tags.get("gemm") for k in r.program.kernels if k.tags.get("gemm")] == ["blas"]
+  np.testing.assert_allclose(r(a=a, b=b)["y0"], a @ b, rtol=1e-4, atol=1e-4)
