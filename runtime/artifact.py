@@ -11,9 +11,12 @@ Loading trusts nothing in the file:
 - the program is rendered again from the stored graph by this runtime's own compiler (stored C is never
   compiled), and its program key (which covers every kernel's source, the plan and the weights) must equal the
   stored one, so a tampered graph, plan, source or weight is refused;
+- the measured search's choices are the stored program's own records, replayed (search.py): loading measures
+  nothing, and a record names only one of the candidates the compiler offers, each of which computes the same
+  values, so a tampered record can at most pick another correct program (whose key then differs);
 - the device target must be the loading device's (a CPU artifact is refused on USB+AMD and vice versa);
-- with `model=`, the program that model compiles to must be the artifact's: same program key, same weights
-  (the real ones, not a header string).
+- with `model=`, the program that model compiles to (with the artifact's search choices) must be the artifact's:
+  same program key, same weights (the real ones, not a header string).
 """
 from __future__ import annotations
 
@@ -55,7 +58,7 @@ def save(program: Program, path: str, *, model_hash: str = "", entry_key: str = 
                 "consts": {n: f"c{i}.npy" for i, n in enumerate(names)}},
       "program": {"kernels": [k.to_json() for k in program.kernels], "bufs": {b: r.to_json() for b, r in program.bufs.items()},
                   "plan": {b: [d, o] for b, (d, o) in program.plan.offsets.items()},
-                  "scratch_bytes": program.scratch_bytes},
+                  "scratch_bytes": program.scratch_bytes, "search": program.search_records},
   }
   d = os.path.dirname(os.path.abspath(path))
   os.makedirs(d, exist_ok=True)
@@ -161,8 +164,12 @@ def load(path, *, device: str = "CPU", backend: str = "compiled", model=None, la
   config = header.get("codegen_config")
   if not isinstance(config, dict):
     raise ArtifactError(f"{path}: codegen_config is not an object")
+  stored = header.get("program")
+  replay = stored.get("search", {}) if isinstance(stored, dict) else None   # none: a program nothing was searched for
+  if not isinstance(replay, dict):
+    raise ArtifactError(f"{path}: the program's search records are not an object")
   try:
-    program = build_program(graph, device, config, backend, passes=False)
+    program = build_program(graph, device, config, backend, passes=False, replay=replay)
   except ArtifactError:
     raise
   except Exception as e:  # a tampered graph that no longer lowers
@@ -174,7 +181,7 @@ def load(path, *, device: str = "CPU", backend: str = "compiled", model=None, la
                         f"(tampered, damaged, or built by another runtime)")
   if model is not None:
     model_hash, model_graph = model
-    expect = build_program(model_graph, device, config, backend)
+    expect = build_program(model_graph, device, config, backend, replay=replay)
     if weights_digest(expect.consts) != header.get("weights_digest"):
       raise ArtifactError(f"{path}: model_hash / weights: the artifact's weights are not the given model's "
                           f"(header claims model_hash {str(header.get('model_hash'))[:16]}..., the model is "

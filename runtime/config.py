@@ -1,5 +1,8 @@
 """Everything the runtime reads from its environment, in one place (each variable is in README.md's table).
 
+The measured search (search.py) is on by default within a time budget per program build: PYMODELD_SEARCH=0 turns
+it off, PYMODELD_SEARCH_BUDGET_S sets the budget.
+
 Values are read when asked for, not at import, so a process (or a test) that changes its environment is seen.
 A malformed value is a ValueError naming the variable. The runtime dir (where the USB+AMD simulator's presence
 and fault files live) is not derived from anything of ours: the caller names it with set_runtime_dir() (a path
@@ -14,6 +17,10 @@ CACHE_DIR_ENV = "PYMODELD_CACHE_DIR"
 DISK_CACHE_ENV = "PYMODELD_DISK_CACHE"
 THREADS_ENV = "PYMODELD_RUNTIME_THREADS"
 SEARCH_ENV = "PYMODELD_SEARCH"
+SEARCH_BUDGET_ENV = "PYMODELD_SEARCH_BUDGET_S"
+# seconds one program build may spend searching (compiling and timing candidates): a resnet50-sized model's cold
+# search stays within half a minute, and the choices it could not reach are searched by later builds
+DEFAULT_SEARCH_BUDGET_S = 20.0
 RUNTIME_DIR_ENV = "PYMODELD_RUNTIME_DIR"
 CPU_LRU_ENV = "PYMODELD_CPU_LRU_BYTES"
 USB_PRESENT_ENV = "PYMODELD_USB_AMD"
@@ -37,8 +44,8 @@ DEFAULT_CACHE_MAX_MB = 512
 CPU_TARGETS = {"x86-64": 16, "x86-64-v2": 16, "x86-64-v3": 32, "x86-64-v4": 64}
 
 # every variable read below (tests/test_env.py checks README.md's table against this)
-VARIABLES = ("DEV", "JIT", "CC", CACHE_DIR_ENV, DISK_CACHE_ENV, THREADS_ENV, SEARCH_ENV, RUNTIME_DIR_ENV, CPU_LRU_ENV,
-             USB_PRESENT_ENV, USB_FAULT_ENV, USB_VRAM_ENV, USB_LRU_ENV, USB_BANDWIDTH_ENV, USB_LATENCY_ENV,
+VARIABLES = ("DEV", "JIT", "CC", CACHE_DIR_ENV, DISK_CACHE_ENV, THREADS_ENV, SEARCH_ENV, SEARCH_BUDGET_ENV, RUNTIME_DIR_ENV,
+             CPU_LRU_ENV, USB_PRESENT_ENV, USB_FAULT_ENV, USB_VRAM_ENV, USB_LRU_ENV, USB_BANDWIDTH_ENV, USB_LATENCY_ENV,
              MEMORY_BUDGET_ENV, CPU_TARGET_ENV, CACHE_MAX_ENV, ARENA_CHECK_ENV, GEMM_ENV)
 
 _runtime_dir: str | Callable[[], str] | None = None
@@ -116,8 +123,22 @@ def disk_cache_enabled() -> bool:
 
 
 def search_enabled() -> bool:
-  """Opt-in measured search of kernel schedules (like tinygrad's BEAM); results are cached on disk."""
-  return _flag(SEARCH_ENV, False)
+  """The measured search of conv strategies and loop schedules (search.py, like tinygrad's BEAM): on unless
+  PYMODELD_SEARCH is 0/false/no. It runs when a program is built, within search_budget_s(), and its results are
+  cached on disk per kernel and CPU, so a model's later starts measure nothing."""
+  return _flag(SEARCH_ENV, True)
+
+
+def search_everything() -> bool:
+  """PYMODELD_SEARCH set to 1/true/yes, not left to its default: every choice is searched, however small its kernel
+  (by default only kernels whose work can pay for their measurement are)."""
+  return _get(SEARCH_ENV) is not None and _flag(SEARCH_ENV, True)
+
+
+def search_budget_s() -> float:
+  """Seconds of searching one program build may spend (PYMODELD_SEARCH_BUDGET_S; 0: only results already cached
+  are used). An item being measured when it runs out is finished; no new one starts."""
+  return _float(SEARCH_BUDGET_ENV, DEFAULT_SEARCH_BUDGET_S)
 
 
 def gemm_mode() -> str:

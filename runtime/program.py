@@ -16,7 +16,6 @@ OpenCL device runs as a host step between its enqueues (cl_device.py), and float
 from __future__ import annotations
 
 import os
-import time
 import weakref
 from collections import OrderedDict
 from typing import Callable
@@ -25,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import blas, compiler, config, search
+from . import config as config_mod   # build_program and CompileCache name their codegen config `config`
 from .cache import DEFAULT_KERNELS, KernelCache
 from .codegen import conv as _conv  # noqa: F401  (registers Conv, Gemm, MatMul)
 from .codegen import lower as lowering
@@ -141,6 +141,9 @@ class Program:
   held: dict = field(default_factory=dict)   # held name -> Spec
   machine_target: str = ""                   # Target.name: part of every kernel's machine-code key
   program_key: str = ""
+  # the measured search's record of every choice it made or left for lack of budget, by key (search.py); a
+  # program rendered again from its artifact replays them
+  search_records: dict = field(default_factory=dict)
   # kernel cache -> its loaded kernels (in process only; weak, as an id() key let a new cache at a dead one's
   # address take the dead one's kernels and never store them itself)
   loaded: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
@@ -180,7 +183,7 @@ def program_key(p: Program) -> str:
                 {n: [list(s.shape), s.dtype.str] for n, s in p.inputs.items()}, p.outputs,
                 {b: r.to_json() for b, r in p.bufs.items()}, p.input_bufs, p.held_bufs, p.output_place,
                 {b: [d, o] for b, (d, o) in sorted(p.plan.offsets.items())}, [p.scratch_bytes, p.scratch_offsets],
-                [k.to_json() for k in p.kernels], weights_digest(p.consts))
+                [k.to_json() for k in p.kernels], weights_digest(p.consts), p.search_records)
 
 
 def weights_digest(consts: dict[str, np.ndarray]) -> str:
@@ -204,15 +207,18 @@ def run_passes(graph: Graph, config: dict) -> tuple[Graph, dict[str, Spec]]:
 
 
 def lower(graph: Graph, specs: dict[str, Spec], config: dict, target: Target,
-          force_conv: dict | None = None) -> lowering.Lowered:
+          force_conv: dict | None = None, node_tags: dict | None = None) -> lowering.Lowered:
+  """force_conv: a Conv's strategy by its output name; node_tags: tags by an op's output name, carried by the
+  kernel that computes it (the search's record of a conv)."""
   rules = {} if target.backend == "reference" else RULES
-  return lowering.lower(graph, specs, config, {**target.lowering(), "force_conv": force_conv or {}}, rules)
+  return lowering.lower(graph, specs, config, {**target.lowering(), "force_conv": force_conv or {},
+                                               "node_tags": node_tags or {}}, rules)
 
 
-def optimise(lowered: lowering.Lowered, target: Target, measure: bool = False) -> list:
+def optimise(lowered: lowering.Lowered, target: Target, session: search.Session | None = None) -> list:
   """Per kernel: the kernel with its loop nests' schedules: (kernel, [(LoopKernel, Schedule), ...]).
-  measure=True lets the search (search.py) replace each loop kernel's heuristic schedule by a measured one."""
-  consts = {n: bi.array for n, bi in lowered.bufs.items() if bi.role == "const"} if measure else {}
+  A search session (search.py) replaces loop kernels' heuristic schedules by measured ones, and tags each kernel it
+  decided with its record (tags["search"]["schedule"])."""
   out = []
   for k in lowered.kernels:
     if target.backend == "opencl" and not isinstance(k, HostKernel):   # the schedule is the renderer's (render_cl)
@@ -224,19 +230,26 @@ def optimise(lowered: lowering.Lowered, target: Target, measure: bool = False) -
       out.append((k, []))
     elif isinstance(k, LoopKernel):
       lk, sched = opt.optimise(k, target.vl)
-      if measure:
-        sched = search.best_schedule(lk, sched, target.name, consts)
       out.append((lk, [(lk, sched)]))
     else:
       nests = [opt.optimise(lk, target.vl, narrow=False) for lk in list(k.packs) + ([k.epilogue] if k.epilogue else [])]
       out.append((k, nests))
+  if session is not None and target.backend == "compiled":
+    loops = [i for i, (k, _) in enumerate(out) if isinstance(k, LoopKernel)]
+    consts = {n: bi.array for n, bi in lowered.bufs.items() if bi.role == "const"}
+    chosen = search.best_schedules(session, [(out[i][0], out[i][1][0][1]) for i in loops], target.name, consts)
+    for i, (sched, record) in zip(loops, chosen):
+      lk = out[i][0]
+      if record is not None:
+        lk.tags = {**lk.tags, "search": {**lk.tags.get("search", {}), "schedule": record}}
+      out[i] = (lk, [(lk, sched)])
   return out
 
 
 def render_kernels(scheduled: list, target: Target, lowered: lowering.Lowered) -> list[KernelSpec]:
   specs = []
   for k, nests in scheduled:
-    tags = {key: v for key, v in k.tags.items() if key in ("ops", "strategy", "band_rows", "gemm")}
+    tags = {key: v for key, v in k.tags.items() if key in ("ops", "strategy", "band_rows", "gemm", "search")}
     if isinstance(k, HostKernel):
       ins = [[p[0].name, int(p[1])] if p is not None else None for p in k.ins]
       outs = [[b.name, int(off)] for b, off in k.outs]
@@ -260,9 +273,12 @@ def render_kernels(scheduled: list, target: Target, lowered: lowering.Lowered) -
 
 
 def build_program(graph: Graph, device: str = "CPU", config: dict | None = None, backend: str = "compiled",
-                  *, passes: bool = True, force_conv: dict | None = None, measure: bool | None = None) -> Program:
+                  *, passes: bool = True, force_conv: dict | None = None, measure: bool | None = None,
+                  replay: dict | None = None) -> Program:
   """passes -> lower -> optimise -> render. passes=False takes a graph the passes already ran on.
-  measure (default: env PYMODELD_SEARCH) times alternative conv strategies and loop schedules (search.py)."""
+  measure (default: config.search_enabled(), on unless PYMODELD_SEARCH=0) times alternative conv strategies and
+  loop schedules within the search budget (search.py). replay: a program's search_records, which it is rendered
+  with again (as it was stored: nothing is measured or read from the search cache)."""
   config = {**CODEGEN_DEFAULTS, **(config or {})}
   target = target_for(device, backend)
   if passes:
@@ -270,10 +286,12 @@ def build_program(graph: Graph, device: str = "CPU", config: dict | None = None,
   else:  # the passes already ran on this graph (an artifact's): only infer the specs again
     graph, specs, _ = fold_constants(graph)
   measure = search_enabled() if measure is None else measure
-  if measure and backend == "compiled" and force_conv is None:
-    force_conv = measured_conv_strategies(graph, specs, device, config)
-  lowered = lower(graph, specs, config, target, force_conv)
-  scheduled = optimise(lowered, target, measure and backend == "compiled")
+  session, node_tags = None, {}
+  if backend == "compiled" and force_conv is None and (measure or replay is not None):
+    session = search.Session(target.name, replay)
+    force_conv, node_tags = measured_conv_strategies(graph, specs, device, config, session)
+  lowered = lower(graph, specs, config, target, force_conv, node_tags)
+  scheduled = optimise(lowered, target, session)
   kernels = render_kernels(scheduled, target, lowered)
   bufs, consts, scratch_offsets = {}, {}, {}
   used = {b.name for k, _ in scheduled for b in lowering.kernel_bufs(k)}
@@ -302,7 +320,8 @@ def build_program(graph: Graph, device: str = "CPU", config: dict | None = None,
               input_bufs=dict(lowered.input_bufs), held_bufs=dict(lowered.held_bufs), output_place=output_place,
               plan=lowered.plan, scratch_bytes=lowered.scratch_bytes, scratch_offsets=scratch_offsets, kernels=kernels,
               target=target.program_name, backend=backend, config=config, graph=graph, metadata=dict(graph.metadata),
-              held=dict(graph.held), machine_target=target.name)
+              held=dict(graph.held), machine_target=target.name,
+              search_records=dict(session.records) if session is not None else {})
   p.program_key = program_key(p)
   return p
 
@@ -311,36 +330,93 @@ def search_enabled() -> bool:
   return config.search_enabled()
 
 
-def measured_conv_strategies(graph: Graph, specs: dict, device: str, cfg: dict) -> dict:
-  """Per Conv (by output name): the strategy search.py measured fastest as a one-conv program."""
-  out = {}
+def measured_conv_strategies(graph: Graph, specs: dict, device: str, cfg: dict,
+                             session: search.Session | None = None) -> tuple[dict, dict]:
+  """Per Conv (by output name): the strategy the search decided (the fastest measured as a one-conv program, or a
+  known result), and the tags its kernel carries (the search's record). Convs are looked up largest first, so the
+  budget goes where the work is."""
+  session = session or search.Session(target_for(device).name)
+  micro = target_for(device).gemm != "blas"   # the conv GEMMs may run on the generated micro-kernel
+  convs = []
   for n in graph.nodes:
     if n.op != "Conv" or n.inputs[1] not in graph.consts:
       continue
     x, w = specs[n.inputs[0]], graph.consts[n.inputs[1]]
-    consts = {i: graph.consts[i] for i in n.inputs[1:] if i}
-    one = Graph({n.inputs[0]: x}, [n.outputs[0]], [n], consts, {}, graph.opset)
     taps = int(np.prod(w.shape[2:]))
     pointwise = taps == 1 and not any(n.attrs.get("pads", [])) and all(s == 1 for s in n.attrs.get("strides", [1]))
     group = int(n.attrs.get("group", 1))
     cands = ["direct"] + (["direct_cm"] if group == 1 and w.shape[0] >= 16 else []) + \
         ["pointwise" if pointwise else "im2col"]
-    if target_for(device).gemm != "blas":  # the same GEMM through the generated micro-kernel, where the target may use it
+    if micro:  # the same GEMM through the generated micro-kernel, where the target may use it
       cands.append(cands[-1] + _conv.MICRO)
     signature = {"x": [list(x.shape), x.dtype.str], "w": list(w.shape), "attrs": n.attrs, "device": device}
+    convs.append((_conv_work(n, x, w, specs), n, signature, cands))
+  convs.sort(key=lambda c: -c[0])   # stable: equal work keeps graph order
+  keys = [search.conv_key(signature, session.target_name) for _, _, signature, _ in convs]
+  # the convs this build may measure (the progress lines' total), and those the budget left
+  unknown = {key for key, (work, _, _, cands) in zip(keys, convs)
+             if session.measure and session.worth(work, cands) and session.lookup(key, cands, "strategy") is None}
+  force, tags, start, left = {}, {}, session.measured, set()
+  for key, (work, n, signature, cands) in zip(keys, convs):
+    m = search.Measure(session, work, _conv_timer(graph, n, specs, device, cfg, cands))
+    before = session.measured
+    choice = search.conv_strategy(signature, "", cands, m)
+    if choice:
+      force[n.outputs[0]] = choice
+    if m.record is not None:
+      tags[n.outputs[0]] = {"search": {"strategy": m.record}}
+      if m.record == search.LEFT:
+        left.add(key)
+    if session.measured > before:
+      done = session.measured - start
+      session.progress(done, len(unknown), "conv strategies", last=done == len(unknown))
+  session.spent(len(left), len(unknown), "conv strategies")
+  return force, tags
 
-    def measure(strategy, one=one, name=n.outputs[0], xin=n.inputs[0]):
-      p = build_program(one, device, cfg, passes=False, force_conv={name: strategy}, measure=False)
-      linked = link(p)
-      linked.inputs[xin][...] = np.random.default_rng(0).standard_normal(linked.inputs[xin].shape)
-      linked.run()
-      best = float("inf")
-      for _ in range(search.RUNS):
-        t0 = time.perf_counter()
-        linked.run()
-        best = min(best, time.perf_counter() - t0)
-      return best
-    out[n.outputs[0]] = search.conv_strategy(signature, "", cands, measure)
+
+def _conv_work(n: Node, x: Spec, w: np.ndarray, specs: dict) -> int:
+  """Multiply-adds of a Conv: output elements times the window each one sums (its group's channels x taps)."""
+  y = specs.get(n.outputs[0])
+  outs = int(np.prod(y.shape)) if y is not None else int(np.prod(x.shape)) // max(1, x.shape[1]) * w.shape[0]
+  return outs * int(np.prod(w.shape[1:]))
+
+
+def _conv_timer(graph: Graph, n: Node, specs: dict, device: str, cfg: dict, cands: list[str]) -> Callable[[str], float]:
+  """measure(strategy) -> seconds of a one-conv program. The first call builds every candidate's program and
+  compiles their kernels in one parallel batch; a candidate that does not build raises (and is not chosen)."""
+  x, name, xin = specs[n.inputs[0]], n.outputs[0], n.inputs[0]
+  one = Graph({xin: x}, [name], [n], {i: graph.consts[i] for i in n.inputs[1:] if i}, {}, graph.opset)
+  programs: dict = {}
+  state = {"built": False, "best": float("inf")}
+
+  def build_all():
+    state["built"] = True
+    for s in cands:
+      try:
+        programs[s] = build_program(one, device, cfg, passes=False, force_conv={name: s}, measure=False)
+      except Exception:  # noqa: BLE001  (a candidate that does not build is simply not chosen)
+        continue
+    try:   # link() then finds them in memory; on a failure each candidate compiles (or fails) on its own
+      for target, srcs in _sources_by_target(programs.values()).items():
+        DEFAULT_KERNELS.get_many(srcs, target)
+    except Exception:  # noqa: BLE001
+      pass
+
+  def measure(strategy: str) -> float:
+    if not state["built"]:
+      build_all()
+    linked = link(programs[strategy])
+    linked.inputs[xin][...] = np.random.default_rng(0).standard_normal(linked.inputs[xin].shape)
+    t = search.time_runs(linked.run, state["best"])
+    state["best"] = min(state["best"], t)
+    return t
+  return measure
+
+
+def _sources_by_target(programs) -> dict:
+  out: dict = {}
+  for p in programs:
+    out.setdefault(p.machine_target, []).extend((k.source, k.name) for k in p.kernels if k.kind == "c")
   return out
 
 
@@ -361,7 +437,10 @@ class CompileCache:
     self.stats = self.kernels.stats
     self.program_hits = self.program_misses = 0
 
-  def get(self, graph: Graph, config: dict | None = None, device: str = "CPU", backend: str = "compiled") -> Program:
+  def get(self, graph: Graph, config: dict | None = None, device: str = "CPU", backend: str = "compiled",
+          measure: bool | None = False) -> Program:
+    """measure: as build_program's. Off unless asked for: an eager Tensor realization (tensor.py) builds a new small
+    graph at a time, which a search would cost more than it runs; model programs (program_for) ask for the default."""
     config = {**CODEGEN_DEFAULTS, **(config or {})}
     key = graph_key(graph, config, target_for(device, backend).name)
     self.last_key = key
@@ -371,7 +450,7 @@ class CompileCache:
       self.programs.move_to_end(key)
     else:
       self.program_misses += 1
-      p = build_program(graph, device, config, backend)
+      p = build_program(graph, device, config, backend, measure=measure)
       self.programs[key] = p
       while len(self.programs) > self.max_programs:
         self.programs.popitem(last=False)
@@ -382,15 +461,20 @@ class CompileCache:
     """(program, its source graph, model hash, where it came from): the one lookup order of a program. An `entry`
     of the program cache (runtime.program_cache: a model file's or a named graph's, None without one) is looked up
     in this process ('memory'), then on disk ('program cache'; the graph is then the program's own); on a miss
-    `build()` gives (graph, model hash), its program is built ('built') and stored under the entry in both."""
+    `build()` gives (graph, model hash), its program is built ('built') and stored under the entry in both. A program
+    from disk whose search the budget cut short is built again while search is on: the build reuses every stored
+    result and searches what was left, so the results accumulate across starts."""
     if entry is not None:
       known = self.recall(entry.key)
       program, model_hash = known if known is not None else (entry.load(), entry.model_hash)
+      if program is not None and known is None and search.pending(program.search_records) and search_enabled() \
+         and config_mod.search_budget_s() > 0:
+        program = None
       if program is not None:
         self.remember(entry.key, program, model_hash)
         return program, program.graph, model_hash, "memory" if known is not None else "program cache"
     graph, model_hash = build()
-    program = self.get(graph, config, device, backend)
+    program = self.get(graph, config, device, backend, measure=None)
     if entry is not None:
       entry.store(program, model_hash)
       self.remember(entry.key, program, model_hash)

@@ -9,6 +9,11 @@ import pytest
 from msgq.namespace import Namespace, runtime_dir
 from runtime import config as runtime_config
 
+# the measured search is on by default; the suite builds hundreds of programs and checks the heuristics' paths, so
+# it runs (and its children inherit) PYMODELD_SEARCH=0 (the runtime reads it at each build, not at import); the
+# search's own tests turn it on for themselves
+os.environ.setdefault("PYMODELD_SEARCH", "0")
+
 # the runtime does not import msgq: tests name the simulator's runtime dir as the daemons do (it follows
 # OPENPILOT_PREFIX, so each test's namespace has its own presence and fault files)
 runtime_config.set_runtime_dir(runtime_dir)

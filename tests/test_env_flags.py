@@ -24,7 +24,7 @@ def test_unset_or_empty_flags_are_their_defaults(monkeypatch):
   for name in ("ZMQ", "SIMULATION", "JIT", "PYMODELD_SEARCH", "PYMODELD_DISK_CACHE"):
     monkeypatch.setenv(name, "")
   assert not ipc.zmq_enabled() and not SubMaster(["carState"]).simulation
-  assert runtime_config.jit_enabled() and runtime_config.disk_cache_enabled() and not runtime_config.search_enabled()
+  assert runtime_config.jit_enabled() and runtime_config.disk_cache_enabled() and runtime_config.search_enabled()
 
 
 def test_a_word_outside_the_dialect_is_an_error_naming_the_variable(monkeypatch):

@@ -302,8 +302,8 @@ class Lowerer:
         outs = self._fallback(node, specs, consts)
       for name, lz in zip(node.outputs, outs):
         if name:
-          if lz.view is None:
-            lz.tags = {**lz.tags, "ops": lz.tags.get("ops", []) + [node.op]}
+          if lz.view is None:   # node_tags: what the caller tells the kernel computing this value to carry
+            lz.tags = {**lz.tags, "ops": lz.tags.get("ops", []) + [node.op], **self.target.get("node_tags", {}).get(name, {})}
           self._produced(name, lz)
     output_place = {}
     for o in self.graph.outputs:
