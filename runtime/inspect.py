@@ -2,6 +2,13 @@
 the kernel count, each kernel's fused ops, strategy and loop schedules, every op that fell back to its reference
 kernel, the weights and the planned arena. --source N prints the C of kernel N.
 
+The program is built as a run builds it, so the measured search (on by default, within PYMODELD_SEARCH_BUDGET_S;
+PYMODELD_SEARCH=0 turns it off) runs, or reuses the results it cached. Each choice it made shows what it measured:
+a conv's strategy as "strategy im2col+micro [searched: im2col+micro 1.20 ms, im2col 1.50 ms, direct 3.00 ms]", a
+loop schedule as "[tile i4x16 up i3x4] [searched: tile i4x16 up i3x4 12.0 us vs heuristic tile i4x16 15.0 us, 11
+timed]". Every other choice is the heuristics', marked "[heuristic]" ("[heuristic: search budget spent]" where the
+budget ran out before it; a later build searches it).
+
 Only devices that run generated code have a program to show (CPU, USB+AMD); REF runs every op on its numpy
 reference kernel and has none. Any bad file or argument is one line on stderr and exit 2. The daemons' composed
 frame programs (warp + model) are built above the runtime, so they are shown by `python -m daemons.inspect`,
@@ -12,6 +19,7 @@ import argparse
 import sys
 from collections import Counter
 
+from . import search
 from .device import DeviceUnavailable, canonical_name
 from .errors import RuntimeCoreError
 from .onnx_import import import_onnx
@@ -57,18 +65,69 @@ def describe_program(program: Program, title: str, model_ops: Counter | None = N
   lang = "OpenCL C" if program.backend == "opencl" else "C"
   lines.append(f"kernels: {len(program.kernels)} ({n_c} generated {lang}, {len(fb)} fallback)")
   lines.append("fallback ops: " + (", ".join(f"{op}={c}" for op, c in sorted(Counter(fb).items())) if fb else "none"))
+  lines.append(search_summary(program))
   for i, k in enumerate(program.kernels):
     ops = "+".join(k.tags.get("ops", [])) or "copy"
-    strat = k.tags.get("strategy", "")
-    sched = ", ".join(k.tags.get("schedules", []))
-    what = "FALLBACK (reference kernel)" if k.kind == "host" else f"{strat + ' ' if strat else ''}[{sched}]"
-    lines.append(f"  {i:3d} {ops:40s} {what}")
+    lines.append(f"  {i:3d} {ops:40s} {'FALLBACK (reference kernel)' if k.kind == 'host' else kernel_choices(k, program)}")
   weights = sum(a.nbytes for a in program.consts.values())
   lines.append(f"weights: {weights:,} bytes")
   lines.append(f"planned arena: {program.arena_bytes:,} bytes (intermediates "
                f"{program.plan.arena_bytes.get('arena', 0):,} + scratch {program.scratch_bytes:,}; "
                f"unplanned intermediates would take {program.plan.naive_bytes:,})")
   return "\n".join(lines)
+
+
+def _duration(s: float) -> str:
+  return f"{s * 1e6:.1f} us" if s < 1e-3 else f"{s * 1e3:.2f} ms" if s < 1 else f"{s:.2f} s"
+
+
+def _note(record: dict | None) -> str:
+  """What a choice came from, for one without a measured result."""
+  return "[heuristic: search budget spent]" if record == search.LEFT else "[heuristic]"
+
+
+def kernel_choices(k, program: Program) -> str:
+  """A kernel's strategy and schedules, each with the search's measurements or marked as the heuristics'."""
+  found = k.tags.get("search", {}) if isinstance(k.tags.get("search"), dict) else {}
+  parts = []
+  strat = k.tags.get("strategy", "")
+  if strat:
+    rec = found.get("strategy")
+    if isinstance(rec, dict) and "times" in rec:
+      ranked = sorted(rec["times"].items(), key=lambda kv: kv[1])
+      parts.append(f"strategy {rec['strategy']} [searched: {', '.join(f'{c} {_duration(t)}' for c, t in ranked)}]")
+    else:
+      parts.append(f"strategy {strat} {_note(rec)}")
+  scheds = k.tags.get("schedules", [])
+  text = f"[{', '.join(scheds)}]"
+  if program.backend != "compiled":   # OpenCL's work-items are the renderer's: nothing to search
+    parts.append(text)
+  else:
+    rec = found.get("schedule")
+    if isinstance(rec, dict) and "times" in rec:
+      times, heur = rec["times"], rec.get("heuristic")
+      if heur == rec["choice"]:
+        parts.append(f"{text} [searched: the heuristic's is fastest, {_duration(times[heur])}, {len(times)} timed]")
+      else:
+        versus = f" vs heuristic {heur} {_duration(times[heur])}" if heur in times else ""
+        parts.append(f"{text} [searched: {rec['choice']} {_duration(times[rec['choice']])}{versus}, {len(times)} timed]")
+    else:
+      parts.append(f"{text} {_note(rec)}")
+  return " ".join(parts)
+
+
+def search_summary(program: Program) -> str:
+  """One line: how many choices the search measured or took from its cache, and how many the budget left."""
+  if program.backend != "compiled":
+    return "search: none (this device's schedules are the renderer's)"
+  recs = program.search_records.values()
+  left = sum(1 for r in recs if r == search.LEFT)
+  if not program.search_records:
+    return ("search: no choice searched (each kernel is too small to pay for measuring, or PYMODELD_SEARCH=0): every "
+            "choice is the heuristics'")
+  done = len(program.search_records) - left
+  return (f"search: {done} choice{'s' if done != 1 else ''} measured (now or cached earlier)"
+          + (f", {left} left to the heuristics when the budget was spent (a later build searches them)" if left else ""))
 
 
 def kernel_source(program: Program, index: int) -> str:

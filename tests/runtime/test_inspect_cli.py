@@ -1,6 +1,7 @@
 """python -m runtime.inspect: a bad model file or a wrong flag is one line on stderr and exit 2 (never a
 traceback), and REF, which has no generated code, is not shown as if it had."""
 import os
+import re
 import subprocess
 import sys
 
@@ -12,9 +13,9 @@ from rt_helpers import node_model
 from repo_paths import REPO_ROOT
 
 
-def inspect_cli(*args, timeout=120):
+def inspect_cli(*args, timeout=120, env=None):
   return subprocess.run([sys.executable, "-m", "runtime.inspect", *map(str, args)], capture_output=True, text=True,
-                        timeout=timeout, cwd=REPO_ROOT)
+                        timeout=timeout, cwd=REPO_ROOT, env={**os.environ, **(env or {})})
 
 
 def one_line_exit_2(proc, *needles):
@@ -90,3 +91,23 @@ def test_the_help_points_to_the_daemons_frame_programs():
   proc = inspect_cli("--help")
   assert proc.returncode == 0 and "python -m daemons.inspect" in proc.stdout
   assert os.path.isfile(os.path.join(REPO_ROOT, "daemons", "inspect.py"))
+
+
+def test_each_choice_shows_whether_the_search_measured_it_and_what_it_measured(tmp_path):
+  path = tmp_path / "conv.onnx"
+  x, z = np.zeros((1, 8, 12, 12), np.float32), np.zeros((64, 256), np.float32)
+  w = np.random.default_rng(0).standard_normal((16, 8, 3, 3)).astype(np.float32)
+  path.write_bytes(node_model([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+                               helper.make_node("ReduceSum", ["z", "a"], ["s"], keepdims=0)],
+                              {"x": x, "z": z}, {"w": w, "a": np.array([1], np.int64)}, outputs=("c", "s")))
+  env = {"PYMODELD_CACHE_DIR": str(tmp_path / "cache"), "PYMODELD_SEARCH": "1"}   # 1: however small the kernels
+  proc = inspect_cli(path, env=env)
+  assert proc.returncode == 0, proc.stderr
+  [conv] = [line for line in proc.stdout.splitlines() if " Conv " in line]
+  assert re.search(r"strategy (direct|direct_cm|im2col)\S* \[searched: \S+ [\d.]+ [um]?s, \S+ [\d.]+ [um]?s", conv), conv
+  [reduce] = [line for line in proc.stdout.splitlines() if " ReduceSum " in line]
+  assert re.search(r"\] \[searched: .* [\d.]+ [um]?s.*, \d+ timed\]$", reduce), reduce   # its vector tiling, measured
+  assert re.search(r"^search: \d+ choices? measured", proc.stdout, re.M), proc.stdout
+  proc = inspect_cli(path, env={**env, "PYMODELD_SEARCH": "0"})
+  assert proc.returncode == 0 and "[searched" not in proc.stdout, proc.stdout
+  assert "search: no choice searched" in proc.stdout and "[heuristic]" in proc.stdout
