@@ -1,11 +1,12 @@
 """numpy's bundled OpenBLAS reached through ctypes: its thread count, and sgemm for the numpy kernels and for
 the generated code (which gets the function pointer at link time).
 
-Why: on a 2-core machine shared with other processes, a multi-threaded BLAS waits for a descheduled
-worker thread on every call, which made whole models several times slower; the runtime therefore runs its
-kernels with an explicit thread count (default 1, env PYMODELD_RUNTIME_THREADS, set when the library is first
-loaded; OnnxRunner(threads=) sets its own before each run). Where the library cannot
-be found, `set_threads` is a no-op and `available()` is False.
+OpenBLAS always runs on one thread here (set when the library is first loaded, and again before each run of a
+program). Why: its idle workers spin after each call, and on a machine with few cores they took the cores from the
+runtime's own worker pool, which splits kernels, the micro-kernel GEMM and large sgemm calls (in column blocks,
+each one single-threaded sgemm) across the program's threads; two thread pools made 2 threads slower than one. On a
+2-core machine shared with other processes, a multi-threaded BLAS also waited for a descheduled worker on every
+call. Where the library cannot be found, `set_threads` is a no-op and `available()` is False.
 
 `gemm_call` binds a float32 C = A @ B + beta * C on fixed arrays straight to cblas_sgemm: numpy's matmul
 has no beta, and accumulating GEMMs (beta = 1) save a temporary and an add pass per call. Where sgemm
@@ -18,7 +19,6 @@ import os
 
 import numpy as np
 
-from . import config
 
 _lib = None
 _set = _get = _sgemm = None
@@ -43,7 +43,7 @@ def _load():
       if s is not None and g is not None:
         s.argtypes, g.restype = [ctypes.c_int], ctypes.c_int
         _lib, _set, _get = lib, s, g
-        s(config.runtime_threads())  # from the first use on: never OpenBLAS's own default of one per core
+        s(1)  # from the first use on: never OpenBLAS's own default of one per core
         cblas = "scipy_cblas_sgemm" if prefix.startswith("scipy") else "cblas_sgemm"
         gemm = getattr(lib, cblas + ("64_" if suffix else ""), None)
         if gemm is not None:

@@ -94,7 +94,7 @@ class OnnxRunner:
 
   def _setup(self, program, device, threads):
     self.program, self.program_key, self.device = program, program.program_key, device
-    self.threads = config.runtime_threads() if threads is None else threads  # BLAS threads while running
+    self.threads = config.runtime_threads() if threads is None else threads  # the runner's threads while running
     self._index_ranges = index_input_ranges(program)
     self._link()
     self.cache_source = self.linked.code_source   # where the machine code came from (memory, disk, compile)
@@ -225,7 +225,7 @@ class OnnxRunner:
     return out
 
   def _compute(self):
-    blas.set_threads(self.threads)
+    blas.set_threads(1)   # sgemm single-threaded: our pool splits it (runtime/blas.py)
     self.linked.run(self.threads)
 
   def __call__(self, **inputs) -> dict[str, np.ndarray]:
@@ -249,7 +249,7 @@ class OnnxRunner:
     outputs: dict[str, np.ndarray] = {}
     if self.device.inline:   # commands would run inline anyway: copies and program run here, no command per stage
       self.device.check_usable()
-      blas.set_threads(self.threads)
+      blas.set_threads(1)
       t0 = time.perf_counter()
       for n, a in arrays.items():
         if a.nbytes:

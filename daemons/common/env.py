@@ -5,16 +5,15 @@ Invariants:
 - SEND_RAW_PRED is parsed here only (`send_raw_pred()`), as every on/off variable is: msgq.env's flag words.
 - `set_blas_threads()` runs before numpy is first imported (each daemon's __main__ calls it first): OpenBLAS,
   OpenMP and MKL read their thread count once, when the library loads, so a later setting only changes what
-  numpy has not loaded yet. The count is the runtime's own (runtime.config: PYMODELD_RUNTIME_THREADS, default
-  1), which OnnxRunner also applies before each run, so BLAS and the generated kernels agree. Why 1 by default:
-  several processes share 2 cores, and BLAS worker threads spinning against each other made a 7 ms model take
-  hundreds of ms under load; the reference likewise pins modeld to one core.
+  numpy has not loaded yet. The count is always 1: the runtime splits its kernels, GEMMs and sgemm calls across
+  its own worker pool (PYMODELD_RUNTIME_THREADS), and BLAS worker threads spinning beside that pool (or against
+  each other, when several processes share 2 cores) made a 7 ms model take hundreds of ms under load; the
+  reference likewise pins modeld to one core.
 """
 import os
 import sys
 
 from msgq.env import EnvTable
-from runtime import config as runtime_config
 
 DAEMONS_ENV = EnvTable("daemons", {
   "SEND_RAW_PRED": "1/true/yes puts the raw float32 model output into rawPredictions",
@@ -35,9 +34,9 @@ def send_raw_pred(value: str | None = None) -> bool:
 
 
 def set_blas_threads(environ=None) -> int:
-  """Give BLAS (OpenBLAS, OpenMP, MKL) the runtime's thread count; returns it. Must run before numpy loads
-  (see the module docstring): afterwards it raises RuntimeError rather than pretend."""
-  threads = runtime_config.runtime_threads()
+  """Give BLAS (OpenBLAS, OpenMP, MKL) one thread; returns it. Must run before numpy loads (see the module
+  docstring): afterwards it raises RuntimeError rather than pretend."""
+  threads = 1
   if environ is None:
     if "numpy" in sys.modules:
       raise RuntimeError("set_blas_threads() must run before numpy is imported (BLAS reads its threads at load)")

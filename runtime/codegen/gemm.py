@@ -154,8 +154,11 @@ def source(vl: int, packed: str = "a", mr: int = 0) -> str:
   w("  for (i64 i = 0; i < rows; i++)")
   w("    for (i64 j = 0; j < cols; j++) c[i * ldc + j] = add ? c[i * ldc + j] + t[i][j] : t[i][j];")
   w("}")
+  w("#ifndef PM_SPLIT_T")
+  w("#define PM_SPLIT_T")
   w("typedef void (*pm_par_t)(void* const*, int64_t, int64_t);")
   w("typedef void (*pm_split_t)(pm_par_t, void* const*, int64_t);")
+  w("#endif")
   w("struct pm_gemm_job { i64 M, N, K, ld, ldc, rs, cs; const float* a; const float* b; float* c; float* scratch; };")
   (_gemm_b if packed == "b" else _gemm_a)(w, vl, mr, nr, mc, nc)
   # the parts: NR-column panels of C (packed A) or MR-row panels (packed B); a worker's part packs into its own

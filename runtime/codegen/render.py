@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import ir
-from .gemm import source as gemm_source
+from .gemm import PAR_MIN_MACS, source as gemm_source
 from .cfamily import BIN_C, LoopEmitter, Writer, _collect, ctype, helpers, kernel_name, literal, vname
 from .ir import BOOL, F32, INDEX, E, LoopKernel
 from .optimise import VEC_ARITH, VEC_LANEWISE, VEC_TYPES, Schedule, bound, gate_conjuncts, t_conjuncts
@@ -379,10 +379,16 @@ class TileEmitter:
     else:  # blocks of U copies of the upcast axis, then the remainder in blocks of U/2, U/4, ... copies
       u0 = ir.var(up.arg[0] + "_0", up.arg[1])
       un = vname(u0)
-      self.w(f"i64 {un} = 0;")
+      end = str(up.arg[1])
+      if up is self.w.par_var:   # this part's blocks of U: [pm_lo * U, pm_hi * U), the remainder in the last part
+        end = f"{un}_end"
+        self.w(f"i64 {un} = pm_lo * {U};")
+        self.w(f"const i64 {end} = pm_hi * {U} < {up.arg[1]} ? pm_hi * {U} : {up.arg[1]};")
+      else:
+        self.w(f"i64 {un} = 0;")
       em.names[u0] = un
       for width in upcast_widths(up.arg[1], U):
-        self.w.open(f"for (; {un} + {width} <= {up.arg[1]}; {un} += {width})")
+        self.w.open(f"for (; {un} + {width} <= {end}; {un} += {width})")
         sub = LoopEmitter(self.w, self.buf_name, {}, self.dyn)
         sub.names = dict(em.names)
         body(sub, dict(sub.names), r, bname, index, value, u0, width)
@@ -769,17 +775,27 @@ PAR_MIN_WORK = 1 << 22   # multiply-adds (or elements) below which a kernel is n
 
 
 def split_var(lk: LoopKernel, sched: Schedule) -> E | None:
-  """The loop a kernel may split across threads: its outermost output loop other than the vector and upcast
-  axes, when the kernel does not read what it stores (so rows are independent) and has enough work."""
+  """The loop a kernel may split across threads, when the kernel does not read what it stores (so rows are
+  independent) and has enough work: its outermost output loop of 2 or more other than the vector and upcast axes,
+  else the upcast axis (split in whole blocks of its upcast: split_rows). Every output element is computed the same
+  way whichever part computes it."""
   if not sched.overlap_ok or lk.dyn:
     return None
-  cands = [v for v in sched.order if v is not sched.tile_var and v is not sched.up_var and v.op == "VAR"]
-  if not cands or cands[0].arg[1] < 2:
+  cands = [v for v in sched.order if v is not sched.tile_var and v is not sched.up_var and v.op == "VAR" and v.arg[1] >= 2]
+  up = sched.up_var if sched.up_var is not None and sched.up_var.op == "VAR" and sched.up_var.arg[1] > sched.up else None
+  if not cands and up is None:
     return None
   work = math.prod(lk.shape)
   for r in dict.fromkeys(n for st in lk.stores for n in ir.walk(st.value) if n.op == "REDUCE"):
     work *= math.prod(v.arg[1] for v in r.arg[1])
-  return cands[0] if work >= PAR_MIN_WORK else None
+  if work < PAR_MIN_WORK:
+    return None
+  return cands[0] if cands else up
+
+
+def split_rows(var: E, sched: Schedule) -> int:
+  """The rows pm_split cuts a kernel's split loop into: its extent, or its blocks of `up` for the upcast axis."""
+  return -(-var.arg[1] // sched.up) if var is sched.up_var else var.arg[1]
 
 
 def render_loop(lk: LoopKernel, sched: Schedule, vl: int) -> Rendered:
@@ -800,7 +816,7 @@ def render_loop(lk: LoopKernel, sched: Schedule, vl: int) -> Rendered:
       emit_nest(w, names, a, Schedule(_plain_order(a), vl=vl), {})
     if par_var is not None:
       w.close()
-  par = par_var.arg[1] if par_var is not None else 0
+  par = split_rows(par_var, sched) if par_var is not None else 0
   return _finish(w, [("buf", b.name) for b in bufs], [sched.describe()], vl, par)
 
 
@@ -822,11 +838,13 @@ def render_gemm(k, nests: list, vl: int, blas_int: str) -> Rendered:
   for d in decls:
     w(d)
   it = blas_int
-  if micro:  # the runner's pm_split: the micro-kernel cuts a large GEMM into parts run on the program's threads
-    w(f"const pm_split_t pm_split_fn = (pm_split_t)args[{len(bufs)}];")
-  else:
-    w(f"typedef void (*pm_sgemm_t)(int, int, int, {it}, {it}, {it}, float, const float*, {it}, const float*, {it}, "
-      f"float, float*, {it});")
+  # the runner's pm_split: the micro-kernel cuts a large GEMM into parts run on the program's threads, and so do
+  # the packing and epilogue loops (split_nest)
+  w(f"const pm_split_t pm_split_fn = (pm_split_t)args[{len(bufs) + (0 if micro else 1)}];")
+  parts: list[str] = []
+  if not micro:
+    parts.append(f"typedef void (*pm_sgemm_t)(int, int, int, {it}, {it}, {it}, float, const float*, {it}, const float*, "
+                 f"{it}, float, float*, {it});\n")
     w(f"const pm_sgemm_t sgemm = (pm_sgemm_t)args[{len(bufs)}];")
   em = LoopEmitter(w, lambda b: names[b])
   opened = 0
@@ -847,7 +865,7 @@ def render_gemm(k, nests: list, vl: int, blas_int: str) -> Rendered:
   bound = {v: vname(v) for v in list(outer) + list(inner) + ([k.band_var] if k.band_var is not None else [])
            if v.op == "VAR"}
   for lk, sched in nests[:n_pack]:
-    emit_nest(w, names, lk, sched, bound)
+    split_nest(w, parts, decls, names, lk, sched, bound)
   a, b, c = g.a, g.b, g.c
   ta = "112" if a[3] else "111"
   tb = "112" if b[3] else "111"
@@ -862,18 +880,70 @@ def render_gemm(k, nests: list, vl: int, blas_int: str) -> Rendered:
     w(f"pm_gemm({g.m}, {n_expr}, {g.k}, {names[a[0]]} + {em.expr(a[1])}, {names[b[0]]} + {em.expr(b[1])}, {b[2]}, "
       f"{names[c[0]]} + {em.expr(c[1])}, {c[2]}, {names[g.packed]}, pm_split_fn);")
   else:
-    w(f"sgemm(101, {ta}, {tb}, {g.m}, {n_expr}, {g.k}, {literal(g.alpha, F32)}, {names[a[0]]} + {em.expr(a[1])}, "
-      f"{a[2]}, {names[b[0]]} + {em.expr(b[1])}, {b[2]}, {literal(g.beta, F32)}, {names[c[0]]} + {em.expr(c[1])}, {c[2]});")
+    # sgemm runs on one OpenBLAS thread (runtime/blas.py); a large one is cut into column blocks of C that the
+    # program's threads run as separate sgemm calls (B's columns start n0 in, or n0 rows in when it is transposed)
+    fn = f"pm_sgemm_part{len(parts)}"
+    parts.append(f"static void {fn}(void* const* c, int64_t lo, int64_t hi) {{\n"
+                 f"  const i64 n = (i64)(intptr_t)c[4], n0 = lo * {SGEMM_PART_COLS}, "
+                 f"n1 = hi * {SGEMM_PART_COLS} < n ? hi * {SGEMM_PART_COLS} : n;\n"
+                 f"  if (n1 > n0) ((pm_sgemm_t)c[0])(101, {ta}, {tb}, {g.m}, n1 - n0, {g.k}, {literal(g.alpha, F32)}, "
+                 f"(const float*)c[1], {a[2]}, (const float*)c[2] + n0{f' * {b[2]}' if b[3] else ''}, {b[2]}, "
+                 f"{literal(g.beta, F32)}, (float*)c[3] + n0, {c[2]});\n}}\n")
+    w(f"{{ const i64 pm_n = {n_expr};")
+    w(f"  void* pm_c[] = {{(void*)sgemm, (void*)({names[a[0]]} + {em.expr(a[1])}), (void*)({names[b[0]]} + {em.expr(b[1])}), "
+      f"(void*)({names[c[0]]} + {em.expr(c[1])}), (void*)(intptr_t)pm_n}};")
+    w(f"  const i64 pm_parts = (pm_n + {SGEMM_PART_COLS - 1}) / {SGEMM_PART_COLS};")
+    w(f"  if ({g.m} * pm_n * {g.k} >= {PAR_MIN_MACS}) pm_split_fn({fn}, (void* const*)pm_c, pm_parts);")
+    w(f"  else {fn}((void* const*)pm_c, 0, pm_parts); }}")
   for _ in range(inner_open):
     w.close()
   if k.epilogue is not None:
-    emit_nest(w, names, nests[n_pack][0], nests[n_pack][1], {v: n for v, n in bound.items() if v not in inner})
+    split_nest(w, parts, decls, names, nests[n_pack][0], nests[n_pack][1], {v: n for v, n in bound.items() if v not in inner})
   for _ in range(opened):
     w.close()
-  if micro:
-    return _finish(w, [("buf", x.name) for x in bufs] + [("extern", "pm_split")], [s.describe() for _, s in nests], vl,
-                   lib=gemm_source(vl, g.pack, g.mr))
-  return _finish(w, [("buf", x.name) for x in bufs] + [("extern", "sgemm")], [s.describe() for _, s in nests], vl)
+  lib = SPLIT_TYPES + (gemm_source(vl, g.pack, g.mr) if micro else "") + "".join(parts)
+  externs = [("extern", "pm_split")] if micro else [("extern", "sgemm"), ("extern", "pm_split")]
+  return _finish(w, [("buf", x.name) for x in bufs] + externs, [s.describe() for _, s in nests], vl, lib=lib)
+
+
+SPLIT_TYPES = ("#ifndef PM_SPLIT_T\n#define PM_SPLIT_T\ntypedef void (*pm_par_t)(void* const*, int64_t, int64_t);\n"
+               "typedef void (*pm_split_t)(pm_par_t, void* const*, int64_t);\n#endif\n")
+PAR_MIN_ELEMENTS = 1 << 16   # points of a packing or epilogue loop below which it runs on one thread
+SGEMM_PART_COLS = 64         # columns of C per part of a split sgemm (parts are whole blocks of these)
+
+
+def split_var_of_nest(lk: LoopKernel, sched: Schedule) -> E | None:
+  """The loop of a GEMM kernel's packing or epilogue nest its parts may split: its outermost output loop other
+  than the vector and upcast axes and those with a run-time bound, when the nest reads nothing it stores and has
+  enough points (these loops move memory: a few cache lines per point, no reduction)."""
+  if not sched.overlap_ok:
+    return None
+  cands = [v for v in sched.order if v is not sched.tile_var and v is not sched.up_var and v.op == "VAR"]
+  if not cands or cands[0] in lk.dyn or cands[0].arg[1] < 2 or math.prod(lk.shape) < PAR_MIN_ELEMENTS:
+    return None
+  return cands[0]
+
+
+def split_nest(w: Writer, parts: list, decls: list, names: dict, lk: LoopKernel, sched: Schedule, bound: dict):
+  """Emit a nest of a GEMM kernel in place, or, when it may be split (split_var_of_nest), as a static part function
+  (appended to parts) that pm_split runs over the rows of its outer loop on the program's threads. The part
+  function reads the kernel's argument array and the values of the enclosing loops' variables from its context."""
+  pv = split_var_of_nest(lk, sched)
+  if pv is None:
+    emit_nest(w, names, lk, sched, bound)
+    return
+  fn = f"pm_part{len(parts)}"
+  pw = Writer()
+  pw("void* const* restrict args = (void* const*)pm_ctx[0];")
+  for d in decls:
+    pw(d)
+  for i, n in enumerate(bound.values()):
+    pw(f"const i64 {n} = (i64)(intptr_t)pm_ctx[{i + 1}];")
+  pw.par_var = pv
+  emit_nest(pw, names, lk, sched, bound)
+  parts.append(f"static void {fn}(void* const* pm_ctx, int64_t pm_lo, int64_t pm_hi) {{\n" + "\n".join(pw.lines) + "\n}\n")
+  ctx = ", ".join(["(void*)args"] + [f"(void*)(intptr_t){n}" for n in bound.values()])
+  w(f"{{ void* pm_c[] = {{{ctx}}}; pm_split_fn({fn}, (void* const*)pm_c, {split_rows(pv, sched)}); }}")
 
 
 def _finish(w: Writer, params, schedules, vl: int, par: int = 0, lib: str = "") -> Rendered:
