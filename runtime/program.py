@@ -462,12 +462,13 @@ class CompileCache:
     of the program cache (runtime.program_cache: a model file's or a named graph's, None without one) is looked up
     in this process ('memory'), then on disk ('program cache'; the graph is then the program's own); on a miss
     `build()` gives (graph, model hash), its program is built ('built') and stored under the entry in both. A program
-    from disk whose search the budget cut short is built again while search is on: the build reuses every stored
-    result and searches what was left, so the results accumulate across starts."""
+    from disk is final by default, so a model's second start searches nothing, even where its first build's budget
+    ran out (those choices stay the heuristics'); with PYMODELD_SEARCH=1 set explicitly, such a program is built
+    again: the build reuses every stored result and searches what was left, so results accumulate across starts."""
     if entry is not None:
       known = self.recall(entry.key)
       program, model_hash = known if known is not None else (entry.load(), entry.model_hash)
-      if program is not None and known is None and search.pending(program.search_records) and search_enabled() \
+      if program is not None and known is None and search.pending(program.search_records) and config_mod.search_everything() \
          and config_mod.search_budget_s() > 0:
         program = None
       if program is not None:

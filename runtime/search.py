@@ -10,8 +10,9 @@ Budget (config.search_budget_s, env PYMODELD_SEARCH_BUDGET_S): a build searches 
 estimated work (a conv's multiply-adds, a loop nest's iterations), conv strategies within CONV_SHARE of the budget
 and loop schedules within the rest. An item started is finished; none starts after its deadline; a candidate's
 timing is bounded by time_runs. An item left so keeps the heuristic's choice, is not stored, and is recorded in the
-program as left, so a later build searches it (the program cache builds such a program again while search is on):
-results accumulate across starts. Unless PYMODELD_SEARCH=1 asks for every item, items under MIN_WORK are not
+program as left. A cached program is final by default, so a model's second start searches nothing; with
+PYMODELD_SEARCH=1 set, the program cache builds a program with items left again, and results accumulate across
+starts. Unless PYMODELD_SEARCH=1 asks for every item, items under MIN_WORK are not
 searched (what they could save per run does not pay for their compiles); nor is an item with one candidate.
 
 Cache: results are stored in <cache dir>/search-v2.json by a key of what was searched (the conv's shapes and
@@ -231,8 +232,8 @@ class Session:
 
   def spent(self, left: int, total: int, label: str) -> None:
     if left and self.measure:
-      print(f"runtime: search budget spent: {left} of {total} {label} left to the heuristics (a later build "
-            f"searches them; PYMODELD_SEARCH_BUDGET_S sets the budget)", file=sys.stderr, flush=True)
+      print(f"runtime: search budget spent: {left} of {total} {label} left to the heuristics (a larger "
+            f"PYMODELD_SEARCH_BUDGET_S, or PYMODELD_SEARCH=1 on a later start, searches them)", file=sys.stderr, flush=True)
 
 
 def pending(records: dict) -> bool:

@@ -1,5 +1,5 @@
 """The measured search: on by default within a time budget, largest items first, cached per kernel and CPU so a
-model's second start measures nothing, what the budget left searched by a later build, replayed (never measured)
+model's second start measures nothing, what the budget left searched by a later build only on request (PYMODELD_SEARCH=1), replayed (never measured)
 when a program is rendered again from its artifact, and its cache file read with the same distrust as the others.
 
 Most tests stand in for the measurements (a fake clock and fake timers): what is tested is which items are measured
@@ -98,7 +98,10 @@ def test_by_default_only_items_whose_work_pays_for_their_measurement_are_searche
   assert fake.measured() == 0 and p.search_records == {}
 
 
-def test_the_largest_items_are_searched_first_and_a_later_start_searches_what_the_budget_left(own_cache, monkeypatch, capsys):
+def test_the_largest_items_are_searched_first_and_only_an_explicit_full_search_continues_what_the_budget_left(
+    own_cache, monkeypatch, capsys):
+  """By default a model's second start searches nothing, even where the first build's budget ran out; with
+  PYMODELD_SEARCH=1 a later start searches what was left."""
   fake = FakeSearch(monkeypatch)
   model = two_convs()
   monkeypatch.setenv("PYMODELD_SEARCH_BUDGET_S", "4")   # the first conv measured (4 candidates, 4 s) spends it
@@ -112,6 +115,14 @@ def test_the_largest_items_are_searched_first_and_a_later_start_searches_what_th
   assert "runtime: search budget spent: 1 of 2 conv strategies left to the heuristics" in err
 
   monkeypatch.setenv("PYMODELD_SEARCH_BUDGET_S", "1000")
+  monkeypatch.delenv("PYMODELD_SEARCH")           # the default: the cached program is final
+  monkeypatch.setattr(search, "MIN_WORK", 1)      # (so that it is not that these convs are too small to search)
+  before = fake.measured()
+  again = OnnxRunner(model, cache=CompileCache(disk_dir=str(own_cache)))
+  assert again.program_source == "program cache" and fake.measured() == before
+  assert again.program.program_key == first.program.program_key
+
+  monkeypatch.setenv("PYMODELD_SEARCH", "1")
   fake.convs.clear()
   second = OnnxRunner(model, cache=CompileCache(disk_dir=str(own_cache)))   # a new process: the program cache has it
   assert second.program_source == "model"   # but its search was cut short: built again, searching what was left
