@@ -255,6 +255,34 @@ def _direct_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, ta
   return Lazy(shape, dt, f, red="reduce", cost=x.cost + 2, reads=x.reads | {wb}, tags=tags)
 
 
+def _band_rows(strategy: str, out_sp, kred: int, M: int, dt) -> int:
+  """Output rows per band: one band of im2col columns (or of GEMM output) stays in the L2; balanced, so there is
+  no short last band (a narrow GEMM is a slow one)."""
+  O0, rest = out_sp[0], math.prod(out_sp[1:])
+  if strategy == "im2col":
+    band_rows = max(1, min(O0, IM2COL_BAND_BYTES // max(1, kred * rest * dt.itemsize)))
+  else:
+    band_rows = max(1, min(O0, EPILOGUE_BAND_BYTES // max(1, M * rest * dt.itemsize)))
+  return -(-O0 // -(-O0 // band_rows))
+
+
+def transpose_gemm(vl: int, m: int, n: int) -> bool:
+  """Whether a conv GEMM (m output channels by n output columns per band) runs transposed on the micro-kernel:
+  C^T = X^T W^T, the pixels as the rows of the register tiles and the channels as their columns. Taken where it
+  computes at least TRANSPOSE_MIN_GAIN fewer padded products: few pixels per band (the 7x7 and 14x14 layers of the
+  standard CNNs, whose column panels of NR = 32 pixels are a quarter padding), as the price is an epilogue that
+  reads its input across the channels."""
+  mr, nr = mk.gemm_geometry(vl)
+
+  def padded(rows, cols):
+    r = mk.panel_rows(rows, vl)
+    return -(-rows // r) * r * -(-cols // nr) * nr
+  return padded(m, n) >= (1 + TRANSPOSE_MIN_GAIN) * padded(n, m)
+
+
+TRANSPOSE_MIN_GAIN = 0.08   # share of padded products the transposed GEMM must save
+
+
 def _blas_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, strategy, tags, micro=False) -> Lazy:
   N, C, *S = x.shape
   M = W.shape[0]
@@ -262,9 +290,16 @@ def _blas_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, stra
   kred = Cg * kk
   dt = x.dtype
   vl = ctx.target.get("vl", 16)
-  mr = mk.panel_rows(Mg, vl)
   w_rows = np.ascontiguousarray(W.reshape(G, Mg, kred)).astype(dt)
-  wb = ctx.const_buf(mk.pack_a(w_rows, mr) if micro else w_rows)   # micro: packed once, here, into its MR-row panels
+  band_cols = _band_rows(strategy, out_sp, kred, M, dt) * math.prod(out_sp[1:])
+  transposed = micro and transpose_gemm(vl, Mg, band_cols)
+  if transposed:   # C^T = X^T W^T: the weights as B, packed once, here, into NR-column panels per group
+    mr = mk.panel_rows(band_cols, vl)
+    nr = mk.gemm_geometry(vl)[1]
+    wb = ctx.const_buf(np.stack([mk.pack_b(w_rows[g].T, nr) for g in range(G)]))
+  else:
+    mr = mk.panel_rows(Mg, vl)
+    wb = ctx.const_buf(mk.pack_a(w_rows, mr) if micro else w_rows)   # micro: packed once, here, into its MR-row panels
   x_in = ctx.prologue(x, overlap(K, strides, dil) if strategy == "im2col" else 1)
   if strategy == "pointwise":
     xv = x_in.view
@@ -275,12 +310,7 @@ def _blas_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, stra
       x_in = ctx.realize(x_in)
   O0, rest = out_sp[0], math.prod(out_sp[1:])
   O = O0 * rest
-  if strategy == "im2col":
-    band_rows = max(1, min(O0, IM2COL_BAND_BYTES // max(1, kred * rest * dt.itemsize)))
-  else:
-    band_rows = max(1, min(O0, EPILOGUE_BAND_BYTES // max(1, M * rest * dt.itemsize)))
-  n_bands = -(-O0 // band_rows)
-  band_rows = -(-O0 // n_bands)  # balanced: no short last band (a narrow sgemm is a slow one)
+  band_rows = _band_rows(strategy, out_sp, kred, M, dt)
   shape = (N, M) + tuple(out_sp)
   fn = x_in.fn
 
@@ -313,6 +343,20 @@ def _blas_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, stra
       xb, xview = x_in.view[0], x_in.view[1]
       base = xview.index([nvar, ir.mul(gvar, Cg)] + [ir.const(0)] * len(S))
       b_op = (xb, ir.add(base, ir.mul(o0, rest)), O, False)
+    if transposed:
+      cs = ctx.scratch(bcols * M, dt)   # C^T: the band's pixels by all the channels, ldc M
+      scratch.append(cs)
+      gemm = GemmCall([nvar, gvar], ir.mul(rows, rest), ir.const(Mg), kred, b_op[:3] + (True,),
+                      (wb, ir.mul(gvar, mk.packed_b_size(kred, Mg, mk.gemm_geometry(vl)[1])), Mg, False),
+                      (cs, ir.mul(gvar, Mg), M), pack="b", mr=mr, packed=ctx.scratch(mk.scratch_floats_a(bcols, kred, mr), dt))
+      scratch.append(gemm.packed)
+
+      def c_at(idx):
+        n, m, *o = idx
+        q = ir.add(ir.mul(ir.add(o[0], ir.mul(o0, -1)), rest), *[ir.mul(v, math.prod(out_sp[2 + d:])) for d, v in enumerate(o[1:])])
+        return ir.load(cs, ir.add(ir.mul(q, M), m))
+      return _conv_kernel(ctx, lazy, buf, view, gemm, packs, scratch, c_at, bvar, nvar, gvar, o0, rows, band_rows,
+                          direct_c=False)
     a_op = (wb, ir.mul(gvar, mk.packed_a_size(Mg, kred, mr) if micro else Mg * kred), kred, False)
     # sgemm writes float32: straight into the output only when the epilogue keeps that dtype (a Cast in the
     # epilogue would read its float32 results back as the wider type, half of them bytes sgemm never wrote)
@@ -337,6 +381,10 @@ def _blas_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, stra
     if micro:
       gemm.packed = ctx.scratch(mk.scratch_floats(bcols, kred, vl), dt)
       scratch.append(gemm.packed)
+    return _conv_kernel(ctx, lazy, buf, view, gemm, packs, scratch, c_at, bvar, nvar, gvar, o0, rows, band_rows, direct_c)
+
+  def _conv_kernel(ctx, lazy, buf, view, gemm, packs, scratch, c_at, bvar, nvar, gvar, o0, rows, band_rows, direct_c):
+    """The GemmKernel around the band's GEMM: its epilogue stores the fused tail of every output of the band."""
     ev = [ctx.new_var("em", M), ctx.new_var("er", band_rows)] + [ctx.new_var("eo", o) for o in out_sp[1:]]
     e_idx = [nvar, ev[0], ir.add(o0, ev[1])] + ev[2:]
     value = _replace_acc(lazy.at(e_idx), pending.tag, c_at)

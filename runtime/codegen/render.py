@@ -870,10 +870,11 @@ def render_gemm(k, nests: list, vl: int, blas_int: str) -> Rendered:
   ta = "112" if a[3] else "111"
   tb = "112" if b[3] else "111"
   n_expr = em.expr(g.n) if isinstance(g.n, E) else str(g.n)
+  m_expr = em.expr(g.m) if isinstance(g.m, E) else str(g.m)
   if micro and g.pack == "b":  # B packed at build (gemm.pack_b), A read at its strides, C = A @ B (conv.py's MatMul)
     assert not b[3] and g.alpha == 1.0 and g.beta == 0.0, "micro-kernel GEMM with a transposed B or scaling"
     rs, cs = (1, a[2]) if a[3] else (a[2], 1)
-    w(f"pm_gemm_b({g.m}, {n_expr}, {g.k}, {names[a[0]]} + {em.expr(a[1])}, {rs}, {cs}, {names[b[0]]} + {em.expr(b[1])}, "
+    w(f"pm_gemm_b({m_expr}, {n_expr}, {g.k}, {names[a[0]]} + {em.expr(a[1])}, {rs}, {cs}, {names[b[0]]} + {em.expr(b[1])}, "
       f"{names[c[0]]} + {em.expr(c[1])}, {c[2]}, {names[g.packed]}, pm_split_fn);")
   elif micro:  # A packed at build (gemm.pack_a), B row-major, C = A @ B: what conv.py builds it for
     assert not a[3] and not b[3] and g.alpha == 1.0 and g.beta == 0.0, "micro-kernel GEMM with transposes or scaling"

@@ -130,6 +130,13 @@ def test_tile_is_derived_from_the_vector_width():
     assert nr == gemm.NR_VECTORS * vl and mr * gemm.NR_VECTORS + gemm.NR_VECTORS + 1 <= regs and mr >= 1
 
 
+def test_a_conv_gemm_runs_transposed_where_that_pads_fewer_products():
+  assert conv.transpose_gemm(16, 512, 49)        # 7x7 pixels: a quarter of two 32-column panels is padding
+  assert conv.transpose_gemm(16, 256, 196)
+  assert not conv.transpose_gemm(16, 64, 3136)   # many pixels, whole panels of channels either way
+  assert not conv.transpose_gemm(16, 16, 4096)   # 16 channels would pad half a 32-column panel
+
+
 def test_heuristic_leaves_sparse_tiles_to_sgemm():
   t = {"gemm": "auto", "vl": 16}
   mr, nr = gemm.gemm_geometry(16)
@@ -151,9 +158,12 @@ def _conv_model(x, w, attrs):
   ((1, 80, 6, 6), (58, 40, 1, 1), {"group": 2}, "pointwise"),                               # grouped: per group
   ((1, 72, 11, 11), (31, 72, 3, 3), {"strides": [2, 2]}, "im2col"),
 ])
-def test_convs_through_the_micro_kernel_match_onnxruntime(monkeypatch, xs, ws, attrs, strategy):
+@pytest.mark.parametrize("transposed", [False, True])
+def test_convs_through_the_micro_kernel_match_onnxruntime(monkeypatch, xs, ws, attrs, strategy, transposed):
+  """transposed: C^T = X^T W^T (pm_gemm_b, the weights packed as B), which transpose_gemm picks for few pixels."""
   monkeypatch.setenv("PYMODELD_GEMM", "micro")
   monkeypatch.setattr(conv, "IM2COL_BAND_BYTES", 40 << 10)     # several bands, the last one short
+  monkeypatch.setattr(conv, "TRANSPOSE_MIN_GAIN", -1.0 if transposed else 1e9)
   x = R.standard_normal(xs).astype(np.float32)
   w = (R.standard_normal(ws) * 0.1).astype(np.float32)
   model = _conv_model(x, w, attrs)
@@ -161,7 +171,7 @@ def test_convs_through_the_micro_kernel_match_onnxruntime(monkeypatch, xs, ws, a
   first = {k: np.array(v) for k, v in r(x=x).items()}
   [k] = [k for k in r.program.kernels if k.tags.get("strategy")]
   assert (k.tags["strategy"], k.tags["gemm"]) == (strategy, "micro")
-  assert "pm_gemm(" in k.source and "sgemm" not in k.params[-1]
+  assert ("pm_gemm_b(" if transposed else "pm_gemm(") in k.source and "sgemm" not in k.params[-1]
   np.testing.assert_allclose(first["y0"], ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
   again = r(x=x)
   assert all(np.array_equal(first[n], again[n]) for n in first)
@@ -174,12 +184,14 @@ def test_blas_mode_keeps_sgemm(monkeypatch):
   assert [k.tags.get("gemm") for k in r.program.kernels if k.tags.get("strategy")] == ["blas"]
 
 
-@pytest.mark.parametrize("op", ["Conv", "MatMul"])
+@pytest.mark.parametrize("op", ["Conv", "Conv transposed", "MatMul"])
 def test_micro_kernel_gemms_split_across_threads_give_bit_identical_results_for_every_thread_count(monkeypatch, op):
-  """A large micro-kernel GEMM is cut into column (Conv) or row (MatMul) panels run by the program's threads; each
-  C element is computed by the same tile in the same order, so 1, 2 and 3 threads agree bit for bit."""
+  """A large micro-kernel GEMM is cut into column (Conv) or row (transposed Conv, MatMul) panels run by the
+  program's threads; each C element is computed by the same tile in the same order, so 1, 2 and 3 threads agree
+  bit for bit."""
   monkeypatch.delenv(config.GEMM_ENV, raising=False)
-  if op == "Conv":
+  monkeypatch.setattr(conv, "TRANSPOSE_MIN_GAIN", -1.0 if op == "Conv transposed" else 1e9)
+  if op.startswith("Conv"):
     x = R.standard_normal((1, 128, 14, 14)).astype(np.float32)   # short rows, many channels: im2col
     model = _conv_model(x, (R.standard_normal((128, 128, 3, 3)) * 0.1).astype(np.float32), {"pads": [1, 1, 1, 1]})
   else:
@@ -188,6 +200,7 @@ def test_micro_kernel_gemms_split_across_threads_give_bit_identical_results_for_
   r = OnnxRunner(model, threads=1)
   [k] = [k for k in r.program.kernels if k.tags.get("gemm")]
   assert k.tags["gemm"] == "micro" and ("extern", "pm_split") in [tuple(p) for p in k.params]
+  assert ("pm_gemm(" in k.source) == (op == "Conv")
   one = np.array(r(x=x)["y0"])
   np.testing.assert_allclose(one, ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
   for threads in (2, 3):
