@@ -47,11 +47,21 @@ RUNNER_SOURCE = r"""#include <stdint.h>
    and the next kernel starts only when every part is done. A forked child starts with no workers.
    pm_split(fn, args, rows) does the same for a kernel that cuts its own work into parts (the micro-kernel GEMM
    of codegen/gemm.py): the parts run on the threads pm_run was given, on the calling thread's run. A part with
-   lo > 0 runs on a worker, whose stack is PM_WORKER_STACK bytes: a part may keep a packing buffer there. */
+   lo > 0 runs on a worker, whose stack is PM_WORKER_STACK bytes: a part may keep a packing buffer there.
+   Workers and the waiting caller spin for up to PM_SPIN pauses before sleeping on the condition variables,
+   only while threads > 1 (with one thread no worker exists). */
 typedef void (*pm_kernel_t)(void* const*);
 typedef void (*pm_par_t)(void* const*, int64_t, int64_t);
 #define PM_MAX_THREADS 64
 #define PM_WORKER_STACK (8 << 20)
+#define PM_SPIN 4000   /* pauses a worker (or the caller waiting for the parts) spins before it sleeps: ~100 us */
+#if defined(__x86_64__) || defined(__i386__)
+#define PM_PAUSE() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define PM_PAUSE() __asm__ __volatile__("yield")
+#else
+#define PM_PAUSE() ((void)0)
+#endif
 static pthread_mutex_t pm_mu = PTHREAD_MUTEX_INITIALIZER, pm_run_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t pm_go = PTHREAD_COND_INITIALIZER, pm_done = PTHREAD_COND_INITIALIZER;
 static int pm_workers = 0, pm_left = 0, pm_parts = 0, pm_atfork = 0;
@@ -73,8 +83,11 @@ static void pm_child(void) {
 static void* pm_worker(void* p) {
   const int id = (int)(intptr_t)p;
   uint64_t seen = 0;
-  pthread_mutex_lock(&pm_mu);
   for (;;) {
+    /* the next kernel usually follows within microseconds: watch for it a while before sleeping (a wake-up
+       through the condition variable costs tens of microseconds on a VM) */
+    for (int i = 0; i < PM_SPIN && __atomic_load_n(&pm_gen, __ATOMIC_ACQUIRE) == seen; i++) PM_PAUSE();
+    pthread_mutex_lock(&pm_mu);
     while (pm_gen == seen) pthread_cond_wait(&pm_go, &pm_mu);
     seen = pm_gen;
     if (id < pm_parts) {
@@ -84,8 +97,9 @@ static void* pm_worker(void* p) {
       pthread_mutex_unlock(&pm_mu);
       fn(args, lo, hi);
       pthread_mutex_lock(&pm_mu);
-      if (--pm_left == 0) pthread_cond_signal(&pm_done);
+      if (__atomic_sub_fetch(&pm_left, 1, __ATOMIC_ACQ_REL) == 0) pthread_cond_signal(&pm_done);
     }
+    pthread_mutex_unlock(&pm_mu);
   }
   return 0;
 }
@@ -120,11 +134,12 @@ void pm_split(pm_par_t fn, void* const* args, int64_t rows) {
   pm_args = args;
   pm_rows = rows;
   pm_parts = parts;
-  pm_left = parts - 1;
-  pm_gen++;
+  __atomic_store_n(&pm_left, parts - 1, __ATOMIC_RELEASE);
+  __atomic_store_n(&pm_gen, pm_gen + 1, __ATOMIC_RELEASE);   /* written under pm_mu, read by spinning workers */
   pthread_cond_broadcast(&pm_go);
   pthread_mutex_unlock(&pm_mu);
   fn(args, 0, rows / parts);
+  for (int i = 0; i < PM_SPIN && __atomic_load_n(&pm_left, __ATOMIC_ACQUIRE) > 0; i++) PM_PAUSE();
   pthread_mutex_lock(&pm_mu);
   while (pm_left > 0) pthread_cond_wait(&pm_done, &pm_mu);
   pthread_mutex_unlock(&pm_mu);
