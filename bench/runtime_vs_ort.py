@@ -18,8 +18,12 @@ geomeans, which say how many were left out.
 
 Timing: all engines live in this one process and run the same inputs in alternating blocks (--block runs of
 one engine at one thread count, then the next; the engine order rotates every round), so a load change on this
-shared machine hits every engine alike; each figure is the median run. "1 thread" runs every engine on one
-thread; "best" takes, per engine and model, the fastest of the thread counts in --threads. Our thread count is
+shared machine hits every engine alike, and each block starts after a SETTLE_S pause (every engine's idle workers
+spin a while after a run and would take the next engine's second core) with one untimed run (which wakes the
+engine's own workers: an idle vCPU of a VM is slow to wake); each figure is the median run. "1 thread" runs every engine on one
+thread; "best" takes, per engine and model, the fastest of the thread counts in --threads. After those, ours is
+timed again at each thread count with the peers' sessions closed ("alone": our thread scaling), as a live
+onnxruntime session made our multi-threaded runs several times slower. Our thread count is
 OnnxRunner(threads=): sgemm's threads and the parts a large generated kernel's rows are cut into; onnxruntime
 runs intra_op threads with its CPU provider, OpenVINO INFERENCE_NUM_THREADS, both in f32. Ratios are ours / peer.
 
@@ -30,6 +34,7 @@ before and after) is appended to bench/results/runtime_vs_ort.json."""
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import os
 import subprocess
@@ -53,6 +58,8 @@ DAEMON_MODELS = [("dmonitoring_model", "daemons/dmonitoringmodeld/models/dmonito
 TARGETS = {"geomean": 0.9, "max_1thread": 1.15, "geomean_ov": 1.0, "max_ov_1thread": 1.1, "scaling_2_threads": 1.7,
            "dmonitoring_model": 0.9, "driving_small": 0.9,
            "cold_compile_dm_s": 10.0, "disk_load_dm_s": 0.3}
+SETTLE_S = 0.02   # pause before each block: onnxruntime's, OpenVINO's and our pools' idle workers spin for a while
+#                   after a run, and on 2 cores they took the next engine's second core
 QUICK_MODELS = ("dmonitoring_model", "squeezenet_rand", "shufflenet_rand", "mobilenet_v2", "transformer_2blk", "lstm_unrolled",
                 "lstm_op", "mobilenet_dw")
 # The CPU flags a generated kernel or a peer's kernels can use; the full list is recorded as a digest.
@@ -205,6 +212,8 @@ def bench(group: str, name: str, path: str, args) -> dict:
     order = runs[rnd % len(runs):] + runs[:rnd % len(runs)]
     for n in counts:
       for eng, fn in order:
+        time.sleep(SETTLE_S)   # the previous engine's idle workers stop spinning before this block starts
+        fn(n)                  # untimed: wakes this engine's workers (an idle vCPU of a VM is slow to wake)
         for _ in range(args.block):
           t = time.perf_counter()
           fn(n)
@@ -222,9 +231,29 @@ def bench(group: str, name: str, path: str, args) -> dict:
     row["ov_wrong"] = True
   print(f"  {name}: ours {med[('ours', one)] * 1e3:.2f} ms, ort {med[('ort', one)] * 1e3:.2f} ms at {one} thread; "
         f"rel err {row['rel_err']:.1e}" + ("; OpenVINO's output is off, left out" if row.get("ov_wrong") else ""), flush=True)
+  if len(counts) > 1:
+    row["alone_ms"] = alone(e, counts, args)
   if args.per_kernel:
     per_kernel(e.ours[one], args)
   return row
+
+
+def alone(e, counts: list[int], args) -> dict:
+  """Ours at each thread count with the peers' sessions gone (alternating blocks, median): our thread scaling.
+  While an onnxruntime session lives in the process, our 2-thread runs were several times slower than without it,
+  even with its threads idle and spinning disabled (its pool's threads, not its runs, were in the way)."""
+  e.ort.clear()
+  e.ov.clear()
+  gc.collect()
+  times = {n: [] for n in counts}
+  for _ in range(max(1, -(-args.iters // args.block))):
+    for n in counts:
+      e.run_ours(n)
+      for _ in range(args.block):
+        t = time.perf_counter()
+        e.run_ours(n)
+        times[n].append(time.perf_counter() - t)
+  return {f"ours@{n}": float(np.median(v)) * 1e3 for n, v in times.items()}
 
 
 def per_kernel(runner, args):
@@ -259,11 +288,11 @@ def summarise(rows: list[dict]) -> dict:
     vals = [r[f"ratio_{key}"] for r in ok if f"ratio_{key}" in r]
     s[f"geomean_{key}"] = geomean(vals)
     s[f"geomean_{key}_models"] = len(vals)
-  scal = {}   # ours at the fewest threads over ours at the next thread count, per model
+  scal = {}   # ours at the fewest threads over ours at the next thread count, per model, with no peer in the process
   for r in ok:
-    counts = sorted(int(k.split("@")[1]) for k in r["ms"] if k.startswith("ours@"))
+    counts = sorted(int(k.split("@")[1]) for k in r.get("alone_ms", {}))
     if len(counts) > 1:
-      scal[r["model"]] = r["ms"][f"ours@{counts[0]}"] / r["ms"][f"ours@{counts[1]}"]
+      scal[r["model"]] = r["alone_ms"][f"ours@{counts[0]}"] / r["alone_ms"][f"ours@{counts[1]}"]
   s["scaling_ours"] = scal
   s["geomean_scaling_ours"] = geomean(list(scal.values()))
   if ok:
@@ -348,7 +377,7 @@ def main():
           f"{s['worst_ort_best']} {s['max_ort_best']:.2f} at best")
     if s["scaling_ours"]:
       top = ", ".join(f"{m} {v:.2f}x" for m, v in sorted(s["scaling_ours"].items(), key=lambda kv: -kv[1])[:3])
-      print(f"ours at {counts[1]} threads vs {counts[0]}: geomean {s['geomean_scaling_ours']:.2f}x "
+      print(f"ours alone (peers' sessions closed) at {counts[1]} threads vs {counts[0]}: geomean {s['geomean_scaling_ours']:.2f}x "
             f"(target >= {TARGETS['scaling_2_threads']} on resnet50-sized models; best {top}; "
             f"resnet50 {s['scaling_ours'].get('resnet50_rand', float('nan')):.2f}x)")
   print(f"search: {'off' if os.environ.get('PYMODELD_SEARCH', '').strip().lower() in ('0', 'false', 'no') else 'on'} "
