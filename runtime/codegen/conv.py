@@ -272,7 +272,7 @@ def transpose_gemm(vl: int, m: int, n: int) -> bool:
   computes at least TRANSPOSE_MIN_GAIN fewer padded products: few pixels per band (the 7x7 and 14x14 layers of the
   standard CNNs, whose column panels of NR = 32 pixels are a quarter padding), as the price is an epilogue that
   reads its input across the channels."""
-  mr, nr = mk.gemm_geometry(vl)
+  nr = mk.gemm_geometry(vl)[1]
 
   def padded(rows, cols):
     r = mk.panel_rows(rows, vl)
@@ -291,26 +291,24 @@ def _blas_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, stra
   dt = x.dtype
   vl = ctx.target.get("vl", 16)
   w_rows = np.ascontiguousarray(W.reshape(G, Mg, kred)).astype(dt)
-  band_cols = _band_rows(strategy, out_sp, kred, M, dt) * math.prod(out_sp[1:])
-  transposed = micro and transpose_gemm(vl, Mg, band_cols)
-  if transposed:   # C^T = X^T W^T: the weights as B, packed once, here, into NR-column panels per group
-    mr = mk.panel_rows(band_cols, vl)
-    nr = mk.gemm_geometry(vl)[1]
-    wb = ctx.const_buf(np.stack([mk.pack_b(w_rows[g].T, nr) for g in range(G)]))
-  else:
-    mr = mk.panel_rows(Mg, vl)
-    wb = ctx.const_buf(mk.pack_a(w_rows, mr) if micro else w_rows)   # micro: packed once, here, into its MR-row panels
-  x_in = ctx.prologue(x, overlap(K, strides, dil) if strategy == "im2col" else 1)
-  if strategy == "pointwise":
-    xv = x_in.view
-    rest = math.prod(S)
-    ok = xv is not None and xv[1].mask is None and x_in.view is not None and \
-        tuple(xv[1].strides[2:]) == ir.contiguous_strides(S) and (xv[1].strides[1] == rest or C == 1)
-    if not ok:
-      x_in = ctx.realize(x_in)
   O0, rest = out_sp[0], math.prod(out_sp[1:])
   O = O0 * rest
   band_rows = _band_rows(strategy, out_sp, kred, M, dt)
+  bcols = band_rows * rest
+  transposed = micro and transpose_gemm(vl, Mg, bcols)
+  nr = mk.gemm_geometry(vl)[1]
+  # micro: the weights packed once, here: as A into MR-row panels, or transposed (C^T = X^T W^T) as B into NR-column
+  # panels, which is the same layout (gemm.pack_b) with NR rows per panel
+  mr = mk.panel_rows(bcols if transposed else Mg, vl)
+  wb = ctx.const_buf(mk.pack_a(w_rows, nr if transposed else mr) if micro else w_rows)
+  x_in = ctx.prologue(x, overlap(K, strides, dil) if strategy == "im2col" else 1)
+  if strategy == "pointwise":
+    xv = x_in.view
+    plane = math.prod(S)
+    ok = xv is not None and xv[1].mask is None and x_in.view is not None and \
+        tuple(xv[1].strides[2:]) == ir.contiguous_strides(S) and (xv[1].strides[1] == plane or C == 1)
+    if not ok:
+      x_in = ctx.realize(x_in)
   shape = (N, M) + tuple(out_sp)
   fn = x_in.fn
 
@@ -320,8 +318,23 @@ def _blas_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, stra
     gvar = ctx.new_var("g", G)
     rows = ir.alu("min", ir.const(band_rows), ir.add(O0, ir.mul(bvar, -band_rows)))
     o0 = ir.mul(bvar, band_rows)
-    bcols = band_rows * rest
     packs, scratch = [], []
+
+    def band_col(o) -> list:   # the terms of output position o's column within its band (o[0]: a row of the output)
+      return [ir.mul(ir.add(o[0], ir.mul(o0, -1)), rest)] + [ir.mul(v, math.prod(out_sp[2 + d:])) for d, v in enumerate(o[1:])]
+
+    def kernel(gemm, c_at, direct_c):
+      """The GemmKernel around the band's GEMM: its epilogue stores the fused tail of every output of the band."""
+      ev = [ctx.new_var("em", M), ctx.new_var("er", band_rows)] + [ctx.new_var("eo", o) for o in out_sp[1:]]
+      e_idx = [nvar, ev[0], ir.add(o0, ev[1])] + ev[2:]
+      value = _replace_acc(lazy.at(e_idx), pending.tag, c_at)
+      identity = direct_c and value.op == "LOAD" and value.arg == buf and value.srcs[0] is view.index(e_idx)
+      epi = None
+      if not identity:
+        epi = LoopKernel("epilogue", ev, (M, band_rows) + tuple(out_sp[1:]), [Store(buf, view.index(e_idx), value)],
+                         {"vector_map": True}, {ev[1]: rows})
+      return GemmKernel(f"k{len(ctx.kernels)}", gemm, packs, epi, bvar, band_rows, scratch,
+                        dict(tags, band_rows=band_rows, outer=[nvar], inner=[gvar]))
     if strategy == "im2col":
       cols = ctx.scratch(kred * bcols, dt)
       scratch.append(cols)
@@ -347,16 +360,14 @@ def _blas_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, stra
       cs = ctx.scratch(bcols * M, dt)   # C^T: the band's pixels by all the channels, ldc M
       scratch.append(cs)
       gemm = GemmCall([nvar, gvar], ir.mul(rows, rest), ir.const(Mg), kred, b_op[:3] + (True,),
-                      (wb, ir.mul(gvar, mk.packed_b_size(kred, Mg, mk.gemm_geometry(vl)[1])), Mg, False),
+                      (wb, ir.mul(gvar, mk.packed_b_size(kred, Mg, nr)), Mg, False),
                       (cs, ir.mul(gvar, Mg), M), pack="b", mr=mr, packed=ctx.scratch(mk.scratch_floats_a(bcols, kred, mr), dt))
       scratch.append(gemm.packed)
 
       def c_at(idx):
         n, m, *o = idx
-        q = ir.add(ir.mul(ir.add(o[0], ir.mul(o0, -1)), rest), *[ir.mul(v, math.prod(out_sp[2 + d:])) for d, v in enumerate(o[1:])])
-        return ir.load(cs, ir.add(ir.mul(q, M), m))
-      return _conv_kernel(ctx, lazy, buf, view, gemm, packs, scratch, c_at, bvar, nvar, gvar, o0, rows, band_rows,
-                          direct_c=False)
+        return ir.load(cs, ir.add(ir.mul(ir.add(*band_col(o)), M), m))
+      return kernel(gemm, c_at, direct_c=False)
     a_op = (wb, ir.mul(gvar, mk.packed_a_size(Mg, kred, mr) if micro else Mg * kred), kred, False)
     # sgemm writes float32: straight into the output only when the epilogue keeps that dtype (a Cast in the
     # epilogue would read its float32 results back as the wider type, half of them bytes sgemm never wrote)
@@ -375,26 +386,12 @@ def _blas_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, stra
 
       def c_at(idx):
         n, m, *o = idx
-        return ir.load(cs, ir.add(ir.mul(m, bcols), ir.mul(ir.add(o[0], ir.mul(o0, -1)), rest),
-                                  *[ir.mul(v, math.prod(out_sp[2 + d:])) for d, v in enumerate(o[1:])]))
+        return ir.load(cs, ir.add(ir.mul(m, bcols), *band_col(o)))
     gemm = GemmCall([nvar, gvar], Mg, ir.mul(rows, rest), kred, a_op, b_op, c_op, mr=mr)
     if micro:
       gemm.packed = ctx.scratch(mk.scratch_floats(bcols, kred, vl), dt)
       scratch.append(gemm.packed)
-    return _conv_kernel(ctx, lazy, buf, view, gemm, packs, scratch, c_at, bvar, nvar, gvar, o0, rows, band_rows, direct_c)
-
-  def _conv_kernel(ctx, lazy, buf, view, gemm, packs, scratch, c_at, bvar, nvar, gvar, o0, rows, band_rows, direct_c):
-    """The GemmKernel around the band's GEMM: its epilogue stores the fused tail of every output of the band."""
-    ev = [ctx.new_var("em", M), ctx.new_var("er", band_rows)] + [ctx.new_var("eo", o) for o in out_sp[1:]]
-    e_idx = [nvar, ev[0], ir.add(o0, ev[1])] + ev[2:]
-    value = _replace_acc(lazy.at(e_idx), pending.tag, c_at)
-    identity = direct_c and value.op == "LOAD" and value.arg == buf and value.srcs[0] is view.index(e_idx)
-    epi = None
-    if not identity:
-      epi = LoopKernel("epilogue", ev, (M, band_rows) + tuple(out_sp[1:]), [Store(buf, view.index(e_idx), value)],
-                       {"vector_map": True}, {ev[1]: rows})
-    return GemmKernel(f"k{len(ctx.kernels)}", gemm, packs, epi, bvar, band_rows, scratch,
-                      dict(tags, band_rows=band_rows, outer=[nvar], inner=[gvar]))
+    return kernel(gemm, c_at, direct_c)
   pending = GemmPending(ctx, shape, dt, build, tags)
   return pending.lazy(x_in.reads | {wb})
 

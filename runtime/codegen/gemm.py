@@ -75,16 +75,13 @@ def pack_a(a: np.ndarray, mr: int) -> np.ndarray:
 
 
 def packed_b_size(k: int, n: int, nr: int) -> int:
-  return -(-n // nr) * nr * k
+  return packed_a_size(n, k, nr)
 
 
 def pack_b(b: np.ndarray, nr: int) -> np.ndarray:
-  """(K, N) float32 -> (ceil(N/NR), K, NR): each NR-column panel k-major, the columns past N zero."""
-  k, n = b.shape
-  panels = -(-n // nr)
-  padded = np.zeros((k, panels * nr), np.float32)
-  padded[:, :n] = b
-  return np.ascontiguousarray(padded.reshape(k, panels, nr).transpose(1, 0, 2))
+  """(K, N) float32 -> (ceil(N/NR), K, NR): each NR-column panel k-major, the columns past N zero: B^T packed as
+  pack_a packs A, with NR rows per panel."""
+  return pack_a(b.T[None], nr)[0]
 
 
 def scratch_floats_a(m: int, k: int, mr: int) -> int:

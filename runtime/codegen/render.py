@@ -878,7 +878,7 @@ def render_gemm(k, nests: list, vl: int, blas_int: str) -> Rendered:
       f"{names[c[0]]} + {em.expr(c[1])}, {c[2]}, {names[g.packed]}, pm_split_fn);")
   elif micro:  # A packed at build (gemm.pack_a), B row-major, C = A @ B: what conv.py builds it for
     assert not a[3] and not b[3] and g.alpha == 1.0 and g.beta == 0.0, "micro-kernel GEMM with transposes or scaling"
-    w(f"pm_gemm({g.m}, {n_expr}, {g.k}, {names[a[0]]} + {em.expr(a[1])}, {names[b[0]]} + {em.expr(b[1])}, {b[2]}, "
+    w(f"pm_gemm({m_expr}, {n_expr}, {g.k}, {names[a[0]]} + {em.expr(a[1])}, {names[b[0]]} + {em.expr(b[1])}, {b[2]}, "
       f"{names[c[0]]} + {em.expr(c[1])}, {c[2]}, {names[g.packed]}, pm_split_fn);")
   else:
     # sgemm runs on one OpenBLAS thread (runtime/blas.py); a large one is cut into column blocks of C that the
