@@ -19,6 +19,7 @@ from ..errors import UnsupportedOpError
 from ..kernels.nn import bn_affine, window_geometry
 from ..kernels.shape_ops import slice_range, source_coords
 from . import ir
+from . import optimise as opt
 from .ir import BOOL, INDEX, E
 from .lazy import Lazy, broadcast_shapes, combine, gate_loads
 from .lower import NotLowered
@@ -434,16 +435,39 @@ def padded_input(ctx, x: Lazy, pads_begin, pads_end, value):
   pads_end) for the windows over the result. A value some kernel must compute first anyway (it holds a
   reduction, or it is an expression whose loads are not affine along the rows, such as a channel shuffle the
   windows could not read as vectors) is computed straight into a padded buffer whose border that kernel also
-  fills, so the windows read it without gates (no padding left). Anything else (a value in a buffer already, a
-  pending BLAS result, an affine expression) is read through gated loads where the windows cross the border:
-  no kernel copies it into a padded buffer, and the vector path evaluates the gates lane by lane only in the
-  tiles that cross it."""
+  fills, so the windows read it without gates (no padding left), unless that costs a reduction the long vector
+  axis its plain store would have (_short_rows_merge): it is then realized plainly and read through gated
+  loads. Anything else (a value in a buffer already, a pending BLAS result, an affine expression) is read
+  through gated loads where the windows cross the border: no kernel copies it into a padded buffer, and the
+  vector path evaluates the gates lane by lane only in the tiles that cross it."""
   if not any(pads_begin) and not any(pads_end):
     return x, pads_begin, pads_end
   nd = len(pads_begin)
+  if x.view is None and x.red == "reduce" and _short_rows_merge(x, ctx.target.get("vl", 16)):
+    return ctx.realize(x), pads_begin, pads_end
   if x.view is None and (x.red == "reduce" or (x.red is None and not _affine_rows(x, pads_begin, pads_end))):
     return ctx.padded_home(x, list(pads_begin), list(pads_end), value), [0] * nd, [0] * nd
   return x, pads_begin, pads_end
+
+
+PADDED_STORE_MIN_LANES = 0.8   # the share of vector lanes a row-tiled store into a padded buffer must keep
+
+
+def _short_rows_merge(x: Lazy, vl: int) -> bool:
+  """Whether a reduction stored into a padded buffer would give up vector lanes that its plain store keeps: its
+  rows are short for the vector (tiled with narrow or overlapping vectors that keep less than
+  PADDED_STORE_MIN_LANES of the native lanes busy), while the plain store merges them into one long affine axis (a 1x1 conv's pixels:
+  each load's index stays free of div/mod over the merged position). Such a value is realized plainly, and the
+  windows read it through gated loads, which cost only the tiles that cross the border."""
+  if len(x.shape) < 2:
+    return False
+  h, w = x.shape[-2:]
+  lanes = opt.lanes_for(w, vl, True)
+  if h < 2 or lanes == 0 or w / (-(-w // lanes) * vl) >= PADDED_STORE_MIN_LANES:
+    return False
+  u = ir.var("_rows", h * w)
+  idx = [ir.var(f"_lead{d}", s) for d, s in enumerate(x.shape[:-2])] + [ir.idiv(u, w), ir.imod(u, w)]
+  return not any(n.op in ("DIV", "MOD") and u in ir.free_vars(n) for n in ir.walk(x.at(idx)))
 
 
 def _affine_rows(x: Lazy, pads_begin, pads_end) -> bool:

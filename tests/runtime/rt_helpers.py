@@ -6,6 +6,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from runtime import OnnxRunner
 from runtime.cache import KernelCache
 from runtime.program import CompileCache
 
@@ -58,3 +59,15 @@ def ort_run(model_bytes: bytes, feeds: dict) -> list:
   so.log_severity_level = 3
   s = ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
   return s.run(None, feeds)
+
+
+def checked(model: bytes, feeds: dict, rtol=1e-4, atol=1e-4, device="CPU"):
+  """The model's OnnxRunner after parity with onnxruntime and a second run giving the same bits."""
+  r = OnnxRunner(model, device=device, cache=memory_cache())
+  first = {k: np.array(v, copy=True) for k, v in r(**feeds).items()}
+  for name, ref in zip(r.program.outputs, ort_run(model, feeds)):
+    np.testing.assert_allclose(first[name], ref, rtol=rtol, atol=atol, err_msg=name)
+  again = r(**feeds)
+  for name, v in first.items():
+    assert np.array_equal(v, again[name], equal_nan=True), name
+  return r

@@ -7,9 +7,9 @@ import pytest
 from onnx import helper
 
 import runtime.codegen.conv as conv
-from runtime import OnnxRunner
+from runtime import OnnxRunner, compiler
 
-from rt_helpers import memory_cache, node_model, ort_run
+from rt_helpers import checked, node_model
 
 R = np.random.default_rng(77)
 
@@ -20,18 +20,6 @@ def f32(*shape):
 
 def weights(*shape):
   return (R.standard_normal(shape) * 0.3).astype(np.float32)
-
-
-def checked(model, feeds, rtol=1e-4, atol=1e-4) -> OnnxRunner:
-  """The runner after parity with onnxruntime and a second run giving the same bits."""
-  r = OnnxRunner(model, device="CPU", cache=memory_cache())
-  first = {k: np.array(v, copy=True) for k, v in r(**feeds).items()}
-  for name, ref in zip(r.program.outputs, ort_run(model, feeds)):
-    np.testing.assert_allclose(first[name], ref, rtol=rtol, atol=atol, err_msg=name)
-  again = r(**feeds)
-  for name, v in first.items():
-    assert np.array_equal(v, again[name], equal_nan=True), name
-  return r
 
 
 def kernel_ops(r) -> list[list[str]]:
@@ -152,6 +140,34 @@ def test_a_pointwise_conv_feeding_a_padded_conv_needs_no_pad_kernel():
   r = checked(node_model(nodes, {"x": x}, consts), {"x": x})
   assert [k.tags.get("strategy") for k in r.program.kernels] == ["pointwise", "direct"]
   assert pad_kernels(r) == [], kernel_ops(r)
+
+
+def pointwise_then_depthwise(h, w) -> OnnxRunner:
+  """A 1x1 conv (64 input channels: generated loops, "direct") and Clip, then a padded 3x3 depthwise conv."""
+  x = f32(1, 64, h, w)
+  nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"]), helper.make_node("Clip", ["c1", "lo", "hi"], ["r1"]),
+           helper.make_node("Conv", ["r1", "w2"], ["y0"], pads=[1, 1, 1, 1], group=64)]
+  consts = {"w1": weights(64, 64, 1, 1), "b1": f32(64), "lo": np.float32(0), "hi": np.float32(6), "w2": weights(64, 1, 3, 3)}
+  r = checked(node_model(nodes, {"x": x}, consts), {"x": x})
+  assert r.program.kernels[0].tags["strategy"] == "direct", r.program.kernels[0].tags
+  return r
+
+
+@pytest.mark.parametrize("h,w", [(12, 12), (6, 6), (7, 10)])
+def test_a_pointwise_conv_with_short_rows_is_stored_plainly_and_its_padded_consumer_gates_its_loads(h, w):
+  """A 12-wide row takes narrow or overlapping vectors when stored into a padded buffer, while the plain store
+  merges the rows into one long vector axis: the 1x1 conv stores plainly (no pad in its kernel, its rows merged)
+  and the depthwise conv after it reads the border through gated loads."""
+  if compiler.vector_bytes() // 4 < 8:
+    pytest.skip("with 4 float lanes these rows are whole vectors")
+  r = pointwise_then_depthwise(h, w)
+  assert kernel_ops(r) == [["Conv", "Clip"], ["Conv"]], kernel_ops(r)
+  assert "mx" in r.program.kernels[0].tags["schedules"][0], r.program.kernels[0].tags
+
+
+def test_a_pointwise_conv_whose_rows_fill_whole_vectors_is_computed_into_the_padded_buffer():
+  r = pointwise_then_depthwise(5, 2 * (compiler.vector_bytes() // 4))
+  assert kernel_ops(r) == [["Conv", "Clip", "pad"], ["Conv"]], kernel_ops(r)
 
 
 def test_a_channel_shuffle_feeding_a_padded_conv_is_stored_padded_once_and_read_as_vectors():
