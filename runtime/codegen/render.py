@@ -53,6 +53,9 @@ def vector_prelude(vl: int) -> str:
           # masked lanes are never read (the ISA suppresses their faults) and come back +0.0
           "static inline vf vf_maskload(const float* p, vi m) { return (vf)_mm512_maskz_loadu_ps("
           "_mm512_cmpneq_epi32_mask((__m512i)m, _mm512_setzero_si512()), p); }\n"
+          # p * 2^k for an integral k in [-150, 128], rounded once: what the two exact power-of-two factors below
+          # give (the first product stays normal), in one instruction
+          "static inline vf vscale(vf p, vf k) { return (vf)_mm512_scalef_ps((__m512)p, (__m512)k); }\n"
           f"#elif defined(__AVX2__) && {vl} == 8\n#include <immintrin.h>\n"
           "static inline vf vu8_loadf(const uint8_t* p) { return (vf)_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32("
           "_mm_loadl_epi64((const __m128i*)p))); }\n"
@@ -65,6 +68,13 @@ def vector_prelude(vl: int) -> str:
           f"static inline vf vf_maskload(const float* p, vi m) {{ vf v; for (int j = 0; j < {vl}; j++) v[j] = m[j] ? p[j] : 0.0f; "
           "return v; }\n"
           "#endif\n"
+          "#if !(defined(__AVX512F__) && " + str(vl) + " == 16)\n"
+          # 2^k as two normal factors 2^(k/2) and 2^(k - k/2): exact, so the product rounds once, at the second
+          "static inline vf vscale(vf p, vf k) {\n"
+          "  vi ki = __builtin_convertvector(k, vi), k1 = ki / 2, k2 = ki - k1;\n"
+          "  return p * (vf)((k1 + 127) << 23) * (vf)((k2 + 127) << 23);\n"
+          "}\n"
+          "#endif\n"
           # an index bound for lanes whose offsets lie within (-lim, lim): outside it, only the side matters
           "static inline int32_t pm_lane_bound(i64 x, i64 lim) { return (int32_t)(x < -lim ? -lim : (x > lim ? lim : x)); }\n"
           "static inline vf vsel(vi m, vf a, vf b) { return (vf)(((vi)a & m) | ((vi)b & ~m)); }\n"
@@ -76,9 +86,7 @@ def vector_prelude(vl: int) -> str:
           "  vf p = (vf){} + 1.9875691500e-4f;\n"
           "  p = p * r + 1.3981999507e-3f; p = p * r + 8.3334519073e-3f; p = p * r + 4.1665795894e-2f;\n"
           "  p = p * r + 1.6666665459e-1f; p = p * r + 5.0000001201e-1f; p = p * (r * r) + r + 1.0f;\n"
-          "  vi ki = __builtin_convertvector(k, vi), k1 = ki / 2, k2 = ki - k1;\n"
-          "  vf y = p * (vf)((k1 + 127) << 23) * (vf)((k2 + 127) << 23);\n"
-          "  return vsel(x != x, x, y);\n"
+          "  return vsel(x != x, x, vscale(p, k));\n"
           "}\n"
           "static inline vf vtanh(vf x) {  /* pm_tanhf per lane */\n"
           "  vf a = vsel(x < 0.0f, -x, x), z = x * x;\n"

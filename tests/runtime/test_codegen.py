@@ -1,6 +1,7 @@
 """The code generator: one pipeline for every front end, replay without Python per kernel, the strategies the
 chooser picks, the vector paths (tiles, edges, strided loads, inner reductions) against onnxruntime, and the
 semantics generated C must keep (NaN/Inf propagation, no signal on integer division by zero, clamped gathers)."""
+import ctypes
 import json
 import math
 import os
@@ -14,6 +15,7 @@ import pytest
 from onnx import helper
 
 import runtime.artifact
+import runtime.cache
 from runtime import compiler
 import runtime.codegen.render
 import runtime.compiler
@@ -583,3 +585,27 @@ def test_a_kernel_whose_only_long_loop_is_its_upcast_axis_is_split_in_whole_upca
   for threads in (2, 3):
     r.threads = threads
     assert np.array_equal(np.array(r(x=x)["y0"]), one), f"{threads} threads differ from one"
+
+
+def test_the_vector_exp_computes_the_scalar_exp_bit_for_bit_over_its_whole_range():
+  """vexp's 2^k scaling (one scalef on AVX-512, two exact power-of-two factors elsewhere) rounds once, so every lane
+  equals pm_expf: in the normal range, into the denormals, at the overflow to inf and for NaN and the infinities."""
+  vl = compiler.vector_bytes() // 4
+  rng = np.random.default_rng(5)
+  x = np.concatenate([np.linspace(-110, 95, 1 << 16), rng.uniform(-104, 89, 1 << 16), rng.standard_normal(1 << 12),
+                      [0.0, -0.0, 88.72, 88.73, -87.3, -103.9, -104.5, np.inf, -np.inf, np.nan]]).astype(np.float32)
+  x = np.concatenate([x, np.zeros(-len(x) % vl, np.float32)])
+  src = (runtime.codegen.render.PRELUDE + runtime.codegen.render.vector_prelude(vl) +
+         "void k_exp_check(void* const* args) {\n"
+         "  const float* x = (const float*)args[0]; float* v = (float*)args[1]; float* s = (float*)args[2];\n"
+         f"  for (i64 i = 0; i < {len(x)}; i += {vl}) vf_store(v + i, vexp(vf_load(x + i)));\n"
+         f"  for (i64 i = 0; i < {len(x)}; i++) s[i] = pm_expf(x[i]);\n"
+         "}\n")
+  target = OnnxRunner(tiny_model("Exp", {"x": x[:vl]}), cache=CompileCache(use_disk=False)).program.machine_target
+  [k] = runtime.cache.KernelCache(use_disk=False).get_many([(src, "k_exp_check")], target)[0]
+  vec, sc = np.empty_like(x), np.empty_like(x)
+  args = (ctypes.c_void_p * 3)(x.ctypes.data, vec.ctypes.data, sc.ctypes.data)
+  ctypes.CFUNCTYPE(None, ctypes.c_void_p)(k.address)(args)
+  assert np.array_equal(vec.view(np.uint32), sc.view(np.uint32))
+  assert np.all(sc[np.isfinite(x) & (x < -104)] == 0) and np.isinf(sc[x > 88.73]).all() and np.isnan(sc[np.isnan(x)]).all()
+  assert (sc[(x > -103.9) & (x < -87.4)] > 0).all()   # the denormal range is reached, not flushed
