@@ -281,7 +281,8 @@ def conv_strategy(signature: dict, default: str, candidates: list[str], measure:
 
 def schedule_candidates(k: LoopKernel, default: Schedule) -> list[Schedule]:
   """The heuristic's schedule first, then scalar loops and the vector tilings of its tile variable (at most 16)."""
-  out = [default, Schedule(default.order, vl=default.vl)]
+  keep = default.overlap_ok   # a property of the kernel, not of the schedule: every candidate splits and overlaps alike
+  out = [default, Schedule(default.order, vl=default.vl, overlap_ok=keep)]
   t = default.tile_var
   if default.mode != "scalar" and t is not None:
     vl = default.vl
@@ -294,7 +295,7 @@ def schedule_candidates(k: LoopKernel, default: Schedule) -> list[Schedule]:
           continue
         ups += [(v, u) for u in (2, 4, 8) if v.arg[1] % u == 0 and u * chunks <= MAX_ACCUMULATORS]
       for var, u in ups:
-        out.append(Schedule(default.order, default.mode, t, chunks * vl, var, u, vl))
+        out.append(Schedule(default.order, default.mode, t, chunks * vl, var, u, vl, keep))
   seen, unique = set(), []
   for s in out:
     d = s.describe()

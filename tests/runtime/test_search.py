@@ -265,3 +265,18 @@ def test_a_candidate_whose_rows_may_be_split_across_threads_is_timed_computing_a
   xin = next(a for b, a in arrays.items() if b.name == p.input_bufs["x"]).reshape(x.shape)
   monkeypatch.setenv("PYMODELD_SEARCH", "0")
   np.testing.assert_allclose(got, OnnxRunner(model, cache=CompileCache(use_disk=False))(x=xin)["y0"], rtol=1e-4, atol=1e-4)
+
+
+def test_a_searched_schedule_splits_across_threads_and_overlaps_its_last_tile_as_the_heuristics_does(own_cache, monkeypatch):
+  """Whether tiles may overlap and rows may be split is the kernel's (it does not read what it stores), so a
+  candidate the search picks keeps both: it is not left to one thread and scalar remainders."""
+  x = R.standard_normal((1, 32, 60, 60)).astype(np.float32)   # 32 x 48 x 3600 multiply-adds: worth splitting
+  w = (R.standard_normal((48, 32, 1, 1)) * 0.2).astype(np.float32)
+  model = node_model([helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Relu", ["c"], ["y0"])], {"x": x}, {"w": w})
+  FakeSearch(monkeypatch)   # the last candidate is the fastest: never the heuristic's
+  p = build_program(import_onnx(model))
+  [k] = [k for k in p.kernels if "Conv" in k.tags["ops"]]
+  assert "pm_lo" in k.source, k.tags["schedules"]
+  monkeypatch.setenv("PYMODELD_SEARCH", "0")
+  [h] = [h for h in build_program(import_onnx(model)).kernels if "Conv" in h.tags["ops"]]
+  assert "pm_lo" in h.source and k.source != h.source
