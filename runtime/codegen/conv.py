@@ -42,7 +42,7 @@ from . import ir
 from .ir import F32, INDEX, GemmCall, GemmKernel, LoopKernel, Store, View
 from .lazy import Lazy, gate_loads
 from .lower import NotLowered
-from .rules import ew, overlap, padded_input, rule, window_gate
+from .rules import ew, overlap, padded_input, row_lanes, rule, window_gate
 
 DIRECT_MAX_K = 32            # reduction length per output at or below which generated loops beat im2col + sgemm
 IM2COL_BAND_BYTES = 1 << 20   # one band of im2col columns: stays in the per-core L2 until its sgemm read it
@@ -118,6 +118,8 @@ def choose_gemm(target: dict, m: int, n: int, dtype, forced: bool | None = None)
   return m * n >= MICRO_MIN_TILE_USE * (-(-m // mr) * mr) * (-(-n // nr) * nr)
 
 
+FLAT_MAX_ROW_LANES = 0.7   # depthwise convs whose rows keep fewer lanes busy run over flat planes (_flat_depthwise);
+#                            rows at 0.75 (24 wide at 16 lanes) measured about even between the two forms
 MICRO_MIN_TILE_USE = 0.6   # share of a tile's products that must be outputs for the heuristic to pick it
 
 
@@ -230,6 +232,8 @@ def _direct_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, ta
     tags = dict(tags, tile_axis=1, tile_block=block)
   else:
     wb = ctx.const_buf(W.astype(x.dtype))
+  if not channel_lanes and _flat_planes(x, W, G, out_sp, pb, strides, dil, ctx.target.get("vl", 16)):
+    return _flat_depthwise(ctx, x, wb, K, out_sp, pb, tags)
   fn, uid, dt = x.fn, ctx.uid(), x.dtype
   skip = _weights_finite(W)
   kk = math.prod(K)
@@ -253,6 +257,47 @@ def _direct_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, ta
     return ir.reduce("sum", [rc] + rk, ir.alu("mul", ir.where(gate, xv, ir.const(0, dt)), wv))
   shape = (N, M) + tuple(out_sp)
   return Lazy(shape, dt, f, red="reduce", cost=x.cost + 2, reads=x.reads | {wb}, tags=tags)
+
+
+def _flat_planes(x: Lazy, W: np.ndarray, G: int, out_sp, pb, strides, dil, vl: int) -> bool:
+  """Whether a depthwise conv runs over each channel's plane as one flat axis (_flat_depthwise): a stride-1,
+  undilated 2-D depthwise conv on a plain buffer whose output rows are as wide as its input rows and keep less
+  than FLAT_MAX_ROW_LANES of the vector's lanes busy (rules.row_lanes), while its planes fill at least one vector."""
+  N, C, *S = x.shape
+  return len(S) == 2 and G == C == W.shape[0] and W.shape[1] == 1 and all(s == 1 for s in strides) and \
+      all(d == 1 for d in dil) and x.view is not None and x.view[1].is_contiguous and out_sp[1] == S[1] and \
+      out_sp[0] * out_sp[1] >= vl and row_lanes(out_sp[1], vl) < FLAT_MAX_ROW_LANES and x.dtype == F32
+
+
+def _flat_depthwise(ctx, x: Lazy, wb, K, out_sp, pb, tags) -> Lazy:
+  """A depthwise conv over small planes, with each plane's output positions as one flat axis: output position
+  o = oh * Wd + ow reads input o + (kh - pb_h) * Wd + (kw - pb_w) of its channel's plane, an index affine in o,
+  so the whole plane (not a short row) is one vector axis. A tap that crosses a row's end would read the next
+  row: a constant table (valid[tap, o], 1.0 where the tap lies inside the plane) selects zero there, and a gate
+  on the flat index keeps every load inside the plane. The sums run in the same order as the row form's."""
+  N, C, H, Wd = x.shape
+  Ho, Wo = out_sp
+  kk = K[0] * K[1]
+  valid = np.zeros((kk, Ho, Wo), np.float32)
+  for a in range(K[0]):
+    for b in range(K[1]):
+      rows = (np.arange(Ho) + a - pb[0] >= 0) & (np.arange(Ho) + a - pb[0] < H)
+      cols = (np.arange(Wo) + b - pb[1] >= 0) & (np.arange(Wo) + b - pb[1] < Wd)
+      valid[a * K[1] + b] = np.outer(rows, cols)
+  vb = ctx.const_buf(valid)
+  xf, uid, dt = x.reshape((N, C, H * Wd)), ctx.uid(), x.dtype
+
+  def f(idx):
+    n, m, oh, ow = idx
+    kh, kw = ir.var(f"r{uid}_k0", K[0]), ir.var(f"r{uid}_k1", K[1])
+    p = ir.add(ir.mul(oh, Wd), ow, ir.mul(kh, Wd), kw, -(pb[0] * Wd + pb[1]))
+    inside = ir.all_of(ir.alu("ge", p, ir.const(0)), ir.alu("lt", p, ir.const(H * Wd)))
+    xv = gate_loads(xf.fn([n, m, p]), inside)
+    tap = ir.add(ir.mul(kh, K[1]), kw)
+    on = ir.alu("lt", ir.const(0.5, F32), ir.load(vb, ir.add(ir.mul(tap, Ho * Wo), ir.mul(oh, Wo), ow)))
+    wv = ir.load(wb, ir.add(ir.mul(m, kk), tap))
+    return ir.reduce("sum", [kh, kw], ir.alu("mul", ir.where(on, xv, ir.const(0, dt)), wv))
+  return Lazy((N, C) + tuple(out_sp), dt, f, red="reduce", cost=x.cost + 2, reads=x.reads | {wb, vb}, tags=tags)
 
 
 def _band_rows(strategy: str, out_sp, kred: int, M: int, dt) -> int:

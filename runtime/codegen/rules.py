@@ -453,6 +453,17 @@ def padded_input(ctx, x: Lazy, pads_begin, pads_end, value):
 PADDED_STORE_MIN_LANES = 0.8   # the share of vector lanes a row-tiled store into a padded buffer must keep
 
 
+def row_lanes(w: int, vl: int) -> float:
+  """The share of the native vl lanes that rows w wide keep busy when tiled along themselves (narrow vectors for
+  a row shorter than vl, an overlapping last tile otherwise); 1.0 for a row a vector cannot tile at all."""
+  lanes = opt.lanes_for(w, vl, True)
+  return w / (-(-w // lanes) * vl) if lanes else 1.0
+
+
+def short_rows(w: int, vl: int) -> bool:
+  return row_lanes(w, vl) < PADDED_STORE_MIN_LANES
+
+
 def _short_rows_merge(x: Lazy, vl: int) -> bool:
   """Whether a reduction stored into a padded buffer would give up vector lanes that its plain store keeps: its
   rows are short for the vector (tiled with narrow or overlapping vectors that keep less than
@@ -462,8 +473,7 @@ def _short_rows_merge(x: Lazy, vl: int) -> bool:
   if len(x.shape) < 2:
     return False
   h, w = x.shape[-2:]
-  lanes = opt.lanes_for(w, vl, True)
-  if h < 2 or lanes == 0 or w / (-(-w // lanes) * vl) >= PADDED_STORE_MIN_LANES:
+  if h < 2 or not short_rows(w, vl):
     return False
   u = ir.var("_rows", h * w)
   idx = [ir.var(f"_lead{d}", s) for d, s in enumerate(x.shape[:-2])] + [ir.idiv(u, w), ir.imod(u, w)]

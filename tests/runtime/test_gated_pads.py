@@ -244,3 +244,24 @@ def test_a_masked_load_whose_lane_mask_every_upcast_copy_shares_compiles():
   src = render.render_loop(lk, sched, 16).source
   assert "vf_maskload" in src
   compiler.compile_one(src)
+
+
+@pytest.mark.parametrize("xs,k,pads", [
+    ((2, 24, 5, 5), 5, [2, 2, 2, 2]),
+    ((1, 40, 7, 7), 3, [1, 1, 1, 1]),
+    ((1, 16, 10, 10), 3, [2, 1, 0, 1]),    # rows as wide as the input's, one more row on top and one fewer below
+    ((1, 8, 6, 12), 3, [1, 1, 1, 1]),
+])
+def test_a_depthwise_conv_on_small_planes_runs_each_plane_as_one_vector_axis(xs, k, pads):
+  """Rows shorter than a vector would take narrow tiles: the plane's positions are one flat axis instead, the taps
+  that cross a row's end select zero from a constant table. An inf at the end of a row, which such a tap would
+  read from the next row, must not reach the outputs it does not belong to."""
+  if compiler.vector_bytes() // 4 < 8:
+    pytest.skip("with 4 float lanes these rows fill their vectors")
+  x = f32(*xs)
+  x[:, :, :, -1] = np.inf
+  x[0, 0, 0, 0] = np.nan
+  nodes = [helper.make_node("Conv", ["x", "w"], ["y0"], pads=pads, group=xs[1])]
+  r = checked(node_model(nodes, {"x": x}, {"w": weights(xs[1], 1, k, k)}), {"x": x})
+  [sched] = r.program.kernels[0].tags["schedules"]
+  assert "mx" in sched, sched   # the plane's rows merged into the vector axis
