@@ -232,7 +232,7 @@ def _direct_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, ta
     tags = dict(tags, tile_axis=1, tile_block=block)
   else:
     wb = ctx.const_buf(W.astype(x.dtype))
-  if not channel_lanes and _flat_planes(x, W, G, out_sp, pb, strides, dil, ctx.target.get("vl", 16)):
+  if not channel_lanes and _flat_planes(x, W, G, out_sp, strides, dil, ctx.target.get("vl", 16)):
     return _flat_depthwise(ctx, x, wb, K, out_sp, pb, tags)
   fn, uid, dt = x.fn, ctx.uid(), x.dtype
   skip = _weights_finite(W)
@@ -259,7 +259,7 @@ def _direct_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, ta
   return Lazy(shape, dt, f, red="reduce", cost=x.cost + 2, reads=x.reads | {wb}, tags=tags)
 
 
-def _flat_planes(x: Lazy, W: np.ndarray, G: int, out_sp, pb, strides, dil, vl: int) -> bool:
+def _flat_planes(x: Lazy, W: np.ndarray, G: int, out_sp, strides, dil, vl: int) -> bool:
   """Whether a depthwise conv runs over each channel's plane as one flat axis (_flat_depthwise): a stride-1,
   undilated 2-D depthwise conv on a plain buffer whose output rows are as wide as its input rows and keep less
   than FLAT_MAX_ROW_LANES of the vector's lanes busy (rules.row_lanes), while its planes fill at least one vector."""

@@ -141,7 +141,7 @@ def merge_axes(k: LoopKernel) -> LoopKernel:
     u = ir.var(f"{a.arg[0]}m", a.arg[1] * eb)
     mapping = {a: ir.idiv(u, eb), b: ir.imod(u, eb)}
     new = [Store(s.buf, ir.substitute(s.index, mapping), ir.substitute(s.value, mapping)) for s in stores]
-    if all(not _has_divmod(x, u) for s in new for x in (s.index, s.value)):
+    if all(not has_divmod(x, u) for s in new for x in (s.index, s.value)):
       stores = new
       vars_[i:i + 2] = [u]
       shape[i:i + 2] = [a.arg[1] * eb]
@@ -158,7 +158,8 @@ def merge_axes(k: LoopKernel) -> LoopKernel:
   return LoopKernel(k.name, [v for v, _ in keep], tuple(s for _, s in keep), stores, k.tags, dyn, after)
 
 
-def _has_divmod(e: E, v: E) -> bool:
+def has_divmod(e: E, v: E) -> bool:
+  """Whether e divides or takes a remainder of an expression over v (what keeps v from being a merged axis)."""
   return any(n.op in ("DIV", "MOD") and v in ir.free_vars(n) for n in ir.walk(e))
 
 

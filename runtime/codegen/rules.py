@@ -477,7 +477,7 @@ def _short_rows_merge(x: Lazy, vl: int) -> bool:
     return False
   u = ir.var("_rows", h * w)
   idx = [ir.var(f"_lead{d}", s) for d, s in enumerate(x.shape[:-2])] + [ir.idiv(u, w), ir.imod(u, w)]
-  return not any(n.op in ("DIV", "MOD") and u in ir.free_vars(n) for n in ir.walk(x.at(idx)))
+  return not opt.has_divmod(x.at(idx), u)
 
 
 def _affine_rows(x: Lazy, pads_begin, pads_end) -> bool:
