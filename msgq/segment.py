@@ -149,9 +149,11 @@ class Segment:
         os.link(tmp, self.path)
       except FileExistsError:  # another process created it first: use theirs
         os.close(fd)
+        fd = -1   # closed: if the open below fails, its number may already be another thread's file
         fd = os.open(self.path, os.O_RDWR | os.O_NOFOLLOW)
     except BaseException:
-      os.close(fd)
+      if fd >= 0:
+        os.close(fd)
       raise
     finally:
       os.unlink(tmp)
