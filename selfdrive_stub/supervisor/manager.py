@@ -235,7 +235,8 @@ class Manager:
           p.stop(block=False)
         p.state = "disabled" if not p.running else p.state
         continue
-      if p.state in ("missing", "crashed") or p.running:
+      # p.proc set: running, or exited since _poll_exits looked; the next poll notes that exit before any restart
+      if p.state in ("missing", "crashed") or p.proc is not None:
         continue
       if p.state == "backoff" and not p.due_for_restart(now):
         continue

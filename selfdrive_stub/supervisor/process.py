@@ -107,8 +107,9 @@ class ManagedProcess:
     return self.proc is not None and self.proc.poll() is None
 
   def start(self, env: dict[str, str], ctx=None) -> bool:
-    """Launch the child; False (state "missing") if its module does not exist."""
-    if self.running:
+    """Launch the child; False (state "missing") if its module does not exist. A child that was started and whose
+    exit poll() has not noticed yet is left alone: starting again would lose that exit (never noted or counted)."""
+    if self.proc is not None:
       return True
     if not module_exists(self.cfg.module):
       if self.state != "missing":

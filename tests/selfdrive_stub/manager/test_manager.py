@@ -52,6 +52,25 @@ def test_unexpected_exit_is_a_crash_restarted_with_backoff_and_fails_the_run(nam
   assert not os.path.exists(namespace.shm_dir)
 
 
+def test_a_child_that_dies_between_the_exit_check_and_the_start_check_is_noted_before_it_is_started_again(namespace):
+  """The loop polls exits, then starts what is not running. A child that dies between the two must not be
+  started again at once as if it had never run: its exit is noted (CRASHED, backoff, counted) by the next poll."""
+  procs = [ProcessConfig("car", "selfdrive_stub.producers.car", args=lambda o: ["--duration", "0.1"])]
+  out = io.StringIO()
+  m = mgr.Manager(_opts("5"), processes=procs, out=out)
+  car, env = m.by_name["car"], dict(os.environ)
+  try:
+    m._ensure_running(time.monotonic(), 0.0, env)
+    first = car.pid
+    car.proc.wait(60)   # it has exited; the manager's poll has not seen it yet
+    m._ensure_running(time.monotonic(), 1.0, env)
+    assert car.pid == first, out.getvalue()
+    m._poll_exits(time.monotonic(), 1.0)
+    assert "car CRASHED (code 0)" in out.getvalue() and car.crashes == 1 and car.state == "backoff", out.getvalue()
+  finally:
+    car.stop(block=True)
+
+
 def test_missing_module_is_reported_not_fatal(namespace):
   procs = [ProcessConfig("car", "selfdrive_stub.producers.car"),
            ProcessConfig("ghost", "selfdrive_stub.no_such_daemon", after=("car",))]
