@@ -44,7 +44,9 @@ def pool(op, attrs, specs, consts):
   fill = (-np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min) if is_max else 0
   KK = numel(K)
   recip = None
-  if not is_max:
+  if not is_max and not padded:   # every window lies inside the input: each counts all of its taps
+    recip = np.full(out_sp, 1.0 / KK).astype(x.dtype)
+  elif not is_max:
     # divisor per output position: count the cells that are real input (or inside the declared pads)
     include_pad = int(attrs.get("count_include_pad", 0)) == 1
     mask = np.zeros(pad_shape, np.float64)
