@@ -504,8 +504,23 @@ def all_vars(e: E) -> frozenset:
   return out
 
 
+_SUBSTITUTED: dict = {}   # (e, mapping's items) -> result; keys hold their nodes, so no id is reused while cached
+_SUBSTITUTED_MAX = 8192
+
+
 def substitute(e: E, mapping: dict) -> E:
-  """e with variables (or any nodes) replaced as mapping says; sums, products and ALU ops re-normalise."""
+  """e with variables (or any nodes) replaced as mapping says; sums, products and ALU ops re-normalise.
+  Pure over interned nodes, so results are remembered (a renderer substitutes the same body per tile width)."""
+  key = (e, tuple(mapping.items()))
+  got = _SUBSTITUTED.get(key)
+  if got is None:
+    if len(_SUBSTITUTED) >= _SUBSTITUTED_MAX:
+      _SUBSTITUTED.clear()
+    got = _SUBSTITUTED[key] = _substitute(e, mapping)
+  return got
+
+
+def _substitute(e: E, mapping: dict) -> E:
   memo: dict = {}
   keys = frozenset(mapping) if all(k.op == "VAR" for k in mapping) else None  # subtrees without them stay
 
@@ -517,6 +532,20 @@ def substitute(e: E, mapping: dict) -> E:
       return r
     if not n.srcs or (keys is not None and keys.isdisjoint(all_vars(n))):
       r = n
+    elif n.op == "ADD_I" or n.op == "MUL_I":
+      # an affine index: its atoms substituted and their linear forms summed once (rebuilding each product
+      # first would normalise, intern and then flatten a sum per term)
+      terms, k = linear(n)
+      acc: dict = {}
+      same = True
+      for a, v in terms.items():
+        s = go(a)
+        same = same and s is a
+        ts, ks = linear(s)
+        k += ks * v
+        for b, w in ts.items():
+          acc[b] = acc.get(b, 0) + w * v
+      r = n if same else from_linear({b: w for b, w in acc.items() if w}, k)
     else:
       srcs = tuple(go(s) for s in n.srcs)
       if all(a is b for a, b in zip(srcs, n.srcs)):

@@ -434,6 +434,19 @@ def test_a_gated_load_index_simplifies_within_the_gate():
       assert ir.substitute(ld.srcs[0], sub).arg == ir.substitute(idx, sub).arg
 
 
+def test_substitutions_are_remembered_up_to_a_bound_and_a_remembered_one_is_the_same_node():
+  x, y = ir.var("x", 200), ir.var("y", 60)
+  e = ir.imod(x * 60 + y + 5, 7) + ir.idiv(x * 60 + y, 13) * 3
+  first = ir.substitute(e, {x: ir.add(y, 1)})
+  assert ir.substitute(e, {x: ir.add(y, 1)}) is first
+  for px, py in np.ndindex(200, 60):   # more distinct substitutions than the bound
+    got = ir.substitute(e, {x: ir.const(px), y: ir.const(py)})
+    if (px * 60 + py) % 97 == 0:
+      assert got.arg == (px * 60 + py + 5) % 7 + (px * 60 + py) // 13 * 3
+  assert len(ir._SUBSTITUTED) <= ir._SUBSTITUTED_MAX
+  assert ir.substitute(e, {x: ir.add(y, 1)}) is first   # computed again after the cache was cleared: interned
+
+
 def test_a_short_axis_is_tiled_with_narrower_vectors():
   x = f32(1, 8, 27, 27)
   r = parity(tiny_model("MaxPool", {"x": x}, attrs={"kernel_shape": [3, 3], "strides": [2, 2]}), {"x": x})
