@@ -269,6 +269,31 @@ def _flat_planes(x: Lazy, W: np.ndarray, G: int, out_sp, strides, dil, vl: int) 
       out_sp[0] * out_sp[1] >= vl and row_lanes(out_sp[1], vl) < FLAT_MAX_ROW_LANES and x.dtype == F32
 
 
+def _tap_table(K, pb, S, out_sp) -> np.ndarray:
+  """valid[tap, oh, ow]: 1.0 where tap (kh, kw) of output position (oh, ow) of a stride-1 conv lies inside the input
+  plane S, else 0.0. Indexed by a flat output position, it tells the taps that a flat index would wrap into a
+  neighbouring row from the real ones."""
+  valid = np.zeros((K[0] * K[1],) + tuple(out_sp), np.float32)
+  for a in range(K[0]):
+    for b in range(K[1]):
+      rows = (np.arange(out_sp[0]) + a - pb[0] >= 0) & (np.arange(out_sp[0]) + a - pb[0] < S[0])
+      cols = (np.arange(out_sp[1]) + b - pb[1] >= 0) & (np.arange(out_sp[1]) + b - pb[1] < S[1])
+      valid[a * K[1] + b] = np.outer(rows, cols)
+  return valid
+
+
+def _flat_pack(x_in: Lazy, S, out_sp, strides, dil, bcols: int, vl: int) -> bool:
+  """Whether an im2col band is packed with the band's output positions as one flat axis (as _flat_depthwise
+  computes): a stride-1, undilated 2-D conv on a plain buffer whose output rows are as wide as its input rows,
+  where the native vectors (a GEMM kernel's nests share them) would keep less than FLAT_MAX_ROW_LANES of their
+  lanes busy along the rows (rows shorter than a vector are packed by scalar loops), and a band fills a vector."""
+  w = out_sp[-1]
+  native = w / (-(-w // vl) * vl) if w >= vl else 0.0
+  return len(S) == 2 and all(st == 1 for st in strides) and all(d == 1 for d in dil) and out_sp[1] == S[1] and \
+      x_in.view is not None and x_in.view[1].is_contiguous and x_in.dtype == F32 and bcols >= vl and \
+      native < FLAT_MAX_ROW_LANES
+
+
 def _flat_depthwise(ctx, x: Lazy, wb, K, out_sp, pb, tags) -> Lazy:
   """A depthwise conv over small planes, with each plane's output positions as one flat axis: output position
   o = oh * Wd + ow reads input o + (kh - pb_h) * Wd + (kw - pb_w) of its channel's plane, an index affine in o,
@@ -278,13 +303,7 @@ def _flat_depthwise(ctx, x: Lazy, wb, K, out_sp, pb, tags) -> Lazy:
   N, C, H, Wd = x.shape
   Ho, Wo = out_sp
   kk = K[0] * K[1]
-  valid = np.zeros((kk, Ho, Wo), np.float32)
-  for a in range(K[0]):
-    for b in range(K[1]):
-      rows = (np.arange(Ho) + a - pb[0] >= 0) & (np.arange(Ho) + a - pb[0] < H)
-      cols = (np.arange(Wo) + b - pb[1] >= 0) & (np.arange(Wo) + b - pb[1] < Wd)
-      valid[a * K[1] + b] = np.outer(rows, cols)
-  vb = ctx.const_buf(valid)
+  vb = ctx.const_buf(_tap_table(K, pb, (H, Wd), out_sp))
   xf, uid, dt = x.reshape((N, C, H * Wd)), ctx.uid(), x.dtype
 
   def f(idx):
@@ -380,7 +399,30 @@ def _blas_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, stra
                          {"vector_map": True}, {ev[1]: rows})
       return GemmKernel(f"k{len(ctx.kernels)}", gemm, packs, epi, bvar, band_rows, scratch,
                         dict(tags, band_rows=band_rows, outer=[nvar], inner=[gvar]))
-    if strategy == "im2col":
+    if strategy == "im2col" and _flat_pack(x_in, S, out_sp, strides, dil, bcols, vl):
+      # the band's positions as one flat axis f: input o0 * W + f + (kh - pb_h) * W + (kw - pb_w) of the plane is
+      # affine in f; the tap table selects zero where that wraps into a neighbouring row, the gate keeps the load
+      # inside the plane (see _flat_depthwise)
+      cols = ctx.scratch(kred * bcols, dt)
+      scratch.append(cols)
+      H, Wd = S
+      vb = ctx.const_buf(_tap_table(K, pb, S, out_sp))
+      xf = x_in.reshape((N, C, H * Wd))
+      pv = [ctx.new_var("pc", Cg)] + [ctx.new_var("pk", k) for k in K] + [ctx.new_var("pf", bcols)]
+      rc, (kh, kw), rf = pv[0], pv[1:3], pv[3]
+      o = ir.add(ir.mul(o0, Wd), rf)
+      pos = ir.add(o, ir.mul(kh, Wd), kw, -(pb[0] * Wd + pb[1]))
+      inside = ir.all_of(ir.alu("ge", pos, ir.const(0)), ir.alu("lt", pos, ir.const(H * Wd)))
+      tap = ir.add(ir.mul(kh, K[1]), kw)
+      on = ir.alu("lt", ir.const(0.5, F32), ir.load(vb, ir.add(ir.mul(tap, O), o)))
+      xv = gate_loads(xf.fn([nvar, ir.add(ir.mul(gvar, Cg), rc), pos]), inside)
+      val = ir.where(on, xv, ir.const(0, dt))
+      cidx = ir.add(ir.mul(ir.add(ir.mul(rc, kk), tap), bcols), rf)
+      pk = LoopKernel("pack", pv, tuple(v.arg[1] if v.op == "VAR" else 1 for v in pv), [Store(cols, cidx, val)],
+                      {}, {rf: ir.mul(rows, Wd)})
+      packs.append(pk)
+      b_op = (cols, ir.const(0), bcols, False)
+    elif strategy == "im2col":
       cols = ctx.scratch(kred * bcols, dt)
       scratch.append(cols)
       pv = [ctx.new_var("pc", Cg)] + [ctx.new_var("pk", k) for k in K] + [ctx.new_var("pr", band_rows)] + \

@@ -9,7 +9,7 @@ from onnx import helper
 import runtime.codegen.conv as conv
 from runtime import OnnxRunner, compiler
 
-from rt_helpers import checked, node_model
+from rt_helpers import checked, memory_cache, node_model
 
 R = np.random.default_rng(77)
 
@@ -265,3 +265,29 @@ def test_a_depthwise_conv_on_small_planes_runs_each_plane_as_one_vector_axis(xs,
   r = checked(node_model(nodes, {"x": x}, {"w": weights(xs[1], 1, k, k)}), {"x": x})
   [sched] = r.program.kernels[0].tags["schedules"]
   assert "mx" in sched, sched   # the plane's rows merged into the vector axis
+
+
+@pytest.mark.parametrize("xs,m,k,pads", [
+    ((2, 32, 14, 14), 48, 3, [1, 1, 1, 1]),
+    ((1, 64, 7, 7), 64, 3, [1, 1, 1, 1]),
+    ((1, 24, 10, 13), 40, 3, [2, 1, 0, 1]),   # one more row on top, one fewer below: the band's rows shift
+    ((1, 16, 13, 13), 16, 5, [2, 2, 2, 2]),
+])
+def test_an_im2col_conv_on_short_rows_packs_each_band_as_one_flat_vector_axis_with_the_same_bits(monkeypatch, xs, m, k,
+                                                                                                  pads):
+  """A GEMM kernel's nests share the native vector width, so a band of rows shorter than a vector was packed by
+  scalar loops; its positions are one flat axis now (the depthwise flat planes' table and gate). The columns it
+  packs are the same values, so the conv gives the same bits as the row form, an inf at a row's end included."""
+  if compiler.vector_bytes() // 4 < 16:
+    pytest.skip("with narrower vectors these convs run direct (rows of several vectors)")
+  x = f32(*xs)
+  x[:, :, :, -1] = np.inf
+  x[0, 0, 0, 0] = np.nan
+  model = node_model([helper.make_node("Conv", ["x", "w"], ["y0"], pads=pads)], {"x": x}, {"w": weights(m, xs[1], k, k)})
+  r = checked(model, {"x": x})
+  pack = r.program.kernels[0].tags["schedules"][0]
+  assert r.program.kernels[0].tags["strategy"].startswith("im2col") and pack.startswith("tile pf"), pack
+  monkeypatch.setattr(conv, "_flat_pack", lambda *a: False)
+  rows = OnnxRunner(model, cache=memory_cache())
+  assert not rows.program.kernels[0].tags["schedules"][0].startswith("tile pf")
+  np.testing.assert_array_equal(r(x=x)["y0"], rows(x=x)["y0"])
