@@ -678,16 +678,14 @@ def softmax(ctx, node, ins, specs, consts):
       raise NotLowered("legacy Hardmax over several axes")
     return [Lazy(x.shape, dt, hard, red="reduce", cost=x.cost + 2, reads=x.reads)]
 
-  def soft(idx):
-    full, rv = sub_idx(idx, "m")
-    m = ir.reduce("max", rv, fn(full))
-    full2, rv2 = sub_idx(idx, "s")
-    s = ir.reduce("sum", rv2, ir.alu("exp", ir.alu("sub", fn(full2), m)))
-    d = ir.alu("sub", fn(idx), m)
-    if node.op == "LogSoftmax":
-      return ir.alu("sub", d, ir.alu("log", s))
-    return ir.alu("div", ir.alu("exp", d), s)
-  return [Lazy(x.shape, dt, soft, red="reduce", cost=x.cost + 4, reads=x.reads)]
+  # three kernels: the max and the sum of exp(x - max) each realized per row (a kernel of one reduction runs it
+  # in vector lanes), then the elementwise result. One kernel holding both reductions had no vector schedule.
+  m = ctx.realize(reduce_lazy(ctx, x, axes, "max", True), tags={"ops": [f"{node.op} (max)"]})
+  shifted = combine(lambda v, mv: ir.alu("sub", v, mv), [x, m])
+  s = ctx.realize(reduce_lazy(ctx, shifted, axes, "sum", True, lambda v: ir.alu("exp", v)), tags={"ops": [f"{node.op} (sum)"]})
+  if node.op == "LogSoftmax":
+    return [combine(lambda d, sv: ir.alu("sub", d, ir.alu("log", sv)), [shifted, s])]
+  return [combine(lambda d, sv: ir.alu("div", ir.alu("exp", d), sv), [shifted, s])]
 
 
 @rule("LRN")
@@ -723,25 +721,18 @@ def batchnorm(ctx, node, ins, specs, consts):
   return [ew(ctx, lambda v, s, t: ir.alu("add", ir.alu("mul", v, s), t), [x, la, lb], cost=2)]
 
 
-def _mean_var(ctx, x: Lazy, axes: list[int]):
-  """(mean(idx), var(idx)) builders over the kept axes of x (two-pass variance, as numpy computes it)."""
-  fn, uid, dt = x.fn, ctx.uid(), x.dtype
+def _row_stats(ctx, x: Lazy, axes: list[int], spread, op: str) -> tuple[Lazy, Lazy]:
+  """(mean, spread(var)) over axes, each realized per row (keepdims) by a kernel of one reduction, which runs in
+  vector lanes; one kernel holding both reductions (the variance's nests the mean) had no vector schedule. The
+  variance is two-pass, as numpy computes it: the mean of (x - mean)^2."""
   n = math.prod(x.shape[a] for a in axes)
-
-  def at(idx, tag):
-    rv = {d: ir.var(f"r{uid}{tag}_{d}", x.shape[d]) for d in axes}
-    return [rv.get(d, i) for d, i in enumerate(idx)], list(rv.values())
-
-  def mean(idx):
-    full, rv = at(idx, "m")
-    return ir.alu("div", ir.reduce("sum", rv, fn(full)), c(n, dt))
-
-  def var(idx):
-    m = mean(idx)
-    full, rv = at(idx, "v")
-    d = ir.alu("sub", fn(full), m)
-    return ir.alu("div", ir.reduce("sum", rv, ir.alu("mul", d, d)), c(n, dt))
-  return mean, var
+  dt = x.dtype
+  mean = ctx.realize(combine(lambda v: ir.alu("div", v, c(n, dt)), [reduce_lazy(ctx, x, axes, "sum", True)]),
+                     tags={"ops": [f"{op} (mean)"]})
+  centered = combine(lambda v, m: ir.alu("sub", v, m), [x, mean])
+  sq = reduce_lazy(ctx, centered, axes, "sum", True, lambda v: ir.alu("mul", v, v))
+  spread_of = ctx.realize(combine(lambda v: spread(ir.alu("div", v, c(n, dt))), [sq]), tags={"ops": [f"{op} (variance)"]})
+  return mean, spread_of
 
 
 @rule("InstanceNormalization")
@@ -750,17 +741,13 @@ def instance_norm(ctx, node, ins, specs, consts):
   if x.dtype.kind != "f":
     raise NotLowered(node.op)
   eps = float(node.attrs.get("epsilon", 1e-5))
-  axes = list(range(2, len(x.shape)))
-  mean, var = _mean_var(ctx, x, axes)
-  sc, bi = ctx.plain(ins[1]), ctx.plain(ins[2])
-  fn, dt = x.fn, x.dtype
-
-  def f(idx):
-    m = mean(idx)
-    den = ir.alu("sqrt", ir.alu("add", var(idx), c(eps, dt)))
-    y = ir.alu("div", ir.alu("sub", fn(idx), m), den)
-    return ir.alu("add", ir.alu("mul", y, sc.at([idx[1]])), bi.at([idx[1]]))
-  return [Lazy(x.shape, dt, f, red="reduce", cost=x.cost + 6, reads=x.reads | sc.reads | bi.reads)]
+  dt = x.dtype
+  mean, den = _row_stats(ctx, x, list(range(2, len(x.shape))), lambda v: ir.alu("sqrt", ir.alu("add", v, c(eps, dt))),
+                         node.op)
+  shape_c = (x.shape[1],) + (1,) * (len(x.shape) - 2)
+  sc, bi = ctx.plain(ins[1]).reshape(shape_c), ctx.plain(ins[2]).reshape(shape_c)
+  return [combine(lambda v, m, d, s, b: ir.alu("add", ir.alu("mul", ir.alu("div", ir.alu("sub", v, m), d), s), b),
+                  [x, mean, den, sc, bi])]
 
 
 @rule("LayerNormalization")

@@ -447,6 +447,38 @@ def test_substitutions_are_remembered_up_to_a_bound_and_a_remembered_one_is_the_
   assert ir.substitute(e, {x: ir.add(y, 1)}) is first   # computed again after the cache was cleared: interned
 
 
+@pytest.mark.parametrize("op,axis,opset", [("Softmax", -1, 17), ("LogSoftmax", -1, 17), ("Softmax", 1, 17),
+                                            ("Softmax", 1, 11)])   # opset 11: the axes from 1 on, flattened
+def test_a_softmax_runs_its_max_and_its_sum_as_vector_kernels_of_their_own(op, axis, opset):
+  """One kernel holding both reductions had no vector schedule (every exp scalar); the max and the sum of
+  exp(x - max) are each realized per row by a kernel of one reduction, then the result is elementwise."""
+  x = f32(4, 24, 40, lo=-30.0, hi=30.0)
+  x[0, 0] = 1e30   # rows of huge values: only the subtracted max keeps exp finite
+  r = parity(tiny_model(op, {"x": x}, attrs={"axis": axis}, opset=opset), {"x": x})
+  ops = [k.tags.get("ops") for k in r.program.kernels]
+  assert ops == [[f"{op} (max)"], [f"{op} (sum)"], [op]], ops
+  reductions = [s for k in r.program.kernels[:2] for s in k.tags["schedules"]]
+  assert "scalar" not in reductions, reductions   # (a plain elementwise loop is left to the C compiler)
+
+
+@pytest.mark.parametrize("op,shape,attrs", [("LayerNormalization", (64, 300), {"axis": -1}),
+                                            ("LayerNormalization", (8, 24, 40), {"axis": 1}),
+                                            ("InstanceNormalization", (2, 24, 9, 11), {})])
+def test_a_normalization_runs_its_mean_and_its_variance_as_vector_kernels_of_their_own(op, shape, attrs):
+  """As for softmax: the variance nests the mean, and one kernel holding both had no vector schedule."""
+  x = f32(*shape, lo=-5.0, hi=5.0) + 20.0   # a mean far from 0: the variance is taken about it (two-pass)
+  c = shape[1] if op == "InstanceNormalization" else math.prod(shape[attrs["axis"]:])
+  scale, bias = f32(c), f32(c)
+  if op == "LayerNormalization":
+    scale, bias = scale.reshape(shape[attrs["axis"]:]), bias.reshape(shape[attrs["axis"]:])
+  # (float32 differences about a mean of 20 carry ~1e-5 of rounding, whatever the order of the sums)
+  r = parity(tiny_model(op, {"x": x}, attrs=attrs, consts={"s": scale, "b": bias}), {"x": x}, atol=1e-4)
+  ops = [k.tags.get("ops") for k in r.program.kernels]
+  assert ops[:2] == [[f"{op} (mean)"], [f"{op} (variance)"]], ops
+  reductions = [s for k in r.program.kernels[:2] for s in k.tags["schedules"]]
+  assert "scalar" not in reductions, reductions
+
+
 def test_a_short_axis_is_tiled_with_narrower_vectors():
   x = f32(1, 8, 27, 27)
   r = parity(tiny_model("MaxPool", {"x": x}, attrs={"kernel_shape": [3, 3], "strides": [2, 2]}), {"x": x})
