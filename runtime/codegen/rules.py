@@ -617,7 +617,9 @@ def pool(ctx, node, ins, specs, consts):
     raise NotLowered("integer average pool")
   dt = x.dtype
   recip = None
-  if not is_max:
+  if not is_max and not any(pb) and not any(pe) and not any(need_end):   # every window counts all of its taps
+    recip = np.array(1.0 / math.prod(K)).astype(dt).item()   # rounded to dt, as the counted form's
+  elif not is_max:
     pad_shape = tuple(s + b + e for s, b, e in zip(S, pb, need_end))
     mask = np.zeros(pad_shape, np.float64)
     if int(attrs.get("count_include_pad", 0)) == 1:
@@ -758,26 +760,18 @@ def layer_norm(ctx, node, ins, specs, consts):
   rank = len(x.shape)
   axis = int(node.attrs.get("axis", -1)) % rank
   eps = float(node.attrs.get("epsilon", 1e-5))
-  axes = list(range(axis, rank))
-  mean, var = _mean_var(ctx, x, axes)
-  sc = ctx.plain(ins[1]).broadcast_to(x.shape)
-  bi = ctx.plain(ins[2]).broadcast_to(x.shape) if len(ins) > 2 and ins[2] is not None else None
-  fn, dt = x.fn, x.dtype
+  dt = x.dtype
+  mean, inv = _row_stats(ctx, x, list(range(axis, rank)),
+                         lambda v: ir.alu("recip", ir.alu("sqrt", ir.alu("add", v, c(eps, dt)))), node.op)
+  srcs = [x, mean, inv, ctx.plain(ins[1])] + ([ctx.plain(ins[2])] if len(ins) > 2 and ins[2] is not None else [])
 
-  def inv(idx):
-    return ir.alu("recip", ir.alu("sqrt", ir.alu("add", var(idx), c(eps, dt))))
-
-  def f(idx):
-    y = ir.alu("mul", ir.alu("mul", ir.alu("sub", fn(idx), mean(idx)), inv(idx)), sc.at(idx))
-    return ir.alu("add", y, bi.at(idx)) if bi is not None else y
-  reads = x.reads | sc.reads | (bi.reads if bi is not None else frozenset())
-  outs = [Lazy(x.shape, dt, f, red="reduce", cost=x.cost + 6, reads=reads)]
-  red_shape = x.shape[:axis] + (1,) * len(axes)
-  for i, o in enumerate(node.outputs[1:], 1):
-    stat = mean if i == 1 else inv
+  def f(v, m, i, s, b=None):
+    y = ir.alu("mul", ir.alu("mul", ir.alu("sub", v, m), i), s)
+    return ir.alu("add", y, b) if b is not None else y
+  outs = [combine(f, srcs, shape=x.shape)]
+  for o, stat in zip(node.outputs[1:], (mean, inv)):
     sdt = ctx.specs[o].dtype if o else dt
-    outs.append(Lazy(red_shape, sdt, lambda idx, s=stat, t=sdt: ir.cast(s(idx), t), red="reduce", cost=x.cost + 4,
-                     reads=x.reads))
+    outs.append(combine(lambda v, t=sdt: ir.cast(v, t), [stat], dtype=sdt))
   return outs
 
 
