@@ -654,6 +654,19 @@ def pool(ctx, node, ins, specs, consts):
   return [combine(lambda v, w: ir.alu("mul", v, w), [r, recip.broadcast_to(r.shape)])]
 
 
+ROW_INNER_MIN_VECTORS = 12   # reduced vectors per row from which a row reduction's lanes run along the row
+
+
+def _row_tags(ctx, x: Lazy, axes: list[int], op: str, what: str) -> dict:
+  """Tags of a realized row reduction: lanes along the row (the lowering asks for "inner": vector loads of one
+  sequential stream, partial sums per lane) where the reduced axes are x's trailing ones and span at least
+  ROW_INNER_MIN_VECTORS vectors; lanes across rows otherwise (each lane sums its own row in order, its loads
+  gathered: short rows would leave an inner reduction's lanes idle in their remainders and final combines)."""
+  trailing = axes == list(range(len(x.shape) - len(axes), len(x.shape)))
+  long_rows = math.prod(x.shape[a] for a in axes) >= ROW_INNER_MIN_VECTORS * ctx.target.get("vl", 16)
+  return {"ops": [f"{op} ({what})"], **({"vector_reduce": True} if trailing and long_rows else {})}
+
+
 @rule("Softmax", "LogSoftmax", "Hardmax")
 def softmax(ctx, node, ins, specs, consts):
   x = ctx.prologue(ins[0], 3)
@@ -682,9 +695,9 @@ def softmax(ctx, node, ins, specs, consts):
 
   # three kernels: the max and the sum of exp(x - max) each realized per row (a kernel of one reduction runs it
   # in vector lanes), then the elementwise result. One kernel holding both reductions had no vector schedule.
-  m = ctx.realize(reduce_lazy(ctx, x, axes, "max", True), tags={"ops": [f"{node.op} (max)"]})
+  m = ctx.realize(reduce_lazy(ctx, x, axes, "max", True), tags=_row_tags(ctx, x, axes, node.op, "max"))
   shifted = combine(lambda v, mv: ir.alu("sub", v, mv), [x, m])
-  s = ctx.realize(reduce_lazy(ctx, shifted, axes, "sum", True, lambda v: ir.alu("exp", v)), tags={"ops": [f"{node.op} (sum)"]})
+  s = ctx.realize(reduce_lazy(ctx, shifted, axes, "sum", True, lambda v: ir.alu("exp", v)), tags=_row_tags(ctx, x, axes, node.op, "sum"))
   if node.op == "LogSoftmax":
     return [combine(lambda d, sv: ir.alu("sub", d, ir.alu("log", sv)), [shifted, s])]
   return [combine(lambda d, sv: ir.alu("div", ir.alu("exp", d), sv), [shifted, s])]
@@ -730,10 +743,10 @@ def _row_stats(ctx, x: Lazy, axes: list[int], spread, op: str) -> tuple[Lazy, La
   n = math.prod(x.shape[a] for a in axes)
   dt = x.dtype
   mean = ctx.realize(combine(lambda v: ir.alu("div", v, c(n, dt)), [reduce_lazy(ctx, x, axes, "sum", True)]),
-                     tags={"ops": [f"{op} (mean)"]})
+                     tags=_row_tags(ctx, x, axes, op, "mean"))
   centered = combine(lambda v, m: ir.alu("sub", v, m), [x, mean])
   sq = reduce_lazy(ctx, centered, axes, "sum", True, lambda v: ir.alu("mul", v, v))
-  spread_of = ctx.realize(combine(lambda v: spread(ir.alu("div", v, c(n, dt))), [sq]), tags={"ops": [f"{op} (variance)"]})
+  spread_of = ctx.realize(combine(lambda v: spread(ir.alu("div", v, c(n, dt))), [sq]), tags=_row_tags(ctx, x, axes, op, "variance"))
   return mean, spread_of
 
 

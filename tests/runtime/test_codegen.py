@@ -447,12 +447,14 @@ def test_substitutions_are_remembered_up_to_a_bound_and_a_remembered_one_is_the_
   assert ir.substitute(e, {x: ir.add(y, 1)}) is first   # computed again after the cache was cleared: interned
 
 
-@pytest.mark.parametrize("op,axis,opset", [("Softmax", -1, 17), ("LogSoftmax", -1, 17), ("Softmax", 1, 17),
-                                            ("Softmax", 1, 11)])   # opset 11: the axes from 1 on, flattened
-def test_a_softmax_runs_its_max_and_its_sum_as_vector_kernels_of_their_own(op, axis, opset):
+@pytest.mark.parametrize("op,axis,opset,shape", [
+    ("Softmax", -1, 17, (4, 24, 40)), ("LogSoftmax", -1, 17, (4, 24, 40)), ("Softmax", 1, 17, (4, 24, 40)),
+    ("Softmax", 1, 11, (4, 24, 40)),   # opset 11: the axes from 1 on, flattened
+    ("Softmax", -1, 17, (3, 5, 700)), ("LogSoftmax", 1, 11, (3, 5, 70))])   # long rows: lanes along each row
+def test_a_softmax_runs_its_max_and_its_sum_as_vector_kernels_of_their_own(op, axis, opset, shape):
   """One kernel holding both reductions had no vector schedule (every exp scalar); the max and the sum of
   exp(x - max) are each realized per row by a kernel of one reduction, then the result is elementwise."""
-  x = f32(4, 24, 40, lo=-30.0, hi=30.0)
+  x = f32(*shape, lo=-30.0, hi=30.0)
   x[0, 0] = 1e30   # rows of huge values: only the subtracted max keeps exp finite
   r = parity(tiny_model(op, {"x": x}, attrs={"axis": axis}, opset=opset), {"x": x})
   ops = [k.tags.get("ops") for k in r.program.kernels]
@@ -463,7 +465,9 @@ def test_a_softmax_runs_its_max_and_its_sum_as_vector_kernels_of_their_own(op, a
 
 @pytest.mark.parametrize("op,shape,attrs", [("LayerNormalization", (64, 300), {"axis": -1}),
                                             ("LayerNormalization", (8, 24, 40), {"axis": 1}),
-                                            ("InstanceNormalization", (2, 24, 9, 11), {})])
+                                            ("LayerNormalization", (50, 40), {"axis": -1}),
+                                            ("InstanceNormalization", (2, 24, 9, 11), {}),
+                                            ("InstanceNormalization", (1, 20, 33, 35), {})])
 def test_a_normalization_runs_its_mean_and_its_variance_as_vector_kernels_of_their_own(op, shape, attrs):
   """As for softmax: the variance nests the mean, and one kernel holding both had no vector schedule."""
   x = f32(*shape, lo=-5.0, hi=5.0) + 20.0   # a mean far from 0: the variance is taken about it (two-pass)
