@@ -282,13 +282,25 @@ def _tap_table(K, pb, S, out_sp) -> np.ndarray:
   return valid
 
 
+def _flat_tap(xf: Lazy, vb, n, ch, o, kh, kw, K, pb, S, out_sp) -> tuple[ir.E, ir.E]:
+  """(value, tap index) of tap (kh, kw) at flat output position o of plane (n, ch) of a stride-1 conv whose output
+  rows are as wide as its input rows (xf: the input with flat planes, vb: its _tap_table): input o + (kh - pb_h) * W
+  + (kw - pb_w) is affine in o; the table selects zero where that wraps into a neighbouring row, and the gate on
+  the flat index keeps the load inside the plane."""
+  H, Wd = S
+  pos = ir.add(o, ir.mul(kh, Wd), kw, -(pb[0] * Wd + pb[1]))
+  inside = ir.all_of(ir.alu("ge", pos, ir.const(0)), ir.alu("lt", pos, ir.const(H * Wd)))
+  tap = ir.add(ir.mul(kh, K[1]), kw)
+  on = ir.alu("lt", ir.const(0.5, F32), ir.load(vb, ir.add(ir.mul(tap, math.prod(out_sp)), o)))
+  return ir.where(on, gate_loads(xf.fn([n, ch, pos]), inside), ir.const(0, xf.dtype)), tap
+
+
 def _flat_pack(x_in: Lazy, S, out_sp, strides, dil, bcols: int, vl: int) -> bool:
   """Whether an im2col band is packed with the band's output positions as one flat axis (as _flat_depthwise
   computes): a stride-1, undilated 2-D conv on a plain buffer whose output rows are as wide as its input rows,
   where the native vectors (a GEMM kernel's nests share them) would keep less than FLAT_MAX_ROW_LANES of their
   lanes busy along the rows (rows shorter than a vector are packed by scalar loops), and a band fills a vector."""
-  w = out_sp[-1]
-  native = w / (-(-w // vl) * vl) if w >= vl else 0.0
+  native = row_lanes(out_sp[-1], vl, narrow=False) if out_sp[-1] >= vl else 0.0
   return len(S) == 2 and all(st == 1 for st in strides) and all(d == 1 for d in dil) and out_sp[1] == S[1] and \
       x_in.view is not None and x_in.view[1].is_contiguous and x_in.dtype == F32 and bcols >= vl and \
       native < FLAT_MAX_ROW_LANES
@@ -301,7 +313,6 @@ def _flat_depthwise(ctx, x: Lazy, wb, K, out_sp, pb, tags) -> Lazy:
   row: a constant table (valid[tap, o], 1.0 where the tap lies inside the plane) selects zero there, and a gate
   on the flat index keeps every load inside the plane. The sums run in the same order as the row form's."""
   N, C, H, Wd = x.shape
-  Ho, Wo = out_sp
   kk = K[0] * K[1]
   vb = ctx.const_buf(_tap_table(K, pb, (H, Wd), out_sp))
   xf, uid, dt = x.reshape((N, C, H * Wd)), ctx.uid(), x.dtype
@@ -309,13 +320,8 @@ def _flat_depthwise(ctx, x: Lazy, wb, K, out_sp, pb, tags) -> Lazy:
   def f(idx):
     n, m, oh, ow = idx
     kh, kw = ir.var(f"r{uid}_k0", K[0]), ir.var(f"r{uid}_k1", K[1])
-    p = ir.add(ir.mul(oh, Wd), ow, ir.mul(kh, Wd), kw, -(pb[0] * Wd + pb[1]))
-    inside = ir.all_of(ir.alu("ge", p, ir.const(0)), ir.alu("lt", p, ir.const(H * Wd)))
-    xv = gate_loads(xf.fn([n, m, p]), inside)
-    tap = ir.add(ir.mul(kh, K[1]), kw)
-    on = ir.alu("lt", ir.const(0.5, F32), ir.load(vb, ir.add(ir.mul(tap, Ho * Wo), ir.mul(oh, Wo), ow)))
-    wv = ir.load(wb, ir.add(ir.mul(m, kk), tap))
-    return ir.reduce("sum", [kh, kw], ir.alu("mul", ir.where(on, xv, ir.const(0, dt)), wv))
+    xv, tap = _flat_tap(xf, vb, n, m, ir.add(ir.mul(oh, Wd), ow), kh, kw, K, pb, (H, Wd), out_sp)
+    return ir.reduce("sum", [kh, kw], ir.alu("mul", xv, ir.load(wb, ir.add(ir.mul(m, kk), tap))))
   return Lazy((N, C) + tuple(out_sp), dt, f, red="reduce", cost=x.cost + 2, reads=x.reads | {wb, vb}, tags=tags)
 
 
@@ -400,9 +406,7 @@ def _blas_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, stra
       return GemmKernel(f"k{len(ctx.kernels)}", gemm, packs, epi, bvar, band_rows, scratch,
                         dict(tags, band_rows=band_rows, outer=[nvar], inner=[gvar]))
     if strategy == "im2col" and _flat_pack(x_in, S, out_sp, strides, dil, bcols, vl):
-      # the band's positions as one flat axis f: input o0 * W + f + (kh - pb_h) * W + (kw - pb_w) of the plane is
-      # affine in f; the tap table selects zero where that wraps into a neighbouring row, the gate keeps the load
-      # inside the plane (see _flat_depthwise)
+      # the band's positions as one flat axis f: output position o0 * W + f of the plane (_flat_tap)
       cols = ctx.scratch(kred * bcols, dt)
       scratch.append(cols)
       H, Wd = S
@@ -410,13 +414,8 @@ def _blas_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, stra
       xf = x_in.reshape((N, C, H * Wd))
       pv = [ctx.new_var("pc", Cg)] + [ctx.new_var("pk", k) for k in K] + [ctx.new_var("pf", bcols)]
       rc, (kh, kw), rf = pv[0], pv[1:3], pv[3]
-      o = ir.add(ir.mul(o0, Wd), rf)
-      pos = ir.add(o, ir.mul(kh, Wd), kw, -(pb[0] * Wd + pb[1]))
-      inside = ir.all_of(ir.alu("ge", pos, ir.const(0)), ir.alu("lt", pos, ir.const(H * Wd)))
-      tap = ir.add(ir.mul(kh, K[1]), kw)
-      on = ir.alu("lt", ir.const(0.5, F32), ir.load(vb, ir.add(ir.mul(tap, O), o)))
-      xv = gate_loads(xf.fn([nvar, ir.add(ir.mul(gvar, Cg), rc), pos]), inside)
-      val = ir.where(on, xv, ir.const(0, dt))
+      val, tap = _flat_tap(xf, vb, nvar, ir.add(ir.mul(gvar, Cg), rc), ir.add(ir.mul(o0, Wd), rf), kh, kw, K, pb, S,
+                           out_sp)
       cidx = ir.add(ir.mul(ir.add(ir.mul(rc, kk), tap), bcols), rf)
       pk = LoopKernel("pack", pv, tuple(v.arg[1] if v.op == "VAR" else 1 for v in pv), [Store(cols, cidx, val)],
                       {}, {rf: ir.mul(rows, Wd)})

@@ -13,10 +13,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 from ..errors import UnsupportedOpError
-from ..kernels.nn import bn_affine, window_geometry
+from ..kernels.nn import avg_pool_divisors, bn_affine, window_geometry
 from ..kernels.shape_ops import slice_range, source_coords
 from . import ir
 from . import optimise as opt
@@ -453,10 +452,11 @@ def padded_input(ctx, x: Lazy, pads_begin, pads_end, value):
 PADDED_STORE_MIN_LANES = 0.8   # the share of vector lanes a row-tiled store into a padded buffer must keep
 
 
-def row_lanes(w: int, vl: int) -> float:
+def row_lanes(w: int, vl: int, narrow: bool = True) -> float:
   """The share of the native vl lanes that rows w wide keep busy when tiled along themselves (narrow vectors for
-  a row shorter than vl, an overlapping last tile otherwise); 1.0 for a row a vector cannot tile at all."""
-  lanes = opt.lanes_for(w, vl, True)
+  a row shorter than vl, unless narrow=False; an overlapping last tile otherwise); 1.0 for a row a vector cannot
+  tile at all."""
+  lanes = opt.lanes_for(w, vl, narrow)
   return w / (-(-w // lanes) * vl) if lanes else 1.0
 
 
@@ -617,20 +617,9 @@ def pool(ctx, node, ins, specs, consts):
     raise NotLowered("integer average pool")
   dt = x.dtype
   recip = None
-  if not is_max and not any(pb) and not any(pe) and not any(need_end):   # every window counts all of its taps
-    recip = np.array(1.0 / math.prod(K)).astype(dt).item()   # rounded to dt, as the counted form's
-  elif not is_max:
-    pad_shape = tuple(s + b + e for s, b, e in zip(S, pb, need_end))
-    mask = np.zeros(pad_shape, np.float64)
-    if int(attrs.get("count_include_pad", 0)) == 1:
-      mask[tuple(slice(0, b + s + e) for b, s, e in zip(pb, S, pe))] = 1
-    else:
-      mask[tuple(slice(b, b + s) for b, s in zip(pb, S))] = 1
-    win = sliding_window_view(mask, [(k - 1) * d + 1 for k, d in zip(K, dil)])
-    win = win[tuple(slice(None, None, s) for s in strides)][tuple(slice(0, o) for o in out_sp)]
-    win = win[(Ellipsis,) + tuple(slice(None, None, d) for d in dil)]
-    cnt = win.sum(axis=tuple(range(len(K), 2 * len(K))))
-    recip_arr = (1.0 / cnt).astype(dt)
+  if not is_max:
+    recip_arr = avg_pool_divisors(S, K, pb, pe, need_end, out_sp, strides, dil,
+                                  int(attrs.get("count_include_pad", 0)) == 1, dt)
     recip = recip_arr.reshape(-1)[0].item() if np.all(recip_arr == recip_arr.reshape(-1)[0]) else \
         Lazy.of_buffer(ctx.const_buf(recip_arr), ir.View.contiguous(recip_arr.shape))
   fill = (-math.inf if dt.kind == "f" else int(np.iinfo(dt).min)) if is_max else 0

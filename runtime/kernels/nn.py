@@ -124,6 +124,20 @@ def windows(P, kernel, out, strides, dil, lead):
                     tuple(s * t for s, t in zip(sp, strides)), writeable=False)
 
 
+def avg_pool_divisors(S, K, pb, pe, need_end, out_sp, strides, dil, include_pad: bool, dtype) -> np.ndarray:
+  """1 / (cells each AveragePool window counts), per output position, in dtype: the real input cells, or with
+  include_pad also the declared pads. A pool whose windows reach no pad counts all of its taps everywhere."""
+  if not any(pb) and not any(need_end):
+    return np.full(tuple(out_sp), 1.0 / numel(K)).astype(dtype)
+  mask = np.zeros(tuple(s + b + e for s, b, e in zip(S, pb, need_end)), np.float64)
+  if include_pad:
+    mask[tuple(slice(0, b + s + e) for b, s, e in zip(pb, S, pe))] = 1
+  else:
+    mask[tuple(slice(b, b + s) for b, s in zip(pb, S))] = 1
+  cnt = windows(mask, K, out_sp, strides, dil, ()).sum(axis=tuple(range(len(K))))
+  return (1.0 / cnt).astype(dtype)
+
+
 # ---------------------------------------------------------------- Conv
 
 class ChannelsLastCopy:

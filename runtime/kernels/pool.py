@@ -21,7 +21,7 @@ from ..graph import Spec
 from .base import Kernel, numel, register
 from .window_reduce import bind_flat_pool, flat_pool_scratch
 from ..limits import check_tensor
-from .nn import PaddedCopy, window_geometry, windows
+from .nn import PaddedCopy, avg_pool_divisors, window_geometry, windows
 
 FLAT_POOL = True  # tests switch it off to compare the flat and the per-axis paths
 
@@ -43,19 +43,8 @@ def pool(op, attrs, specs, consts):
   is_max = op == "MaxPool"
   fill = (-np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min) if is_max else 0
   KK = numel(K)
-  recip = None
-  if not is_max and not padded:   # every window lies inside the input: each counts all of its taps
-    recip = np.full(out_sp, 1.0 / KK).astype(x.dtype)
-  elif not is_max:
-    # divisor per output position: count the cells that are real input (or inside the declared pads)
-    include_pad = int(attrs.get("count_include_pad", 0)) == 1
-    mask = np.zeros(pad_shape, np.float64)
-    if include_pad:
-      mask[tuple(slice(0, b + s + e) for b, s, e in zip(pb, S, pe))] = 1
-    else:
-      mask[tuple(slice(b, b + s) for b, s in zip(pb, S))] = 1
-    cnt = windows(mask, K, out_sp, strides, dil, ()).sum(axis=tuple(range(len(K))))
-    recip = (1.0 / cnt).astype(x.dtype)
+  recip = None if is_max else avg_pool_divisors(S, K, pb, pe, need_end, out_sp, strides, dil,
+                                                 int(attrs.get("count_include_pad", 0)) == 1, x.dtype)
   out_spec = Spec((N, C) + tuple(out_sp), x.dtype)
   if not padded and list(strides) == K and all(d == 1 for d in dil) and all(k == 1 for k in K[:-1]) \
           and out_sp[-1] * K[-1] == S[-1]:
