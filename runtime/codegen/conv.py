@@ -252,6 +252,13 @@ def _direct_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, ta
     else:
       widx = ir.add(ir.mul(m, Cg * kk), ir.mul(rc, kk), *[ir.mul(r, s) for r, s in zip(rk, kstr)])
     wv = ir.load(wb, widx)
+    if skip and not channel_lanes and xv.op == "LOAD":
+      # the last axis's bounds gate only the load: a tap past the row's end reads 0 and adds 0 * w = +-0 (w
+      # finite), which leaves the sum as it was (it starts at +0 and so is never -0), so the vector tiles that
+      # cross the border add their terms unmasked instead of selecting lane by lane; rows outside the image are
+      # still skipped whole. (A fused prologue, such as a Pad's fill, is not 0 where its loads read nothing.)
+      rows = window_gate(pos[:-1], S[:-1], pb[:-1], need_end[:-1])
+      return ir.reduce("sum", [rc] + rk, ir.alu("mul", xv, wv), rows)
     if skip:
       return ir.reduce("sum", [rc] + rk, ir.alu("mul", xv, wv), gate)
     return ir.reduce("sum", [rc] + rk, ir.alu("mul", ir.where(gate, xv, ir.const(0, dt)), wv))
@@ -351,6 +358,16 @@ def transpose_gemm(vl: int, m: int, n: int) -> bool:
 
 
 TRANSPOSE_MIN_GAIN = 0.08   # share of padded products the transposed GEMM must save
+CACHE_LINE = 64
+
+
+def skewed_pitch(n: int, itemsize: int) -> int:
+  """A row pitch for n elements: one cache line longer when the rows fill an even number of whole lines. The
+  transposed GEMM's epilogue reads down C^T's columns, one line per row; at a power-of-two pitch (1024 floats:
+  4 KiB) every row's line falls in the same L1 set, so the lines it comes back to for the next channel have
+  been evicted. An odd number of lines per row spreads the rows over every set."""
+  line = CACHE_LINE // itemsize
+  return n + line if n % (2 * line) == 0 else n
 
 
 def _blas_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, strategy, tags, micro=False) -> Lazy:
@@ -443,16 +460,17 @@ def _blas_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, stra
       base = xview.index([nvar, ir.mul(gvar, Cg)] + [ir.const(0)] * len(S))
       b_op = (xb, ir.add(base, ir.mul(o0, rest)), O, False)
     if transposed:
-      cs = ctx.scratch(bcols * M, dt)   # C^T: the band's pixels by all the channels, ldc M
+      ldt = skewed_pitch(M, dt.itemsize)
+      cs = ctx.scratch(bcols * ldt, dt)   # C^T: the band's pixels by all the channels, row pitch ldt
       scratch.append(cs)
       gemm = GemmCall([nvar, gvar], ir.mul(rows, rest), ir.const(Mg), kred, b_op[:3] + (True,),
                       (wb, ir.mul(gvar, mk.packed_b_size(kred, Mg, nr)), Mg, False),
-                      (cs, ir.mul(gvar, Mg), M), pack="b", mr=mr, packed=ctx.scratch(mk.scratch_floats_a(bcols, kred, mr), dt))
+                      (cs, ir.mul(gvar, Mg), ldt), pack="b", mr=mr, packed=ctx.scratch(mk.scratch_floats_a(bcols, kred, mr), dt))
       scratch.append(gemm.packed)
 
       def c_at(idx):
         n, m, *o = idx
-        return ir.load(cs, ir.add(ir.mul(ir.add(*band_col(o)), M), m))
+        return ir.load(cs, ir.add(ir.mul(ir.add(*band_col(o)), ldt), m))
       return kernel(gemm, c_at, direct_c=False)
     a_op = (wb, ir.mul(gvar, mk.packed_a_size(Mg, kred, mr) if micro else Mg * kred), kred, False)
     # sgemm writes float32: straight into the output only when the epilogue keeps that dtype (a Cast in the

@@ -131,7 +131,7 @@ def source(vl: int, packed: str = "a", mr: int = 0) -> str:
   for j in range(nv):
     w(f"    vf b{j} = vf_load(b + {j * vl});")
   for i in range(mr):
-    w(f"    {{ vf av = (vf){{0}} + a[{i}];")
+    w(f"    {{ vf av = a[{i}] - (vf){{}};")   # a splat the compiler folds into the FMA's broadcast operand (see render.splat)
     for j in range(nv):
       w(f"      c{i}_{j} += av * b{j};")
     w("    }")

@@ -122,7 +122,7 @@ class VecEmitter:
     return self.lane in ir.free_vars(n)
 
   def splat(self, n: E) -> str:
-    return f"((vf){{}} + {self.sc.expr(n)})"
+    return splat(self.sc.expr(n))
 
   def _plain(self, ld: E) -> bool:
     c = ir.coef(ld.srcs[0], self.lane)
@@ -323,6 +323,13 @@ class VecEmitter:
     w(f"const {vt} {t} = {text};")
     self.names[n] = t
     return t
+
+
+def splat(scalar: str) -> str:
+  """A float scalar in every lane. Written x - 0 rather than 0 + x: x - (+0) is x for every x (-0 stays -0), so
+  the compiler drops the subtraction and, where x is a load, folds the broadcast into its user (an FMA's
+  {1to16} operand); 0 + x turns -0 into +0, so it must be computed: a scalar add and a separate broadcast."""
+  return f"(({scalar}) - (vf){{}})"
 
 
 def maskable(c: E) -> bool:
@@ -681,7 +688,7 @@ class TileEmitter:
       self.w(f"{{ const vi _o = {m}; for (int _j = 0; _j < {self.s.vl}; _j++) {bname}[{base} + _j * {c}] = _o[_j] != 0; }}")
       return
     assert dt == F32, f"the vector path stores float32 or bool, not {dt.name}"
-    v = ve.get(value) if ve.is_vec(value) else f"((vf){{}} + {em.expr(value)})"
+    v = ve.get(value) if ve.is_vec(value) else splat(em.expr(value))
     if c == 1:
       self.w(f"vf_store({bname} + {base}, {v});")
     else:

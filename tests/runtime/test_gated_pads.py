@@ -121,6 +121,18 @@ def test_the_vector_tiles_that_cross_a_border_mask_their_lanes():
   assert "vf_maskload" in k.source   # the edge tiles are vector code, not a scalar loop per element
 
 
+def test_a_direct_convs_border_tiles_add_their_terms_without_a_lane_select():
+  """Finite weights and an input read as it is: a tap past a row's end reads 0 and adds 0 * w, which leaves the
+  sum as it was, so the tiles crossing the left and right borders are plain FMAs on masked loads (a lane select
+  per term cost four instructions where an FMA costs one); a Pad's nonzero fill still selects."""
+  x = f32(1, 16, 30, 56)
+  r = checked(node_model([helper.make_node("Conv", ["x", "w"], ["y0"], pads=[1, 1, 1, 1])], {"x": x},
+                         {"w": weights(16, 16, 3, 3)}), {"x": x})
+  [k] = r.program.kernels
+  body = k.source.split(f"void {k.name}(")[-1]
+  assert k.tags.get("strategy") == "direct" and "vf_maskload" in body and "vsel(" not in body
+
+
 @pytest.mark.parametrize("op,attrs", [
     ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
     ("AveragePool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),

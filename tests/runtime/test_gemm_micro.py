@@ -70,6 +70,25 @@ def test_micro_gemm_matches_numpy_and_repeats_bit_identically(vl, short):
 
 
 @pytest.mark.parametrize("vl", WIDTHS)
+def test_a_scalar_splat_into_vector_lanes_keeps_every_value_bit_for_bit(vl):
+  """render.splat is what the vector code broadcasts a lane-invariant scalar with (and the register tile its A
+  values): -0 stays -0 and a NaN keeps its payload, where 0 + x made -0 into +0."""
+  head = render.PRELUDE + render.vector_prelude(vl)
+  body = f"vf_store((float*)args[1], {render.splat('((const float*)args[0])[0]')});"
+  name = render.kernel_name(head + body)
+  (k,), _ = DEFAULT_KERNELS.get_many([(f"{head}\nvoid {name}(void* const* restrict args) {{\n{body}\n}}\n", name)],
+                                     target_for("CPU").name)
+  fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(k.address)
+  for v in (-0.0, 0.0, np.inf, -3.5e-41, np.float32(np.nan).view(np.uint32) | 0x1234):
+    x = np.array([v], np.uint32 if isinstance(v, np.integer) else np.float32).view(np.float32)
+    out = np.zeros(vl, np.float32)
+    keep = [x, out]
+    fn(np.array([a.ctypes.data for a in keep], np.uint64).ctypes.data)
+    assert (out.view(np.uint32) == x.view(np.uint32)[0]).all(), (v, out)
+  assert "a[0] - (vf){}" in gemm.source(vl)   # the register tile's broadcast: folded into the FMA's operand
+
+
+@pytest.mark.parametrize("vl", WIDTHS)
 @pytest.mark.parametrize("transposed", [False, True])
 def test_micro_gemm_with_packed_weights_as_b_matches_numpy_at_any_strides_of_a_and_repeats_bit_identically(vl, transposed):
   for m, n, k in SHAPES:
@@ -137,6 +156,14 @@ def test_a_conv_gemm_runs_transposed_where_that_pads_fewer_products():
   assert not conv.transpose_gemm(16, 16, 4096)   # 16 channels would pad half a 32-column panel
 
 
+def test_the_transposed_gemms_rows_are_an_odd_number_of_cache_lines_apart():
+  """C^T's epilogue reads down its columns: rows a power of two of bytes apart share one L1 set and evict each
+  other, so a pitch of an even number of whole lines gets one line more; any other pitch is kept."""
+  assert conv.skewed_pitch(1024, 4) == 1040 and conv.skewed_pitch(64, 4) == 80 and conv.skewed_pitch(32, 4) == 48
+  assert conv.skewed_pitch(16, 4) == 16 and conv.skewed_pitch(48, 4) == 48 and conv.skewed_pitch(100, 4) == 100
+  assert conv.skewed_pitch(32, 2) == 64 and conv.skewed_pitch(64, 2) == 64
+
+
 def test_heuristic_leaves_sparse_tiles_to_sgemm():
   t = {"gemm": "auto", "vl": 16}
   mr, nr = gemm.gemm_geometry(16)
@@ -157,6 +184,7 @@ def _conv_model(x, w, attrs):
   ((2, 96, 9, 11), (50, 96, 1, 1), {}, "pointwise"),                                         # batch of 2
   ((1, 80, 6, 6), (58, 40, 1, 1), {"group": 2}, "pointwise"),                               # grouped: per group
   ((1, 72, 11, 11), (31, 72, 3, 3), {"strides": [2, 2]}, "im2col"),
+  ((1, 96, 10, 10), (64, 96, 1, 1), {}, "pointwise"),   # 64 channels: transposed, C^T's rows a skewed pitch apart
 ])
 @pytest.mark.parametrize("transposed", [False, True])
 def test_convs_through_the_micro_kernel_match_onnxruntime(monkeypatch, xs, ws, attrs, strategy, transposed):
