@@ -42,19 +42,27 @@ from .memory_plan import ALIGN, align
 RUNNER_SOURCE = r"""#include <stdint.h>
 #include <pthread.h>
 /* The call list: per kernel (function, argument array, rows). rows == 0: fn(args). rows > 0: fn(args, lo, hi)
-   computes rows [lo, hi) of its split loop; with threads > 1 the rows are cut into parts run by a pool of
-   worker threads (started on first use, sleeping on a condition variable between kernels) and the caller,
-   and the next kernel starts only when every part is done. A forked child starts with no workers.
+   computes rows [lo, hi) of its split loop; with threads > 1 the rows are cut into PM_CHUNKS chunks per thread,
+   handed out one at a time to the caller and a pool of worker threads (started on first use, sleeping on a
+   condition variable between kernels), and the next kernel starts only when every chunk is done. The caller
+   always runs chunk 0 and then takes chunks like any worker, and it waits only for chunks that were taken: a
+   worker that is slow to wake (its vCPU idle, or another process's thread on its core) costs the kernel its
+   share of the speed-up, never a stall. A forked child starts with no workers.
    pm_split(fn, args, rows) does the same for a kernel that cuts its own work into parts (the micro-kernel GEMM
-   of codegen/gemm.py): the parts run on the threads pm_run was given, on the calling thread's run. A part with
-   lo > 0 runs on a worker, whose stack is PM_WORKER_STACK bytes: a part may keep a packing buffer there.
+   of codegen/gemm.py): the parts run on the threads pm_run was given, on the calling thread's run. Chunk 0
+   (lo == 0) runs on the caller; a chunk with lo > 0 may run on either, and a worker's stack is PM_WORKER_STACK
+   bytes: a part may keep a packing buffer of at most 1 MiB on its stack (the caller's stack must have room for one).
    Workers and the waiting caller spin for up to PM_SPIN pauses before sleeping on the condition variables,
-   only while threads > 1 (with one thread no worker exists). */
+   only while threads > 1 (with one thread no worker exists).
+   A chunk is claimed with one compare-and-swap of pm_claim, which holds the generation of the kernel in its high
+   half and the next chunk in its low half: a worker that woke for an earlier kernel and was preempted before its
+   claim cannot take a chunk of the next one with the earlier kernel's function. */
 typedef void (*pm_kernel_t)(void* const*);
 typedef void (*pm_par_t)(void* const*, int64_t, int64_t);
 #define PM_MAX_THREADS 64
 #define PM_WORKER_STACK (8 << 20)
-#define PM_SPIN 4000   /* pauses a worker (or the caller waiting for the parts) spins before it sleeps: ~100 us */
+#define PM_CHUNKS 4    /* chunks per thread: the caller takes over a late worker's share a quarter at a time */
+#define PM_SPIN 4000   /* pauses a worker (or the caller waiting for the chunks) spins before it sleeps: ~100 us */
 #if defined(__x86_64__) || defined(__i386__)
 #define PM_PAUSE() __builtin_ia32_pause()
 #elif defined(__aarch64__)
@@ -64,20 +72,41 @@ typedef void (*pm_par_t)(void* const*, int64_t, int64_t);
 #endif
 static pthread_mutex_t pm_mu = PTHREAD_MUTEX_INITIALIZER, pm_run_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t pm_go = PTHREAD_COND_INITIALIZER, pm_done = PTHREAD_COND_INITIALIZER;
-static int pm_workers = 0, pm_left = 0, pm_parts = 0, pm_atfork = 0;
-static uint64_t pm_gen = 0;
+static int pm_workers = 0, pm_parts = 0, pm_atfork = 0;
+static uint64_t pm_gen = 0, pm_claim = 0;
+static int64_t pm_finished = 0, pm_chunks = 0;
 static pm_par_t pm_fn;
 static void* const* pm_args;
 static int64_t pm_rows;
 static __thread int64_t pm_threads = 1;   /* the threads of the pm_run on this thread (pm_split reads it) */
 
 static void pm_child(void) {
-  pm_workers = pm_left = pm_parts = 0;
-  pm_gen = 0;
+  pm_workers = pm_parts = 0;
+  pm_gen = pm_claim = 0;
+  pm_finished = pm_chunks = 0;
   pthread_mutex_init(&pm_mu, 0);
   pthread_mutex_init(&pm_run_mu, 0);
   pthread_cond_init(&pm_go, 0);
   pthread_cond_init(&pm_done, 0);
+}
+
+/* Run chunks of generation gen until none is left; returns how many this thread ran. */
+static int64_t pm_take(uint64_t gen, pm_par_t fn, void* const* args, int64_t rows, int64_t chunks) {
+  int64_t ran = 0;
+  uint64_t v = __atomic_load_n(&pm_claim, __ATOMIC_ACQUIRE);
+  for (;;) {
+    const int64_t c = (int64_t)(v & 0xffffffffu);
+    if ((v >> 32) != (gen & 0xffffffffu) || c >= chunks) return ran;
+    if (!__atomic_compare_exchange_n(&pm_claim, &v, v + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) continue;
+    fn(args, rows * c / chunks, rows * (c + 1) / chunks);
+    ran++;
+    if (__atomic_add_fetch(&pm_finished, 1, __ATOMIC_ACQ_REL) == chunks) {
+      pthread_mutex_lock(&pm_mu);   /* signalled under the lock: the caller tests pm_finished under it */
+      pthread_cond_signal(&pm_done);
+      pthread_mutex_unlock(&pm_mu);
+    }
+    v = __atomic_load_n(&pm_claim, __ATOMIC_ACQUIRE);
+  }
 }
 
 static void* pm_worker(void* p) {
@@ -90,21 +119,17 @@ static void* pm_worker(void* p) {
     pthread_mutex_lock(&pm_mu);
     while (pm_gen == seen) pthread_cond_wait(&pm_go, &pm_mu);
     seen = pm_gen;
-    if (id < pm_parts) {
-      const pm_par_t fn = pm_fn;
-      void* const* args = pm_args;
-      const int64_t lo = pm_rows * id / pm_parts, hi = pm_rows * (id + 1) / pm_parts;
-      pthread_mutex_unlock(&pm_mu);
-      fn(args, lo, hi);
-      pthread_mutex_lock(&pm_mu);
-      if (__atomic_sub_fetch(&pm_left, 1, __ATOMIC_ACQ_REL) == 0) pthread_cond_signal(&pm_done);
-    }
+    const int mine = id < pm_parts;
+    const pm_par_t fn = pm_fn;
+    void* const* args = pm_args;
+    const int64_t rows = pm_rows, chunks = pm_chunks;
     pthread_mutex_unlock(&pm_mu);
+    if (mine) pm_take(seen, fn, args, rows, chunks);
   }
   return 0;
 }
 
-static int pm_pool(int want) {  /* parts that can run now: the caller plus the workers started */
+static int pm_pool(int want) {  /* threads that can run now: the caller plus the workers started */
   if (!pm_atfork) {
     pthread_atfork(0, 0, pm_child);
     pm_atfork = 1;
@@ -130,18 +155,23 @@ void pm_split(pm_par_t fn, void* const* args, int64_t rows) {
   pthread_mutex_lock(&pm_run_mu);  /* one parallel kernel at a time in this process */
   pthread_mutex_lock(&pm_mu);
   const int parts = pm_pool((int)(want < PM_MAX_THREADS ? want : PM_MAX_THREADS));
+  const int64_t chunks = rows < (int64_t)parts * PM_CHUNKS ? rows : (int64_t)parts * PM_CHUNKS;
+  const uint64_t gen = pm_gen + 1;
   pm_fn = fn;
   pm_args = args;
   pm_rows = rows;
   pm_parts = parts;
-  __atomic_store_n(&pm_left, parts - 1, __ATOMIC_RELEASE);
-  __atomic_store_n(&pm_gen, pm_gen + 1, __ATOMIC_RELEASE);   /* written under pm_mu, read by spinning workers */
+  pm_chunks = chunks;
+  __atomic_store_n(&pm_finished, 1, __ATOMIC_RELAXED);   /* chunk 0, the caller's: counted now, as the caller waits only after running it */
+  __atomic_store_n(&pm_claim, ((gen & 0xffffffffu) << 32) | 1u, __ATOMIC_RELEASE);
+  __atomic_store_n(&pm_gen, gen, __ATOMIC_RELEASE);   /* written under pm_mu, read by spinning workers */
   pthread_cond_broadcast(&pm_go);
   pthread_mutex_unlock(&pm_mu);
-  fn(args, 0, rows / parts);
-  for (int i = 0; i < PM_SPIN && __atomic_load_n(&pm_left, __ATOMIC_ACQUIRE) > 0; i++) PM_PAUSE();
+  fn(args, 0, rows / chunks);
+  pm_take(gen, fn, args, rows, chunks);
+  for (int i = 0; i < PM_SPIN && __atomic_load_n(&pm_finished, __ATOMIC_ACQUIRE) < chunks; i++) PM_PAUSE();
   pthread_mutex_lock(&pm_mu);
-  while (pm_left > 0) pthread_cond_wait(&pm_done, &pm_mu);
+  while (__atomic_load_n(&pm_finished, __ATOMIC_ACQUIRE) < chunks) pthread_cond_wait(&pm_done, &pm_mu);
   pthread_mutex_unlock(&pm_mu);
   pthread_mutex_unlock(&pm_run_mu);
 }

@@ -20,8 +20,8 @@ Layout and loops (the BLIS decomposition):
   k = 0..K-1 within a block and the blocks in order, so one program gives bit-identical results on every run;
 - threads: a GEMM of at least PAR_MIN_MACS multiply-adds is cut into parts, whole NR-column panels of C (pm_gemm)
   or whole MR-row panels (pm_gemm_b), run by the runner's pm_split on the threads the program runs with (an
-  extern argument; 0 runs it whole). Each part packs into its own buffer (the caller's part into the kernel's
-  scratch, a worker's on its own stack) and writes only its panels of C, and every C element is computed by the
+  extern argument; 0 runs it whole). Each part packs into its own buffer (part 0, always the caller's, into the
+  kernel's scratch, any other on the stack of the thread that runs it) and writes only its panels of C, and every C element is computed by the
   same tile in the same order on any number of threads: the results are bit-identical for every thread count.
 Partial tiles (M, N not multiples of MR, NR) compute the full tile on the zero padding and store only the valid
 part; the padding never reaches C. The multiply-adds contract to FMAs as the rest of the generated code's do.
@@ -36,7 +36,7 @@ NC_BYTES = 512 << 10    # one KC x NC block of packed B: stays in the L2 while e
 MC_ROWS = 96            # rows of packed A per block (rounded up to whole MR panels): with KC, about 96 KiB that stay
 #                         in the L2 next to the block of packed B
 PAR_MIN_MACS = 1 << 21  # multiply-adds below which a GEMM runs on one thread (a split costs a wake-up of each worker)
-PART_STACK_FLOATS = 1 << 18  # most floats a worker's part keeps on its stack (1 MiB; link.py gives workers 8 MiB)
+PART_STACK_FLOATS = 1 << 18  # most floats a part keeps on its thread's stack (1 MiB; link.py gives workers 8 MiB)
 REGISTERS = {4: 16, 8: 16, 16: 32}   # vector registers of the ISA with that many float32 lanes (SSE, AVX2, AVX-512)
 
 
@@ -158,8 +158,9 @@ def source(vl: int, packed: str = "a", mr: int = 0) -> str:
   w("#endif")
   w("struct pm_gemm_job { i64 M, N, K, ld, ldc, rs, cs; const float* a; const float* b; float* c; float* scratch; };")
   (_gemm_b if packed == "b" else _gemm_a)(w, vl, mr, nr, mc, nc)
-  # the parts: NR-column panels of C (packed A) or MR-row panels (packed B); a worker's part packs into its own
-  # buffer on its stack (PART_STACK_FLOATS), the caller's into the kernel's scratch
+  # the parts: NR-column panels of C (packed A) or MR-row panels (packed B); part 0 (lo == 0: the runner always
+  # runs it on the caller) packs into the kernel's scratch, any other into a buffer on its thread's stack
+  # (PART_STACK_FLOATS: the runner's workers have 8 MiB; the caller, which also takes parts, needs 1 MiB free)
   unit, extent = (nr, "N") if packed == "a" else (mr, "M")
   own = KC * (nc if packed == "a" else mc)
   assert own <= PART_STACK_FLOATS
