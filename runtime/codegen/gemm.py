@@ -35,7 +35,7 @@ KC = 256                # rows of B per block: a KC x NR panel of packed B (32 K
 NC_BYTES = 512 << 10    # one KC x NC block of packed B: stays in the L2 while every MR panel of A meets it
 MC_ROWS = 96            # rows of packed A per block (rounded up to whole MR panels): with KC, about 96 KiB that stay
 #                         in the L2 next to the block of packed B
-PAR_MIN_MACS = 1 << 21  # multiply-adds below which a GEMM runs on one thread (a split costs a wake-up of each worker)
+PAR_MIN_MACS = 1 << 19  # multiply-adds below which a GEMM runs on one thread (its parts' packing and claims cost more)
 PART_STACK_FLOATS = 1 << 18  # most floats a part keeps on its thread's stack (1 MiB; link.py gives workers 8 MiB)
 REGISTERS = {4: 16, 8: 16, 16: 32}   # vector registers of the ISA with that many float32 lanes (SSE, AVX2, AVX-512)
 

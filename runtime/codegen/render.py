@@ -786,7 +786,9 @@ def emit_nest(w: Writer, names: dict, lk: LoopKernel, sched: Schedule, bound: di
     TileEmitter(w, buf_name, bound, lk.dyn, sched).emit(stores[0])
 
 
-PAR_MIN_WORK = 1 << 22   # multiply-adds (or elements) below which a kernel is not split across threads
+PAR_MIN_WORK = 1 << 18   # multiply-adds (or elements) below which a kernel is not split across threads: the runner's
+#                          chunks leave a late worker's share to the caller, so a split costs its claims and the
+#                          cache lines the other core fetches, not a wait; below this those cost more than it gives
 
 
 def split_var(lk: LoopKernel, sched: Schedule) -> E | None:
