@@ -14,8 +14,8 @@ from rt_helpers import memory_cache, node_model, ort_run
 
 R = np.random.default_rng(5)
 
-# per row, the thread that computed it; a chunk run on any thread but the caller's first sleeps 50 ms (a late
-# worker), and a row computed twice is counted
+# per row, the thread that computed it; a chunk run on any thread but the caller's first sleeps args[3]
+# milliseconds (a late worker), and a row computed twice is counted
 KERNEL = r"""#include <stdint.h>
 #include <time.h>
 #include <unistd.h>
@@ -24,8 +24,9 @@ void NAME(void* const* args, int64_t lo, int64_t hi) {
   int64_t* who = (int64_t*)args[0];
   int64_t* twice = (int64_t*)args[1];
   const int64_t caller = *(const int64_t*)args[2];
+  const int64_t ms = *(const int64_t*)args[3];
   const int64_t tid = (int64_t)syscall(SYS_gettid);
-  if (tid != caller) { struct timespec ts = {0, 50000000}; nanosleep(&ts, 0); }
+  if (tid != caller) { struct timespec ts = {ms / 1000, (ms % 1000) * 1000000}; nanosleep(&ts, 0); }
   for (int64_t r = lo; r < hi; r++) {
     if (who[r] != 0) __atomic_add_fetch(twice, 1, __ATOMIC_RELAXED);
     who[r] = tid;
@@ -40,11 +41,12 @@ def _late_worker_kernel():
   return k
 
 
-def _run(k, rows: int, threads: int):
+def _run(k, rows: int, threads: int, late_ms: int = 20):
   who = np.zeros(rows, np.int64)
   twice = np.zeros(1, np.int64)
   caller = np.array([threading.get_native_id()], np.int64)
-  args = np.array([who.ctypes.data, twice.ctypes.data, caller.ctypes.data], np.uint64)
+  late = np.array([late_ms], np.int64)
+  args = np.array([who.ctypes.data, twice.ctypes.data, caller.ctypes.data, late.ctypes.data], np.uint64)
   calls = np.array([k.address, args.ctypes.data, rows], np.uint64)
   link.runner()(calls.ctypes.data, 1, threads)
   return who, int(twice[0]), int(caller[0])
@@ -52,11 +54,11 @@ def _run(k, rows: int, threads: int):
 
 def test_the_caller_takes_the_chunks_a_late_worker_has_not_claimed():
   k = _late_worker_kernel()
-  who, twice, caller = _run(k, 64, 2)
+  who, twice, caller = _run(k, 64, 2, late_ms=500)
   assert twice == 0 and (who != 0).all(), "every row is computed exactly once"
   by_caller = int((who == caller).sum())
-  # the worker claims at most one chunk before its 50 ms sleep; the caller runs the rest (a static split into
-  # halves left the worker's whole half to it, and the caller waiting)
+  # the worker claims at most one chunk before its 500 ms sleep (the caller's seven take microseconds); the caller
+  # runs the rest (a static split into halves left the worker's whole half to it, and the caller waiting)
   assert by_caller >= 64 - 64 // 8, f"the caller computed {by_caller} of 64 rows"
 
 
