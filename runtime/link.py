@@ -90,16 +90,14 @@ static void pm_child(void) {
   pthread_cond_init(&pm_done, 0);
 }
 
-/* Run chunks of generation gen until none is left; returns how many this thread ran. */
-static int64_t pm_take(uint64_t gen, pm_par_t fn, void* const* args, int64_t rows, int64_t chunks) {
-  int64_t ran = 0;
+/* Run chunks of generation gen until none is left. */
+static void pm_take(uint64_t gen, pm_par_t fn, void* const* args, int64_t rows, int64_t chunks) {
   uint64_t v = __atomic_load_n(&pm_claim, __ATOMIC_ACQUIRE);
   for (;;) {
     const int64_t c = (int64_t)(v & 0xffffffffu);
-    if ((v >> 32) != (gen & 0xffffffffu) || c >= chunks) return ran;
+    if ((v >> 32) != (gen & 0xffffffffu) || c >= chunks) return;
     if (!__atomic_compare_exchange_n(&pm_claim, &v, v + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) continue;
     fn(args, rows * c / chunks, rows * (c + 1) / chunks);
-    ran++;
     if (__atomic_add_fetch(&pm_finished, 1, __ATOMIC_ACQ_REL) == chunks) {
       pthread_mutex_lock(&pm_mu);   /* signalled under the lock: the caller tests pm_finished under it */
       pthread_cond_signal(&pm_done);

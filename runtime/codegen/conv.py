@@ -252,14 +252,14 @@ def _direct_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, ta
     else:
       widx = ir.add(ir.mul(m, Cg * kk), ir.mul(rc, kk), *[ir.mul(r, s) for r, s in zip(rk, kstr)])
     wv = ir.load(wb, widx)
-    if skip and not channel_lanes and xv.op == "LOAD":
-      # the last axis's bounds gate only the load: a tap past the row's end reads 0 and adds 0 * w = +-0 (w
-      # finite), which leaves the sum as it was (it starts at +0 and so is never -0), so the vector tiles that
-      # cross the border add their terms unmasked instead of selecting lane by lane; rows outside the image are
-      # still skipped whole. (A fused prologue, such as a Pad's fill, is not 0 where its loads read nothing.)
-      rows = window_gate(pos[:-1], S[:-1], pb[:-1], need_end[:-1])
-      return ir.reduce("sum", [rc] + rk, ir.alu("mul", xv, wv), rows)
     if skip:
+      # with lanes along a row and the input read as stored, the last axis's bounds gate only the load: a tap
+      # past the row's end reads 0 and adds 0 * w = +-0 (w finite), which leaves the sum as it was (it starts at
+      # +0 and so is never -0), so the vector tiles that cross the border add their terms unmasked instead of
+      # selecting lane by lane; rows outside the image are still skipped whole. (A fused prologue, such as a
+      # Pad's fill, is not 0 where its loads read nothing.)
+      if not channel_lanes and xv.op == "LOAD":
+        gate = window_gate(pos[:-1], S[:-1], pb[:-1], need_end[:-1])
       return ir.reduce("sum", [rc] + rk, ir.alu("mul", xv, wv), gate)
     return ir.reduce("sum", [rc] + rk, ir.alu("mul", ir.where(gate, xv, ir.const(0, dt)), wv))
   shape = (N, M) + tuple(out_sp)
