@@ -88,11 +88,15 @@ def test_the_real_manager_fits_80x24_and_follows_a_resize(namespace):
                           stdin=subprocess.DEVNULL, stdout=term.slave, stderr=subprocess.PIPE, text=True)
   os.close(term.slave)   # the child has its own copy: the reader ends when the manager exits
   try:
-    deadline = time.monotonic() + 90
-    while not re.search(rb"\ncamerad +ready", term.data) and time.monotonic() < deadline and proc.poll() is None:
+    # Resize once camerad is ready and three frames are whole (a fourth has begun). The cut is made in bytes at the
+    # start of the last clear, so the small frames are exactly those written before the resize, none cut short.
+    clear, deadline = CLEAR.encode(), time.monotonic() + 90
+    while time.monotonic() < deadline and proc.poll() is None:
+      small_bytes = bytes(term.data)
+      if re.search(rb"\ncamerad +ready", small_bytes) and small_bytes.count(clear) >= 4:
+        break
       time.sleep(0.1)
-    time.sleep(1.0)
-    before = len(term.data)
+    small_bytes = small_bytes[:small_bytes.rfind(clear)]
     _set_size(term.master, 100, 60)
     proc.send_signal(signal.SIGWINCH)   # what the terminal sends its foreground group
     _, err = proc.communicate(timeout=120)
@@ -102,8 +106,8 @@ def test_the_real_manager_fits_80x24_and_follows_a_resize(namespace):
       proc.wait()
   text = term.finish()
   assert proc.returncode == 0, err + text[-3000:]
-  small = frames_of(text[:before])[:-1]   # frames wholly written before the resize
-  assert len(small) >= 3, text[:before]
+  small = frames_of(small_bytes.decode(errors="replace"))   # frames wholly written before the resize
+  assert len(small) >= 3, small_bytes
   for frame in small:
     assert_fits(frame, 80, 24)
     assert all(any(line.startswith(name) for line in frame) for name in ("logger", "camerad", "car")), frame
