@@ -56,12 +56,23 @@ def vector_prelude(vl: int) -> str:
           # p * 2^k for an integral k in [-150, 128], rounded once: what the two exact power-of-two factors below
           # give (the first product stays normal), in one instruction
           "static inline vf vscale(vf p, vf k) { return (vf)_mm512_scalef_ps((__m512)p, (__m512)k); }\n"
+          # vmax(a, b) = (a > b || a != a) ? a : b. The ISA's max(a, b) is a > b ? a : b, which differs only where
+          # a is NaN: those lanes keep a (a mask). Two instructions for the generic form's five.
+          "static inline vf vmax(vf a, vf b) { return (vf)_mm512_mask_max_ps((__m512)a, _mm512_cmp_ps_mask((__m512)a, "
+          "(__m512)a, _CMP_ORD_Q), (__m512)a, (__m512)b); }\n"
+          "static inline vf vmin(vf a, vf b) { return (vf)_mm512_mask_min_ps((__m512)a, _mm512_cmp_ps_mask((__m512)a, "
+          "(__m512)a, _CMP_ORD_Q), (__m512)a, (__m512)b); }\n"
           f"#elif defined(__AVX2__) && {vl} == 8\n#include <immintrin.h>\n"
           "static inline vf vu8_loadf(const uint8_t* p) { return (vf)_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32("
           "_mm_loadl_epi64((const __m128i*)p))); }\n"
           "static inline vf vi8_loadf(const int8_t* p) { return (vf)_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32("
           "_mm_loadl_epi64((const __m128i*)p))); }\n"
           "static inline vf vf_maskload(const float* p, vi m) { return (vf)_mm256_maskload_ps(p, (__m256i)m); }\n"
+          # as above: the ISA's max/min where a is a number, a where it is NaN
+          "static inline vf vmax(vf a, vf b) { return (vf)_mm256_blendv_ps(_mm256_max_ps((__m256)a, (__m256)b), (__m256)a, "
+          "_mm256_cmp_ps((__m256)a, (__m256)a, _CMP_UNORD_Q)); }\n"
+          "static inline vf vmin(vf a, vf b) { return (vf)_mm256_blendv_ps(_mm256_min_ps((__m256)a, (__m256)b), (__m256)a, "
+          "_mm256_cmp_ps((__m256)a, (__m256)a, _CMP_UNORD_Q)); }\n"
           "#else\n"
           f"static inline vf vu8_loadf(const uint8_t* p) {{ vf v; for (int j = 0; j < {vl}; j++) v[j] = p[j]; return v; }}\n"
           f"static inline vf vi8_loadf(const int8_t* p) {{ vf v; for (int j = 0; j < {vl}; j++) v[j] = p[j]; return v; }}\n"
@@ -78,7 +89,10 @@ def vector_prelude(vl: int) -> str:
           # an index bound for lanes whose offsets lie within (-lim, lim): outside it, only the side matters
           "static inline int32_t pm_lane_bound(i64 x, i64 lim) { return (int32_t)(x < -lim ? -lim : (x > lim ? lim : x)); }\n"
           "static inline vf vsel(vi m, vf a, vf b) { return (vf)(((vi)a & m) | ((vi)b & ~m)); }\n"
+          f"#if !((defined(__AVX512F__) && {vl} == 16) || (defined(__AVX2__) && {vl} == 8))\n"
           "static inline vf vmax(vf a, vf b) { return vsel((a > b) | (a != a), a, b); }\n"
+          "static inline vf vmin(vf a, vf b) { return vsel((a < b) | (a != a), a, b); }\n"
+          "#endif\n"
           "static inline vf vexp(vf x) {  /* pm_expf per lane */\n"
           "  vf c = vsel(x > 89.0f, (vf){} + 89.0f, vsel(x < -104.0f, (vf){} + -104.0f, x));\n"
           "  vf k = c * 1.44269504088896341f; for (int j = 0; j < " + str(vl) + "; j++) k[j] = __builtin_rintf(k[j]);\n"
@@ -104,8 +118,7 @@ def vector_prelude(vl: int) -> str:
           "  q = q * z + -2.13374055278905e-04f; q = q * z + -1.68282697438203e-03f; q = q * z + -7.37332916720468e-03f;\n"
           "  q = q * z + -1.42647390514189e-02f;\n"
           "  return vsel(x != x, x, c * p / q);\n"
-          "}\n"
-          "static inline vf vmin(vf a, vf b) { return vsel((a < b) | (a != a), a, b); }\n")
+          "}\n")
 
 
 # ------------------------------------------------------------------------------------------- vector path

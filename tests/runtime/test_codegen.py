@@ -371,6 +371,41 @@ def test_nan_and_inf_propagate_like_the_reference():
   assert np.isnan(clip[0, 0]) and clip[0, 1] == 0.5 and clip[0, 2] == -0.5  # NaN is not clipped away
 
 
+def _host_runs(level):
+  """Whether this CPU executes code built for an x86-64 ISA level (x86-64-v3: AVX2, FMA, BMI2 among others)."""
+  need = {"x86-64": set(), "x86-64-v3": {"avx2", "fma", "bmi2", "f16c", "movbe"}}[level]
+  try:
+    with open("/proc/cpuinfo") as f:
+      flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+  except OSError:
+    return False
+  return sys.platform == "linux" and os.uname().machine == "x86_64" and need <= set(flags)
+
+
+@pytest.mark.parametrize("level", [None, "x86-64-v3", "x86-64"])
+def test_max_and_min_of_every_pair_of_special_values_follow_the_scalar_rule_bit_for_bit(level, monkeypatch):
+  """max(a, b) is (a > b || a != a) ? a : b and min likewise, in elementwise loops and in vector reductions, at this
+  CPU's vector width, AVX2's and SSE's: a NaN in either operand wins (the first one's own bits when both are NaN) and
+  of two equal zeros the second is kept. The ISA's max/min instructions differ where the first operand is NaN."""
+  if level is not None:
+    if not _host_runs(level):
+      pytest.skip(f"this CPU does not run {level} code")
+    monkeypatch.setenv("PYMODELD_CPU_TARGET", level)
+  special = np.array([np.nan, -np.inf, np.inf, -0.0, 0.0, 1.0, -1.0, 3e38], np.float32)
+  special = np.concatenate([special, np.array([0x7fc12345, 0xffc00001], np.uint32).view(np.float32)])   # NaN payloads
+  a, b = (np.tile(g.ravel(), 3) for g in np.meshgrid(special, special, indexing="ij"))   # 300 pairs: vectors and a tail
+  for op, rule in (("Max", np.greater), ("Min", np.less)):
+    want = np.where(rule(a, b) | (a != a), a, b).view(np.uint32)
+    out = OnnxRunner(tiny_model(op, {"a": a, "b": b}), cache=CompileCache(use_disk=False))(a=a, b=b)["y0"]
+    np.testing.assert_array_equal(out.view(np.uint32), want, err_msg=op)
+    # a reduction over a stacked axis of two: acc = op(op(identity, a), b), one vector lane per pair
+    ab = np.stack([a, b])
+    model = tiny_model(f"Reduce{op}", {"ab": ab}, attrs={"axes": [0], "keepdims": 0}, opset=13)
+    runner = OnnxRunner(model, cache=CompileCache(use_disk=False))
+    assert any(f"v{op.lower()}(" in k.source for k in runner.program.kernels)   # the vector form is what is checked
+    np.testing.assert_array_equal(runner(ab=ab)["y0"].view(np.uint32), want, err_msg=f"Reduce{op}")
+
+
 def test_integer_division_and_modulo_by_zero_give_zero_not_a_signal():
   a = np.array([7, -7, 5, np.iinfo(np.int64).min], np.int64)
   b = np.array([0, 0, 0, -1], np.int64)
