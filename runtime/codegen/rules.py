@@ -99,6 +99,15 @@ def unary_expr(op: str, attrs: dict, x: E) -> E:
     return ir.alu("add", _max(x, zero), neg)
   if op == "Softplus":  # log(1 + e^x) = max(x, 0) + log(1 + e^-|x|)
     return ir.alu("add", _max(x, zero), ir.alu("log1p", ir.alu("exp", ir.alu("neg", ir.alu("abs", x)))))
+  if op == "Swish":   # x * sigmoid(alpha x)
+    a = float(attrs.get("alpha", 1.0))
+    return ir.alu("mul", x, unary_expr("Sigmoid", {}, x if a == 1.0 else ir.alu("mul", x, _f(x, a))))
+  if op == "HardSwish":   # x * max(0, min(1, x / 6 + 1 / 2)), the products in the reference's order
+    return ir.alu("mul", x, _min(_max(ir.alu("add", ir.alu("mul", x, _f(x, 1 / 6)), _f(x, 0.5)), zero), _f(x, 1)))
+  if op == "Mish":   # x * tanh(softplus(x))
+    return ir.alu("mul", x, ir.alu("tanh", unary_expr("Softplus", {}, x)))
+  if op == "ThresholdedRelu":
+    return ir.where(ir.alu("gt", x, _f(x, float(attrs.get("alpha", 1.0)))), x, zero)
   if op == "Softsign":
     return ir.alu("div", x, ir.alu("add", ir.alu("abs", x), _f(x, 1)))
   if op == "Gelu":
@@ -119,7 +128,7 @@ def unary_expr(op: str, attrs: dict, x: E) -> E:
 
 UNARY_OPS = ["Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "Tanh", "Elu", "Selu", "Celu", "Softplus", "Softsign",
              "Gelu", "Erf", "Neg", "Abs", "Sqrt", "Exp", "Log", "Reciprocal", "Floor", "Ceil", "Sign", "Sin",
-             "Cos", "Tan", "Not", "Round"]
+             "Cos", "Tan", "Not", "Round", "Swish", "HardSwish", "Mish", "ThresholdedRelu"]
 
 
 @rule(*UNARY_OPS)
@@ -133,7 +142,8 @@ def unary(ctx, node, ins, specs, consts):
 def _cost(op: str) -> int:
   """Rough ops per element (a transcendental counts as several), for the recompute-or-realize choice."""
   return {"Gelu": 8, "Sigmoid": 5, "Elu": 6, "Selu": 7, "Celu": 7, "Softplus": 9, "HardSigmoid": 3, "Exp": 4,
-          "Log": 4, "Tanh": 5, "Erf": 5, "Sin": 4, "Cos": 4, "Tan": 5, "Sqrt": 2}.get(op, 1)
+          "Log": 4, "Tanh": 5, "Erf": 5, "Sin": 4, "Cos": 4, "Tan": 5, "Sqrt": 2, "Swish": 6, "HardSwish": 4,
+          "Mish": 14}.get(op, 1)
 
 
 # ------------------------------------------------------------------------------------------------ binary

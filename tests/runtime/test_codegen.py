@@ -359,6 +359,27 @@ def test_a_forked_child_runs_split_kernels_with_its_own_workers():
 
 # ------------------------------------------------------------------------------------------------ semantics
 
+@pytest.mark.parametrize("op,attrs,opset", [("HardSwish", {}, 14), ("Mish", {}, 18), ("Swish", {"alpha": 0.7}, 24),
+                                             ("ThresholdedRelu", {"alpha": 0.3}, 13)])
+def test_the_activations_of_mobilenet_v3_and_yolo_are_generated_code_in_the_convs_epilogue(op, attrs, opset):
+  """HardSwish, Mish, Swish and ThresholdedRelu were reference fallbacks: a host kernel after every conv, run by
+  numpy. They are expressions like Relu's, fused into the producing conv, and agree with the reference on ordinary
+  and special values (NaN, infinities, signed zeros, the bends at -3 and 3)."""
+  x = R.uniform(-6, 6, (1, 4, 9, 9)).astype(np.float32)
+  x[0, 0, 0, :8] = [np.nan, np.inf, -np.inf, -0.0, 0.0, -3.0, 3.0, 90.0]
+  w = np.zeros((4, 4, 1, 1), np.float32)
+  w[:, :, 0, 0] = np.eye(4)   # an identity conv: the activation sees x itself
+  nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node(op, ["c"], ["y0"], **attrs)]
+  model = node_model(nodes, {"x": x}, {"w": w}, opset=opset)
+  runner = OnnxRunner(model, cache=CompileCache(use_disk=False))
+  assert [k.tags.get("ops") for k in runner.program.kernels] == [["Conv", op]]
+  with np.errstate(invalid="ignore", over="ignore"):   # the reference computes inf / inf on the way to its NaN
+    ours, ref = runner(x=x)["y0"], OnnxRunner(model, device="REF")(x=x)["y0"]
+  np.testing.assert_array_equal(np.isnan(ours), np.isnan(ref))
+  np.testing.assert_allclose(ours, ref, rtol=2e-6, atol=1e-7)
+  assert np.array_equal(np.signbit(ours[0, 0, 0, 3:5]), np.signbit(ref[0, 0, 0, 3:5]))   # -0 and +0 kept apart
+
+
 def test_nan_and_inf_propagate_like_the_reference():
   x = np.array([[np.nan, np.inf, -np.inf, -0.0, 0.0, 1.0, -1.0, 88.0, -88.0, 1e-38] * 4], np.float32)
   for op in ("Relu", "Sigmoid", "Tanh", "Elu", "LeakyRelu", "Abs", "Neg", "Softplus"):
