@@ -32,6 +32,7 @@ import numpy as np
 
 from .errors import ArtifactError
 from .graph import Graph, Node, Spec
+from .host_memory import aligned_copy
 from .program import RUNTIME_VERSION, Program, build_program, target_for, weights_digest
 
 FORMAT = "pymodeld-runtime-artifact"
@@ -127,7 +128,7 @@ def _read_const(z: zipfile.ZipFile, member: str, name: str, path: str) -> np.nda
                           f"member's {size} bytes hold (damaged)")
     data = f.read(count * dtype.itemsize)
   arr = np.frombuffer(data, dtype=dtype, count=count)
-  return (arr.reshape(shape[::-1]).transpose() if fortran else arr.reshape(shape)).copy()
+  return aligned_copy(arr.reshape(shape[::-1]).transpose() if fortran else arr.reshape(shape))
 
 
 def _graph(path, header: dict, label: str | None = None) -> Graph:

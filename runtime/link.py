@@ -37,7 +37,8 @@ from .errors import ConfigError, InputError
 from .graph import Node, Spec
 from .kernels import build_kernel
 from .limits import check_arena
-from .memory_plan import ALIGN, align
+from .host_memory import aligned_bytes
+from .memory_plan import align
 
 RUNNER_SOURCE = r"""#include <stdint.h>
 #include <pthread.h>
@@ -211,13 +212,6 @@ def runner(kc: KernelCache | None = None):
 def split_address(kc: KernelCache | None = None) -> int:
   """The address of pm_split (the extern "pm_split" a kernel that cuts its own work into parts calls)."""
   return _runner_lib(kc)[1]
-
-
-def aligned_bytes(nbytes: int, alloc=None) -> np.ndarray:
-  """A uint8 array of nbytes whose data pointer is ALIGN-aligned."""
-  raw = alloc(nbytes + ALIGN) if alloc else np.empty(nbytes + ALIGN, np.uint8)
-  shift = (-raw.ctypes.data) % ALIGN
-  return raw[shift:shift + nbytes]
 
 
 class BindError(InputError):

@@ -27,6 +27,7 @@ from onnx import numpy_helper
 
 from .errors import InputError, ModelError, UnsupportedDtypeError, UnsupportedOpError
 from .graph import Graph, Node, Spec, dtype_from_onnx
+from .host_memory import aligned_copy
 from .kernels import supported_ops
 from .limits import LoadTotal, check_tensor
 from .onnx_decompose import BODY_OPSET, DECOMPOSITIONS, DOMAIN_OPS, MAX_UNROLL, VARIANTS, decompose
@@ -87,7 +88,7 @@ def _decode_tensor(t: onnx.TensorProto, where: str, total: LoadTotal):
     raise ModelError(f"{where}: cannot decode the tensor data: {type(e).__name__}: {e}") from None
   if a.dtype != dt or a.shape != dims:
     raise ModelError(f"{where}: data decodes to {a.dtype} {list(a.shape)}, declared {dt} {list(dims)}")
-  return a
+  return aligned_copy(a)
 
 
 def _tensor_json(t: onnx.TensorProto, where: str, total: LoadTotal) -> dict:

@@ -34,6 +34,7 @@ from .codegen.ir import GemmKernel, HostKernel, LoopKernel
 from .codegen.rules import RULES
 from .digest import digest, tree_digest
 from .graph import Graph, Node, Spec
+from .host_memory import aligned_copy
 from .link import link
 from .memory_plan import Plan
 from .passes import fold_constants, optimize
@@ -285,6 +286,8 @@ def build_program(graph: Graph, device: str = "CPU", config: dict | None = None,
     graph, specs = run_passes(graph, config)
   else:  # the passes already ran on this graph (an artifact's): only infer the specs again
     graph, specs, _ = fold_constants(graph)
+  # the constants kernels read as they are share the graph's arrays: align those where they are held
+  graph.consts.update({n: aligned_copy(a) for n, a in graph.consts.items()})
   measure = search_enabled() if measure is None else measure
   session, node_tags = None, {}
   if backend == "compiled" and force_conv is None and (measure or replay is not None):
@@ -300,7 +303,7 @@ def build_program(graph: Graph, device: str = "CPU", config: dict | None = None,
       continue  # a rule's operand it re-laid out (conv weights, a transposed Gemm B): not part of the program
     bufs[name] = BufferRecord(bi.role, bi.buf.dtype.str, int(bi.buf.size), bi.value)
     if bi.role == "const":
-      consts[name] = bi.array
+      consts[name] = aligned_copy(bi.array)   # a constant the rules re-laid out is new: aligned here
   for (k, _), spec in zip(scheduled, kernels):
     off = 0
     for b in lowering.kernel_bufs(k):

@@ -29,7 +29,8 @@ from .buffer import Buffer, LinkedMemory
 from .device import Device
 from .digest import digest
 from .errors import InputError
-from .link import BindError, aligned_bytes, link
+from .host_memory import aligned_bytes
+from .link import BindError, link
 from .program import DEFAULT_CACHE, CompileCache
 
 

@@ -70,3 +70,17 @@ def test_compiled_model_plan_is_sound_and_smaller_than_naive(model):
   assert linked.arena.ctypes.data % ALIGN == 0
   for name, a in linked.inputs.items():  # inputs live outside the arena
     assert not np.shares_memory(a, linked.arena)
+
+
+def test_every_buffer_a_kernel_is_handed_starts_on_an_aligned_address_constants_included():
+  """numpy leaves its arrays 16-byte aligned: a weight stream read as vectors from there splits a cache line on
+  every load. The program's constants are copied to ALIGN-aligned memory when it is built (once), as the arena,
+  its scratch and the staged inputs are."""
+  p = build_program(import_onnx(os.path.join(ONNX_DATA, "light", "light_squeezenet.onnx")))
+  assert len(p.consts) > 10
+  assert [n for n, a in p.consts.items() if a.ctypes.data % ALIGN] == []
+  linked = link(p, kernels=SHARED_KERNELS)
+  for k in p.kernels:
+    for kind, b in k.params:
+      if kind == "buf" and b not in p.held_bufs.values():
+        assert linked._keep["arrays"][b].ctypes.data % 64 == 0, (k.name, b)
