@@ -20,6 +20,7 @@ import atexit
 import os
 import shutil
 import signal
+import stat
 import sys
 import tempfile
 import time
@@ -352,13 +353,46 @@ def pack_route(path: str) -> dict[str, bytes]:
 
 
 _UNPACKED: dict[str, str] = {}
+UNPACK_PREFIX = "replay_route_"   # + "<pid of the worker>_": whose dir it is, for sweeping a killed worker's
+
+
+def remove_unpacked() -> None:
+  """Remove every route this process unpacked (a Ray actor is killed without running atexit)."""
+  for d in _UNPACKED.values():
+    shutil.rmtree(os.path.dirname(d), ignore_errors=True)
+  _UNPACKED.clear()
+
+
+def sweep_unpacked(tmp: str | None = None) -> None:
+  """Remove unpacked-route dirs left by workers that are gone (killed before close() or atexit ran): ours, real
+  directories (never a link), whose worker pid no longer runs. A live pid's dir is left, whoever holds it now."""
+  tmp = tmp or tempfile.gettempdir()
+  try:
+    names = os.listdir(tmp)
+  except OSError:
+    return
+  for n in names:
+    pid = n[len(UNPACK_PREFIX):].split("_", 1)[0]
+    if not n.startswith(UNPACK_PREFIX) or not pid.isdigit() or int(pid) == os.getpid():
+      continue
+    p = os.path.join(tmp, n)
+    try:
+      st = os.lstat(p)
+      if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        continue
+      os.kill(int(pid), 0)
+    except ProcessLookupError:
+      shutil.rmtree(p, ignore_errors=True)
+    except OSError:   # gone meanwhile, or a live process of another user
+      continue
 
 
 def unpack_route(name: str, files: dict[str, bytes]) -> str:
   """Write a shipped route into this worker's temporary dir once (cached by name and content size)."""
   key = f"{name}:{sum(len(v) for v in files.values())}"
   if key not in _UNPACKED:
-    d = os.path.join(tempfile.mkdtemp(prefix="replay_route_"), name)
+    sweep_unpacked()
+    d = os.path.join(tempfile.mkdtemp(prefix=f"{UNPACK_PREFIX}{os.getpid()}_"), name)
     os.mkdir(d, 0o700)
     for fname, data in files.items():
       if os.path.basename(fname) != fname or fname in (".", ".."):
@@ -392,6 +426,7 @@ class RayWorker:
 
   def close(self) -> None:
     self.worker.close()
+    remove_unpacked()
 
 
 def _run_on_ray(tasks, order, address: str, jobs: int, seconds, env, done, ship: bool) -> None:
