@@ -454,13 +454,18 @@ class TileEmitter:
     t0 = ir.var(t.arg[0] + "_0", t.arg[1])
     tn = vname(t0)
     hv = w.tmp("hi")
-    w(f"const i64 {hv} = {max(hi, lo)} < {stop} ? {max(hi, lo)} : {stop};")
     # masked edges: where every t-dependent gate is an index comparison, the tiles that cross the static
     # bounds run as vector code too, each term gated lane by lane (masked_ok); otherwise they are scalar
     masked = static and all(maskable(c) for c in conj)
+    first = 0 if masked else lo
+    if t is w.par_var:   # this part's rows of whole tiles, [pm_lo * B, pm_hi * B); the last row runs to the end
+      block, rows = TILE_BLOCK_TILES * T, split_rows(t, s)   # (no gate on t here: lo = 0, hi = the extent)
+      first, stop = f"pm_lo * {block}", w.tmp("end")
+      w(f"const i64 {stop} = pm_hi < {rows} ? pm_hi * {block} : {t.arg[1]};")
+    w(f"const i64 {hv} = {max(hi, lo)} < {stop} ? {max(hi, lo)} : {stop};")
     if lo > 0 and not masked:
       self._scalar_range(em, bname, index, value, u0, U, t, "0", f"({lo} < {stop} ? {lo} : {stop})")
-    w(f"i64 {tn} = {0 if masked else lo};")
+    w(f"i64 {tn} = {first};")
     em.names[t0] = tn
     widths = [T] + ([vl] if T > vl else [])
 
@@ -804,27 +809,46 @@ PAR_MIN_WORK = 1 << 18   # multiply-adds (or elements) below which a kernel is n
 #                          cache lines the other core fetches, not a wait; below this those cost more than it gives
 
 
+TILE_BLOCK_TILES = 16   # a split vector axis is cut into rows of this many tiles (the last row takes the rest)
+
+
+def _flat_tile_var(lk: LoopKernel, sched: Schedule) -> E | None:
+  """The vector axis of an elementwise kernel that has no other loop (a flat map over merged axes), when it may be
+  cut into rows of whole tiles: one store, no reduction, no gate on the axis, at least two rows."""
+  t = sched.tile_var
+  if sched.mode != "tile" or t is None or t.op != "VAR" or sched.order != [t] or len(lk.stores) != 1 or t in lk.dyn:
+    return None
+  value = lk.stores[0].value
+  if any(n.op == "REDUCE" for n in ir.walk(value)) or t_conjuncts(value, t):
+    return None
+  return t if t.arg[1] >= 2 * TILE_BLOCK_TILES * sched.tile else None
+
+
 def split_var(lk: LoopKernel, sched: Schedule) -> E | None:
   """The loop a kernel may split across threads, when the kernel does not read what it stores (so rows are
   independent) and has enough work: its outermost output loop of 2 or more other than the vector and upcast axes,
-  else the upcast axis (split in whole blocks of its upcast: split_rows). Every output element is computed the same
-  way whichever part computes it."""
+  else the upcast axis (split in whole blocks of its upcast: split_rows), else a flat elementwise kernel's vector
+  axis (in rows of whole tiles). Every output element is computed the same way whichever part computes it."""
   if not sched.overlap_ok or lk.dyn:
     return None
   cands = [v for v in sched.order if v is not sched.tile_var and v is not sched.up_var and v.op == "VAR" and v.arg[1] >= 2]
   up = sched.up_var if sched.up_var is not None and sched.up_var.op == "VAR" and sched.up_var.arg[1] > sched.up else None
-  if not cands and up is None:
+  flat = _flat_tile_var(lk, sched) if not cands and up is None else None
+  if not cands and up is None and flat is None:
     return None
   work = math.prod(lk.shape)
   for r in dict.fromkeys(n for st in lk.stores for n in ir.walk(st.value) if n.op == "REDUCE"):
     work *= math.prod(v.arg[1] for v in r.arg[1])
   if work < PAR_MIN_WORK:
     return None
-  return cands[0] if cands else up
+  return cands[0] if cands else (up if up is not None else flat)
 
 
 def split_rows(var: E, sched: Schedule) -> int:
-  """The rows pm_split cuts a kernel's split loop into: its extent, or its blocks of `up` for the upcast axis."""
+  """The rows pm_split cuts a kernel's split loop into: its extent, its blocks of `up` for the upcast axis, or
+  for a flat kernel's vector axis its whole rows of TILE_BLOCK_TILES tiles (the last row also takes what is left)."""
+  if var is sched.tile_var:
+    return var.arg[1] // (TILE_BLOCK_TILES * sched.tile)
   return -(-var.arg[1] // sched.up) if var is sched.up_var else var.arg[1]
 
 

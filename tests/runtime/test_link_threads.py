@@ -82,3 +82,22 @@ def test_a_mobilenet_sized_depthwise_conv_is_split_across_threads():
   assert len(two.program.kernels) == 1 and calls[0, 2] > 0, [k.tags for k in two.program.kernels]
   assert np.array_equal(one(x=x)["y0"], two(x=x)["y0"])
   np.testing.assert_allclose(two(x=x)["y0"], ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
+def test_a_flat_elementwise_kernel_is_split_in_rows_of_whole_tiles_the_last_taking_the_rest():
+  """An elementwise kernel over merged axes has one loop, its vector axis: it is cut into rows of whole tiles
+  (efficientnet's swish kernels ran on one core at 2 threads). The extent here is no multiple of a row or a
+  vector, so the last row holds the remainder and its overlapping last vector; every element matches one thread's
+  and onnxruntime's, at 2, 3 and 5 threads."""
+  x = R.standard_normal((1, 96, 81, 79)).astype(np.float32)
+  x.reshape(-1)[::997], x.reshape(-1)[5::1009] = np.nan, -np.inf
+  model = node_model([helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Mul", ["x", "s"], ["y0"])], {"x": x}, {})
+  one = OnnxRunner(model, threads=1, cache=memory_cache())
+  [k] = one.program.kernels
+  assert k.tags["schedules"][0].startswith("tile ") and " up " not in k.tags["schedules"][0], k.tags
+  assert k.tags.get("par", 0) >= 2, k.tags   # rows to split
+  want = one(x=x)["y0"]
+  np.testing.assert_allclose(want, ort_run(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
+  for n in (2, 3, 5):
+    got = OnnxRunner(model, threads=n, cache=memory_cache())(x=x)["y0"]
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), n
