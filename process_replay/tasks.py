@@ -357,10 +357,14 @@ UNPACK_PREFIX = "replay_route_"   # + "<pid of the worker>_": whose dir it is, f
 
 
 def remove_unpacked() -> None:
-  """Remove every route this process unpacked (a Ray actor is killed without running atexit)."""
+  """Remove every route this process unpacked: at exit, and from RayWorker.close() (Ray kills an actor without
+  running atexit)."""
   for d in _UNPACKED.values():
     shutil.rmtree(os.path.dirname(d), ignore_errors=True)
   _UNPACKED.clear()
+
+
+atexit.register(remove_unpacked)
 
 
 def sweep_unpacked(tmp: str | None = None) -> None:
@@ -372,8 +376,10 @@ def sweep_unpacked(tmp: str | None = None) -> None:
   except OSError:
     return
   for n in names:
+    if not n.startswith(UNPACK_PREFIX):
+      continue
     pid = n[len(UNPACK_PREFIX):].split("_", 1)[0]
-    if not n.startswith(UNPACK_PREFIX) or not pid.isdigit() or int(pid) == os.getpid():
+    if not pid.isdigit() or int(pid) == os.getpid():
       continue
     p = os.path.join(tmp, n)
     try:
@@ -400,7 +406,6 @@ def unpack_route(name: str, files: dict[str, bytes]) -> str:
       with open(os.path.join(d, fname), "xb") as f:
         f.write(data)
     _UNPACKED[key] = d
-    atexit.register(shutil.rmtree, os.path.dirname(d), True)
   return _UNPACKED[key]
 
 

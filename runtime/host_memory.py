@@ -2,8 +2,8 @@
 of every cache line and vector width the kernels are built for).
 
 Why: numpy and the protobuf decoder leave arrays 16-byte aligned. A kernel that streams weights as vectors from
-there splits a cache line on every load, and one that broadcasts them as scalars is slowed too; which arrays land
-where changes from run to run, so a program's speed did. The arena, its scratch and the staged inputs are
+there (measured: a direct conv with lanes along the output channels) splits cache lines on its loads; which arrays
+landed where changed from run to run, so a program's speed did. The arena, its scratch and the staged inputs are
 allocated aligned; constants are copied aligned once, when they are decoded or built.
 """
 from __future__ import annotations

@@ -20,9 +20,9 @@ attributes, or the kernel's rendered source with its variables renamed in order)
 on (the program target, whose name holds this CPU's model and feature flags, a forced ISA level and the C
 compiler): a result measured on one CPU is never used on another. The file is a JSON object of plain choices,
 opened without following links and read up to MAX_DB_BYTES; each choice is validated against the candidates
-before use, and a damaged or oversized file is read as empty (searched again, then rewritten). (v4: results timed
-before every constant was copied to aligned memory measured whatever alignment numpy gave, so they are not reused.) Timing uses the
-real constants (index tables must stay in bounds) and deterministic pseudo-random data elsewhere.
+before use, and a damaged or oversized file is read as empty (searched again, then rewritten). Timing uses the
+real constants (index tables must stay in bounds) and deterministic pseudo-random data elsewhere. (v4: results
+timed before every constant was copied to aligned memory measured whatever alignment numpy gave: not reused.)
 
 Outcomes: every item decided by a result, or left by the budget, is recorded in the program
 (Program.search_records, part of its key) and in its kernels' tags ("search": {"strategy": ..., "schedule": ...})

@@ -459,7 +459,7 @@ class TileEmitter:
     masked = static and all(maskable(c) for c in conj)
     first = 0 if masked else lo
     if t is w.par_var:   # this part's rows of whole tiles, [pm_lo * B, pm_hi * B); the last row runs to the end
-      block, rows = TILE_BLOCK_TILES * T, split_rows(t, s)   # (no gate on t here: lo = 0, hi = the extent)
+      block, rows = tile_row(s), split_rows(t, s)   # (no gate on t here: lo = 0, hi = the extent)
       first, stop = f"pm_lo * {block}", w.tmp("end")
       w(f"const i64 {stop} = pm_hi < {rows} ? pm_hi * {block} : {t.arg[1]};")
     w(f"const i64 {hv} = {max(hi, lo)} < {stop} ? {max(hi, lo)} : {stop};")
@@ -812,6 +812,11 @@ PAR_MIN_WORK = 1 << 18   # multiply-adds (or elements) below which a kernel is n
 TILE_BLOCK_TILES = 16   # a split vector axis is cut into rows of this many tiles (the last row takes the rest)
 
 
+def tile_row(sched: Schedule) -> int:
+  """The elements in one row of a split vector axis: TILE_BLOCK_TILES whole tiles."""
+  return TILE_BLOCK_TILES * sched.tile
+
+
 def _flat_tile_var(lk: LoopKernel, sched: Schedule) -> E | None:
   """The vector axis of an elementwise kernel that has no other loop (a flat map over merged axes), when it may be
   cut into rows of whole tiles: one store, no reduction, no gate on the axis, at least two rows."""
@@ -821,7 +826,7 @@ def _flat_tile_var(lk: LoopKernel, sched: Schedule) -> E | None:
   value = lk.stores[0].value
   if any(n.op == "REDUCE" for n in ir.walk(value)) or t_conjuncts(value, t):
     return None
-  return t if t.arg[1] >= 2 * TILE_BLOCK_TILES * sched.tile else None
+  return t if t.arg[1] >= 2 * tile_row(sched) else None
 
 
 def split_var(lk: LoopKernel, sched: Schedule) -> E | None:
@@ -833,22 +838,20 @@ def split_var(lk: LoopKernel, sched: Schedule) -> E | None:
     return None
   cands = [v for v in sched.order if v is not sched.tile_var and v is not sched.up_var and v.op == "VAR" and v.arg[1] >= 2]
   up = sched.up_var if sched.up_var is not None and sched.up_var.op == "VAR" and sched.up_var.arg[1] > sched.up else None
-  flat = _flat_tile_var(lk, sched) if not cands and up is None else None
-  if not cands and up is None and flat is None:
+  var = cands[0] if cands else up if up is not None else _flat_tile_var(lk, sched)
+  if var is None:
     return None
   work = math.prod(lk.shape)
   for r in dict.fromkeys(n for st in lk.stores for n in ir.walk(st.value) if n.op == "REDUCE"):
     work *= math.prod(v.arg[1] for v in r.arg[1])
-  if work < PAR_MIN_WORK:
-    return None
-  return cands[0] if cands else (up if up is not None else flat)
+  return var if work >= PAR_MIN_WORK else None
 
 
 def split_rows(var: E, sched: Schedule) -> int:
   """The rows pm_split cuts a kernel's split loop into: its extent, its blocks of `up` for the upcast axis, or
   for a flat kernel's vector axis its whole rows of TILE_BLOCK_TILES tiles (the last row also takes what is left)."""
   if var is sched.tile_var:
-    return var.arg[1] // (TILE_BLOCK_TILES * sched.tile)
+    return var.arg[1] // tile_row(sched)
   return -(-var.arg[1] // sched.up) if var is sched.up_var else var.arg[1]
 
 
