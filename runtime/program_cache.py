@@ -8,7 +8,7 @@ damage, tampering, or a runtime whose code changed since the entry was written i
 from the model and the entry replaced), never an error and never a wrong program.
 
 Key: sha256 over the model bytes' digest, the input shapes, the codegen config, the device target and backend,
-and a digest of the runtime's own source files (a changed runtime never reuses an older one's post-pass graph).
+whether the measured search is on, and a digest of the runtime's own source files (a changed runtime never reuses an older one's post-pass graph).
 Entries live in <cache dir>/programs-v1/ beside the kernel cache and under the same rules: the directories are
 owner-only (cache.safe_dir), an entry must be a regular file of ours within MAX_ENTRY_BYTES, and a symlink is
 refused. An entry is opened once (O_NOFOLLOW) and checked and read from that one open file, and it records the key
@@ -106,8 +106,11 @@ def entry_for(model, input_shapes: dict | None, codegen_config: dict | None, dev
 def entry_for_key(fields: dict, device: str, backend: str, kernels: KernelCache) -> Entry:
   """The entry of a program that its builder names by `fields` (JSON-able; e.g. a composed graph's sources: model
   digests, geometry, the composing code's digest), on this device."""
+  # the search's state is part of the key: a program built with PYMODELD_SEARCH=0 holds the heuristics' choices, so a
+  # searching start must not take it for final (it would never search), nor a start with the search off take a
+  # searched one (PYMODELD_SEARCH=0 means the heuristics alone)
   key = digest("program-cache entry", {**fields, "target": target_for(device, backend).program_name, "backend": backend,
-                                       "runtime": SOURCE_DIGEST})
+                                       "runtime": SOURCE_DIGEST, "search": config.search_enabled()})
   path = None
   if kernels.use_disk and config.disk_cache_enabled():
     try:

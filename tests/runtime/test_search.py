@@ -203,6 +203,25 @@ def test_a_second_start_of_the_same_model_measures_nothing_and_the_search_change
   assert timed == [] and third.program_source == "model" and third.program.program_key == first.program.program_key
 
 
+def test_a_program_built_with_the_search_off_is_never_the_one_a_searching_start_reuses(own_cache, monkeypatch):
+  fake = FakeSearch(monkeypatch)
+  monkeypatch.setattr(search, "MIN_WORK", 1)
+  model = two_convs()
+  monkeypatch.setenv("PYMODELD_SEARCH", "0")
+  off = OnnxRunner(model, cache=CompileCache(disk_dir=str(own_cache)))
+  assert off.program_source == "model" and off.program.search_records == {} and fake.measured() == 0
+  monkeypatch.delenv("PYMODELD_SEARCH")
+  on = OnnxRunner(model, cache=CompileCache(disk_dir=str(own_cache)))
+  assert on.program_source == "model" and on.program.search_records and fake.convs
+  monkeypatch.setenv("PYMODELD_SEARCH", "0")
+  again = OnnxRunner(model, cache=CompileCache(disk_dir=str(own_cache)))   # the heuristics' own entry, not the searched one
+  assert again.program_source == "program cache" and again.program.search_records == {}
+  monkeypatch.delenv("PYMODELD_SEARCH")
+  before = fake.measured()
+  second = OnnxRunner(model, cache=CompileCache(disk_dir=str(own_cache)))
+  assert second.program_source == "program cache" and second.program.search_records and fake.measured() == before
+
+
 def test_a_damaged_oversized_or_linked_search_cache_is_read_as_empty(own_cache, monkeypatch, tmp_path):
   fake = FakeSearch(monkeypatch)
   build_program(import_onnx(two_convs()))
