@@ -15,14 +15,15 @@ PYMODELD_SEARCH=1 set, the program cache builds a program with items left again,
 starts. Unless PYMODELD_SEARCH=1 asks for every item, items under MIN_WORK are not
 searched (what they could save per run does not pay for their compiles); nor is an item with one candidate.
 
-Cache: results are stored in <cache dir>/search-v4.json by a key of what was searched (the conv's shapes and
+Cache: results are stored in <cache dir>/search-v5.json by a key of what was searched (the conv's shapes and
 attributes, or the kernel's rendered source with its variables renamed in order) and the machine it was measured
 on (the program target, whose name holds this CPU's model and feature flags, a forced ISA level and the C
 compiler): a result measured on one CPU is never used on another. The file is a JSON object of plain choices,
 opened without following links and read up to MAX_DB_BYTES; each choice is validated against the candidates
 before use, and a damaged or oversized file is read as empty (searched again, then rewritten). Timing uses the
 real constants (index tables must stay in bounds) and deterministic pseudo-random data elsewhere. (v4: results
-timed before every constant was copied to aligned memory measured whatever alignment numpy gave: not reused.)
+timed before every constant was copied to aligned memory measured whatever alignment numpy gave; v5: conv strategies
+timed before the channel-lane convs kept enough accumulators for the FMA latency: neither is reused.)
 
 Outcomes: every item decided by a result, or left by the budget, is recorded in the program
 (Program.search_records, part of its key) and in its kernels' tags ("search": {"strategy": ..., "schedule": ...})
@@ -47,10 +48,10 @@ from . import compiler, config
 from .cache import DEFAULT_KERNELS, safe_dir
 from .codegen import ir, render
 from .codegen.ir import LoopKernel
-from .codegen.optimise import MAX_ACCUMULATORS, Schedule
+from .codegen.optimise import Schedule
 from .digest import digest
 
-DB_NAME = "search-v4.json"
+DB_NAME = "search-v5.json"
 MAX_DB_BYTES = 16 << 20
 RUNS = 5                # timed runs of a candidate, at most
 MEASURE_S = 0.05        # a candidate's timed runs stop once they add up to this...
@@ -283,7 +284,7 @@ def conv_strategy(signature: dict, default: str, candidates: list[str], measure:
 def schedule_candidates(k: LoopKernel, default: Schedule) -> list[Schedule]:
   """The heuristic's schedule first, then scalar loops and the vector tilings of its tile variable (at most 16)."""
   keep = default.overlap_ok   # a property of the kernel, not of the schedule: every candidate splits and overlaps alike
-  out = [default, Schedule(default.order, vl=default.vl, overlap_ok=keep)]
+  out = [default, Schedule(default.order, vl=default.vl, overlap_ok=keep, most=default.most)]
   t = default.tile_var
   if default.mode != "scalar" and t is not None:
     vl = default.vl
@@ -294,9 +295,9 @@ def schedule_candidates(k: LoopKernel, default: Schedule) -> list[Schedule]:
       for v in default.order:
         if v is t or v in k.dyn:
           continue
-        ups += [(v, u) for u in (2, 4, 8) if v.arg[1] % u == 0 and u * chunks <= MAX_ACCUMULATORS]
+        ups += [(v, u) for u in (2, 4, 8) if v.arg[1] % u == 0 and u * chunks <= default.most]
       for var, u in ups:
-        out.append(Schedule(default.order, default.mode, t, chunks * vl, var, u, vl, keep))
+        out.append(Schedule(default.order, default.mode, t, chunks * vl, var, u, vl, keep, default.most))
   seen, unique = set(), []
   for s in out:
     d = s.describe()

@@ -14,7 +14,9 @@ Strategies (choose_conv, choose_matmul):
 - "direct_cm": the same loops with the lanes along the output channels instead (the weights laid out channel-
   innermost, each input value broadcast, several output columns upcast): the register-blocked outer product of
   NCHWc kernels, without changing the tensor layout. Taken for ungrouped patchify convs (kernel = stride >=
-  PATCHIFY_MIN_STRIDE) with at least one vector of output channels, where input vectors would be strided.
+  PATCHIFY_MIN_STRIDE) with at least one vector of output channels, where input vectors would be strided, and for
+  ungrouped convs with whole vectors of output channels over short output rows (CM_MIN_VECTORS,
+  CM_MAX_ROW_VECTORS).
 - "pointwise": a 1x1 stride-1 unpadded conv with many input channels (or short rows) is one sgemm per image
   (and group) straight on the input buffer.
 - "im2col": otherwise (short rows, many channels: the late layers of the standard CNNs); per image and band of
@@ -56,6 +58,13 @@ POINTWISE_DIRECT_MAX_CIN = 64  # 1x1 convs: with more input channels per group s
 POINTWISE_DIRECT_MIN_ROW = 8   # 1x1 convs: output rows at least this long (one 8-lane vector)
 TINY_OUTPUT = 64               # 1x1 convs with at most this many output positions and at most TINY_MAX_CIN input
 TINY_MAX_CIN = 512             # channels: a BLAS call's own overhead (packing) outweighs its faster inner loop
+CM_MIN_VECTORS = 2           # lanes along the output channels (direct_cm) for ungrouped convs whose channels fill at
+CM_MAX_ROW_VECTORS = 2       # least this many whole vectors and whose output rows are shorter than this many: short
+#                              rows leave lanes of a row vector idle, and im2col's copy and sgemm's packing cost as much
+#                              as the multiply on such small planes. Not for a strided 1x1 conv (subsampled for its GEMM)
+#                              nor a 1x1 conv of few input channels (the row-lane direct loop reads each input once)
+CM_WIDE_VL = 16              # below this vector width (AVX2: 16 registers, fewer accumulators per block) only in place
+#                              of the row-lane loops: sgemm beats it on the long reductions im2col and pointwise take
 PATCHIFY_MIN_STRIDE = 4      # from this stride, lanes along the output channels beat strided input vectors
 MICRO = "+micro"             # a strategy name's suffix: its GEMM through the generated micro-kernel (codegen/gemm.py)
 
@@ -78,6 +87,10 @@ def choose_conv(*, Cg: int, Mg: int, G: int, taps: int, strides, dtype, blas: bo
     return "direct"
   if G == 1 and dtype == F32 and Mg >= vl and min(strides) >= PATCHIFY_MIN_STRIDE and \
           (kernel is None or tuple(kernel) == tuple(strides)):  # non-overlapping windows: a true patchify
+    return "direct_cm"
+  if G == 1 and dtype == F32 and Mg % vl == 0 and Mg >= CM_MIN_VECTORS * vl and out_w < CM_MAX_ROW_VECTORS * vl and \
+          not (taps == 1 and (min(strides) > 1 or Cg <= POINTWISE_DIRECT_MAX_CIN)) and \
+          (vl >= CM_WIDE_VL or (taps > 1 and out_w >= DIRECT_MIN_ROW_VECTORS * vl)):
     return "direct_cm"
   if not blas or dtype != F32:
     return "direct"

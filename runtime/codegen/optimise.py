@@ -23,7 +23,13 @@ from . import ir
 from .ir import BOOL, F32, INDEX, E, LoopKernel, Store
 
 
-MAX_ACCUMULATORS = 16      # vector accumulators kept in registers per tile (AVX-512 has 32 vector registers)
+MAX_ACCUMULATORS = 16      # vector accumulators kept in registers per tile with AVX-512's 32 vector registers;
+NARROW_ACCUMULATORS = 12   # with 16 (AVX2, SSE): the rest hold the loads that feed them (16 spill: measured slower)
+
+
+def max_accumulators(vl: int) -> int:
+  """Accumulators a tile may keep in registers on a target of native vector width vl (floats)."""
+  return MAX_ACCUMULATORS if vl >= 16 else NARROW_ACCUMULATORS
 VECTOR_MATH = ("exp", "tanh", "log", "sqrt", "erf", "sin", "cos", "tan", "floor", "ceil", "rint", "log1p")
 
 
@@ -38,6 +44,7 @@ class Schedule:
   up: int = 1
   vl: int = 16
   overlap_ok: bool = False  # the store's buffer is not read by the kernel: tiles may overlap (idempotent)
+  most: int = MAX_ACCUMULATORS  # accumulators its tile may keep in registers (max_accumulators of the native width)
 
   def describe(self) -> str:
     if self.mode == "scalar":
@@ -197,7 +204,7 @@ def lanes_for(extent: int, vl: int, narrow: bool) -> int:
 def schedule(k: LoopKernel, vl: int, narrow: bool = True) -> Schedule:
   """narrow=False keeps the native vector width (the nests of one GemmKernel share one vector type)."""
   order = loop_order(k)
-  sched = Schedule(order, vl=vl)
+  sched = Schedule(order, vl=vl, most=max_accumulators(vl))
   if len(k.stores) != 1 or not order:
     return sched
   st = k.stores[0]
@@ -256,9 +263,11 @@ def _upcast(k: LoopKernel, sched: Schedule, r: E, order: list[E], chunks: int, s
   """Unroll the output axis (other than the tile axis) that the most loads of the reduction body do not
   depend on (vector loads count double), by the first of UPCASTS that divides its extent (else the first
   that fits), and shrink the tile to the vectors that keep the accumulators in registers (chunks * up <=
-  MAX_ACCUMULATORS): a vector load then feeds up to 16 FMAs, so the loop issues fewer loads per FMA.
-  shrink=False keeps the tile (lanes along output channels: the chunks are the channels) and upcasts within
-  the registers left. A remainder of the upcast axis runs one copy at a time."""
+  sched.most): a vector load then feeds up to 16 FMAs, so the loop issues fewer loads per FMA.
+  shrink=False keeps the tile (lanes along output channels: the chunks are the channels) and upcasts by the
+  count, within the registers left, that covers the axis in the fewest issue slots (upcast_cost: a 14-wide
+  row in 2 blocks of 7, not 7 blocks of 2 whose few accumulators wait on the FMA latency). A remainder of
+  the upcast axis runs in halving blocks (upcast_widths)."""
   body = r.srcs[0]
   loads = [n for n in ir.walk(body) if n.op == "LOAD"]
   t = sched.tile_var
@@ -273,12 +282,40 @@ def _upcast(k: LoopKernel, sched: Schedule, r: E, order: list[E], chunks: int, s
   if best is None or best_n == 0:
     return
   ext = best.arg[1]
-  fits = [u for u in UPCASTS if u <= ext and (shrink or u * chunks <= MAX_ACCUMULATORS)]
-  u = next((u for u in fits if ext % u == 0), fits[0] if fits else 1)
+  if shrink:
+    fits = [u for u in UPCASTS if u <= ext]
+    u = next((u for u in fits if ext % u == 0), fits[0] if fits else 1)
+  else:
+    u = min(range(1, min(ext, sched.most // chunks) + 1), key=lambda u: (upcast_cost(ext, u, chunks), -u))
   if u > 1:
     sched.up_var, sched.up = best, u
     if shrink:
-      sched.tile = max(1, min(chunks, MAX_ACCUMULATORS // u)) * sched.vl
+      sched.tile = max(1, min(chunks, sched.most // u)) * sched.vl
+
+
+FMA_CHAINS = 8  # independent FMA chains that keep the FMA units busy (2 units x 4 cycles of latency)
+
+
+def upcast_widths(extent: int, U: int) -> list[int]:
+  """Block widths covering an upcast axis: U, then halves (rounded down) for what a full block leaves."""
+  out, rem, w = [U], extent % U, U
+  while rem and w > 1:
+    w = max(1, w // 2)
+    if rem >= w:
+      out.append(w)
+      rem %= w
+  return out
+
+
+def upcast_cost(extent: int, U: int, chunks: int) -> int:
+  """Issue slots per reduction step to cover an upcast axis of this extent in blocks of U copies (the rest in
+  upcast_widths' halves), each copy holding `chunks` vector accumulators: a block of fewer than FMA_CHAINS
+  accumulators waits on its FMAs' latency as long as one of FMA_CHAINS would take."""
+  cost, rem = 0, extent
+  for w in upcast_widths(extent, U):
+    cost += (rem // w) * max(w * chunks, FMA_CHAINS)
+    rem %= w
+  return cost
 
 
 def optimise(k: LoopKernel, vl: int, narrow: bool = True) -> tuple[LoopKernel, Schedule]:

@@ -23,7 +23,7 @@ from . import ir
 from .gemm import PAR_MIN_MACS, source as gemm_source
 from .cfamily import BIN_C, LoopEmitter, Writer, _collect, ctype, helpers, kernel_name, literal, vname
 from .ir import BOOL, F32, INDEX, E, LoopKernel
-from .optimise import VEC_ARITH, VEC_LANEWISE, VEC_TYPES, Schedule, bound, gate_conjuncts, t_conjuncts
+from .optimise import VEC_ARITH, VEC_LANEWISE, VEC_TYPES, Schedule, bound, gate_conjuncts, t_conjuncts, upcast_widths
 
 VTYPE = {"float32": "vf", "int32": "vi", "uint8": "vu8", "int8": "vi8"}
 
@@ -366,17 +366,6 @@ def _conjunct_split(conj: list[E], t: E):
 def _lane_conds(conds: list[E], t: E) -> list[E]:
   """Index conjuncts of every load gate in e that depend on t."""
   return conds
-
-
-def upcast_widths(extent: int, U: int) -> list[int]:
-  """Block widths covering an upcast axis: U, then halves (rounded down) for what a full block leaves."""
-  out, rem, w = [U], extent % U, U
-  while rem and w > 1:
-    w = max(1, w // 2)
-    if rem >= w:
-      out.append(w)
-      rem %= w
-  return out
 
 
 class TileEmitter:

@@ -17,6 +17,8 @@ from onnx import helper
 import runtime.artifact
 import runtime.cache
 from runtime import compiler
+import runtime.codegen.conv
+import runtime.codegen.optimise
 import runtime.codegen.render
 import runtime.compiler
 import runtime.jit
@@ -180,24 +182,32 @@ def test_an_error_inside_a_fallback_kernel_surfaces_from_run(monkeypatch):
     ((1, 16, 20, 20), (16, 1, 3, 3), {"group": 16, "pads": [1, 1, 1, 1]}, "direct"),   # depthwise
     ((1, 1, 40, 60), (8, 1, 4, 4), {"strides": [2, 2], "pads": [1, 1, 1, 1]}, "direct"),  # tiny Cin
     ((1, 40, 12, 7), (48, 40, 1, 1), {}, "pointwise"),                                    # 1x1, short rows
-    ((1, 200, 5, 5), (48, 200, 1, 1), {}, "direct"),                                      # 1x1, tiny output
-    ((1, 96, 12, 20), (48, 96, 1, 1), {}, "pointwise"),                                   # 1x1, many channels
+    ((1, 200, 5, 5), (42, 200, 1, 1), {}, "direct"),                                      # 1x1, tiny output
+    ((1, 96, 12, 20), (42, 96, 1, 1), {}, "pointwise"),                                   # 1x1, many channels
+    ((1, 96, 12, "vl+3"), (48, 96, 1, 1), {}, ("direct_cm", "pointwise")),               # ... whole channel vectors
+    ((1, 96, 20, 20), (48, 96, 1, 1), {"strides": [2, 2]}, "pointwise"),                 # ... strided (subsampled)
     ((1, 40, 10, 10), (48, 40, 1, 1), {}, "direct"),                                      # 1x1, few channels
     ((1, 12, 64, 64), (16, 12, 4, 4), {"strides": [4, 4]}, "direct_cm"),                 # patchify
     ((1, 24, 17, 40), (20, 6, 3, 3), {"group": 4, "pads": [1, 1, 1, 1]}, "im2col"),      # grouped
-    ((1, 24, 17, "vl-3"), (20, 24, 3, 3), {"pads": [1, 1, 1, 1]}, "im2col"),             # short rows
-    ((1, 24, 17, "vl+3"), (20, 24, 3, 3), {"pads": [1, 1, 1, 1]}, "direct"),             # one vector + overlap
-    ((1, 3, 64, 64), (24, 3, 5, 5), {"strides": [4, 4]}, "im2col"),                      # overlapping stride 4
+    ((1, 24, 17, "vl-3"), (18, 24, 3, 3), {"pads": [1, 1, 1, 1]}, "im2col"),             # short rows
+    ((1, 24, 17, "vl+3"), (18, 24, 3, 3), {"pads": [1, 1, 1, 1]}, "direct"),             # one vector + overlap
+    ((1, 24, 17, "vl+3"), (32, 24, 3, 3), {"pads": [1, 1, 1, 1]}, "direct_cm"),          # whole channel vectors
+    ((1, 24, 9, "2*vl+6"), (32, 24, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}, "direct_cm"),  # strided
+    ((1, 24, 9, "2*vl"), (32, 24, 3, 3), {"pads": [1, 1, 1, 1]}, "direct"),              # rows of two vectors
+    ((1, 3, 64, 64), (18, 3, 5, 5), {"strides": [4, 4]}, "im2col"),                      # overlapping stride 4
     ((1, 24, 9, 40), (20, 24, 3, 3), {"pads": [1, 1, 1, 1]}, "direct"),                  # long rows
 ])
 def test_the_conv_chooser_picks_the_documented_strategy(xs, ws, attrs, strategy):
-  """Row lengths named "vl±k" are relative to this target's float vector (8 lanes with AVX2, 16 with AVX-512),
-  since the chooser's row rule counts vectors."""
+  """Row lengths written in terms of vl are relative to this target's float vector (4 lanes with SSE, 8 with AVX2,
+  16 with AVX-512), since the chooser's row rules count vectors. Output channels 32 and 48 fill whole vectors at
+  every width, 18 and 42 at none. A pair names the strategy with AVX-512's width and with a narrower one."""
   vl = compiler.vector_bytes() // 4
-  xs = tuple(vl + int(d[2:]) if isinstance(d, str) else d for d in xs)
+  xs = tuple(eval(d, {"vl": vl}) if isinstance(d, str) else d for d in xs)   # expressions of vl in the table above
   x = f32(*xs)
   consts = {"w": (R.standard_normal(ws) * 0.3).astype(np.float32), "b": f32(ws[0])}
   r = parity(tiny_model("Conv", {"x": x}, consts=consts, attrs=attrs), {"x": x}, rtol=1e-4, atol=1e-4)
+  if isinstance(strategy, tuple):   # (with AVX-512's width, with a narrower one)
+    strategy = strategy[0] if vl >= runtime.codegen.conv.CM_WIDE_VL else strategy[1]
   assert [k.tags.get("strategy") for k in r.program.kernels if k.tags.get("strategy")] == [strategy]
 
 
@@ -279,8 +289,8 @@ def test_a_padded_window_input_is_computed_in_place_with_its_border_filled():
 
 
 def test_an_upcast_remainder_runs_in_halving_blocks():
-  assert runtime.codegen.render.upcast_widths(13, 8) == [8, 4, 1]
-  assert runtime.codegen.render.upcast_widths(24, 16) == [16, 8] and runtime.codegen.render.upcast_widths(16, 16) == [16]
+  upcast_widths = runtime.codegen.optimise.upcast_widths
+  assert upcast_widths(13, 8) == [8, 4, 1] and upcast_widths(24, 16) == [16, 8] and upcast_widths(16, 16) == [16]
   x = f32(1, 24, 15, 13)   # 13 output columns upcast by 8: blocks of 8, 4 and 1
   consts = {"w": f32(48, 24, 4, 4) * 0.2, "b": f32(48)}
   parity(tiny_model("Conv", {"x": x}, consts=consts, attrs={"strides": [1, 1]}), {"x": x}, rtol=1e-4, atol=1e-4)
@@ -291,6 +301,27 @@ def test_lanes_along_output_channels_sweep_the_image_per_block_of_channels():
   consts = {"w": f32(64, 6, 4, 4) * 0.2, "b": f32(64)}
   r = parity(tiny_model("Conv", {"x": x}, consts=consts, attrs={"strides": [4, 4]}), {"x": x}, rtol=1e-4, atol=1e-4)
   assert r.program.kernels[0].tags["strategy"] == "direct_cm" and schedules(r)[0].startswith("tile il"), schedules(r)
+
+
+@pytest.mark.parametrize("width", [7, 14, 28])
+def test_lanes_along_output_channels_upcast_enough_columns_to_hide_the_fma_latency(width, monkeypatch):
+  """With lanes along 2 vectors of output channels, a 14-wide output row is upcast by 7 columns (14 accumulators
+  with AVX-512's registers), not by 2 (4 accumulators, each FMA waiting on the previous one's latency); the count
+  covers the row in the fewest issue slots within the target's accumulators."""
+  opt = runtime.codegen.optimise
+  monkeypatch.setattr(runtime.codegen.conv, "choose_conv", lambda **kw: "direct_cm")   # at any vector width
+  vl = compiler.vector_bytes() // 4
+  x = f32(1, 24, 2 * width, 2 * width)
+  consts = {"w": f32(4 * vl, 24, 3, 3) * 0.2, "b": f32(4 * vl)}
+  r = parity(tiny_model("Conv", {"x": x}, consts=consts, attrs={"strides": [2, 2], "pads": [1, 1, 1, 1]}), {"x": x},
+             rtol=1e-4, atol=1e-4)
+  assert r.program.kernels[0].tags["strategy"] == "direct_cm"
+  m = re.fullmatch(r"tile il\d+x(\d+) up i\d+x(\d+)", schedules(r)[0])
+  assert m, schedules(r)
+  chunks, up, most = int(m[1]) // vl, int(m[2]), opt.max_accumulators(vl)
+  assert opt.FMA_CHAINS <= chunks * up <= most
+  assert opt.upcast_cost(width, up, chunks) == min(opt.upcast_cost(width, u, chunks) for u in range(1, most // chunks + 1))
+  assert opt.upcast_cost(14, 7, 2) == 14 * 2 < opt.upcast_cost(14, 2, 2)
 
 
 def test_direct_conv_tiles_upcast_the_output_channels():

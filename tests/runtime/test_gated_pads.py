@@ -145,7 +145,7 @@ def test_a_padded_pool_on_a_buffer_reads_through_gated_loads(op, attrs):
 
 
 def test_a_pointwise_conv_feeding_a_padded_conv_needs_no_pad_kernel():
-  x = f32(1, 96, 14, 30)
+  x = f32(1, 96, 14, 40)   # rows of 40: the row-lane strategies (shorter ones take lanes along channels)
   nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"]), helper.make_node("Relu", ["c1"], ["r1"]),
            helper.make_node("Conv", ["r1", "w2"], ["y0"], pads=[1, 1, 1, 1])]
   consts = {"w1": weights(32, 96, 1, 1), "b1": f32(32), "w2": weights(32, 32, 3, 3)}
@@ -200,25 +200,31 @@ def test_a_channel_shuffle_feeding_a_padded_conv_is_stored_padded_once_and_read_
   assert dw.tags["schedules"][0].startswith("tile"), dw.tags
 
 
-@pytest.mark.parametrize("xs,band_bytes,strategy,stride", [
-    ((1, 520, 7, 7), None, "pointwise", 1),      # a 7x7 plane: one band, its rows merged into one vector axis
-    ((1, 96, 14, 30), None, "pointwise", 1),
-    ((2, 128, 20, 24), 16 << 10, "pointwise", 1),  # several bands: the band's rows are a run-time extent
-    ((1, 96, 7, 7), None, "direct", 1),          # a tiny output: generated loops
-    ((1, 40, 10, 10), None, "direct", 1),
-    ((1, 520, 14, 14), None, "pointwise", 2),   # strided: its input subsampled by a vector loop kernel first
-    ((2, 256, 28, 28), 16 << 10, "pointwise", 2),
-    ((1, 520, 13, 15), None, "pointwise", 3),
+@pytest.mark.parametrize("xs,m,band_bytes,strategy,stride", [
+    ((1, 520, 7, 7), 42, None, "pointwise", 1),      # a 7x7 plane: one band, its rows merged into one vector axis
+    ((1, 96, 14, 30), 42, None, "pointwise", 1),
+    ((2, 128, 20, 24), 42, 16 << 10, "pointwise", 1),  # several bands: the band's rows are a run-time extent
+    ((1, 96, 7, 7), 42, None, "direct", 1),          # a tiny output: generated loops
+    ((1, 40, 10, 10), 48, None, "direct", 1),
+    ((1, 520, 7, 7), 48, None, ("direct_cm", "pointwise"), 1),   # whole vectors of output channels, short rows
+    ((1, 96, 14, 30), 48, None, ("direct_cm", "pointwise"), 1),
+    ((1, 520, 14, 14), 48, None, "pointwise", 2),   # strided: its input subsampled by a vector loop kernel first
+    ((2, 256, 28, 28), 48, 16 << 10, "pointwise", 2),
+    ((1, 520, 13, 15), 48, None, "pointwise", 3),
 ])
-def test_a_one_by_one_convs_loops_are_never_scalar(monkeypatch, xs, band_bytes, strategy, stride):
+def test_a_one_by_one_convs_loops_are_never_scalar(monkeypatch, xs, m, band_bytes, strategy, stride):
+  """m = 42 output channels fill no whole vector (at 4, 8 or 16 lanes), 48 fill them at every width; a pair names
+  the strategy with AVX-512's width and with a narrower one."""
   if band_bytes is not None:
     monkeypatch.setattr(conv, "EPILOGUE_BAND_BYTES", band_bytes)
+  if isinstance(strategy, tuple):
+    strategy = strategy[0] if compiler.vector_bytes() // 4 >= conv.CM_WIDE_VL else strategy[1]
   x = f32(*xs)
   out_sp = [-(-d // stride) for d in xs[2:]]
   nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=[stride, stride]), helper.make_node("Relu", ["c"], ["r"]),
            helper.make_node("Add", ["r", "x2"], ["y0"])]
-  x2 = f32(xs[0], 48, *out_sp)
-  r = checked(node_model(nodes, {"x": x, "x2": x2}, {"w": weights(48, xs[1], 1, 1), "b": f32(48)}), {"x": x, "x2": x2})
+  x2 = f32(xs[0], m, *out_sp)
+  r = checked(node_model(nodes, {"x": x, "x2": x2}, {"w": weights(m, xs[1], 1, 1), "b": f32(m)}), {"x": x, "x2": x2})
   assert [k.tags.get("strategy") for k in r.program.kernels if k.tags.get("strategy")] == [strategy]
   assert schedules(r) and not any(s == "scalar" for s in schedules(r)), schedules(r)
 
@@ -279,9 +285,9 @@ def test_a_depthwise_conv_on_small_planes_runs_each_plane_as_one_vector_axis(xs,
   assert "mx" in sched, sched   # the plane's rows merged into the vector axis
 
 
-@pytest.mark.parametrize("xs,m,k,pads", [
-    ((2, 32, 14, 14), 48, 3, [1, 1, 1, 1]),
-    ((1, 64, 7, 7), 64, 3, [1, 1, 1, 1]),
+@pytest.mark.parametrize("xs,m,k,pads", [   # output channels that fill no whole vector: not lanes along channels
+    ((2, 32, 14, 14), 42, 3, [1, 1, 1, 1]),
+    ((1, 64, 7, 7), 66, 3, [1, 1, 1, 1]),
     ((1, 24, 10, 13), 40, 3, [2, 1, 0, 1]),   # one more row on top, one fewer below: the band's rows shift
     ((1, 16, 13, 13), 16, 5, [2, 2, 2, 2]),
 ])
