@@ -23,7 +23,8 @@ opened without following links and read up to MAX_DB_BYTES; each choice is valid
 before use, and a damaged or oversized file is read as empty (searched again, then rewritten). Timing uses the
 real constants (index tables must stay in bounds) and deterministic pseudo-random data elsewhere. (v4: results
 timed before every constant was copied to aligned memory measured whatever alignment numpy gave; v5: conv strategies
-timed before the channel-lane convs kept enough accumulators for the FMA latency: neither is reused.)
+timed before the channel-lane convs kept enough accumulators for the FMA latency and read their weights block by
+block: neither is reused.)
 
 Outcomes: every item decided by a result, or left by the budget, is recorded in the program
 (Program.search_records, part of its key) and in its kernels' tags ("search": {"strategy": ..., "schedule": ...})

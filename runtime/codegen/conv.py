@@ -238,10 +238,15 @@ def _direct_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, ta
   x, pb, need_end = padded_input(ctx, x, pb, need_end, 0)   # padding: a padded buffer or gated loads
   x = ctx.prologue(x, overlap(K, strides, dil) * (ctx.target.get("vl", 16) if channel_lanes else 1))
   S = list(x.shape[2:])
-  if channel_lanes:  # weights (Cg, *K, M): one vector load gives a tap for consecutive output channels
-    wb = ctx.const_buf(np.ascontiguousarray(np.moveaxis(W, 0, -1)).astype(x.dtype))
+  if channel_lanes:
+    # weights (M / B, Cg, *K, B) for blocks of B output channels (B = M without a block): one vector load gives a
+    # tap for consecutive channels of a block, and a block's weights are one contiguous run, read in order as
+    # the reduction steps (with (Cg, *K, M), each step jumped M floats ahead: a new page every step or two,
+    # which the hardware prefetchers do not follow)
     vl = ctx.target.get("vl", 16)
     block = next((b for b in (2 * vl, vl) if Mg % b == 0 or G == 1 and M % b == 0), None)
+    B = block or M
+    wb = ctx.const_buf(np.ascontiguousarray(np.moveaxis(W.reshape((M // B, B) + W.shape[1:]), 1, -1)).astype(x.dtype))
     tags = dict(tags, tile_axis=1, tile_block=block)
   else:
     wb = ctx.const_buf(W.astype(x.dtype))
@@ -261,7 +266,8 @@ def _direct_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, ta
     gate = window_gate(pos, S, pb, need_end)
     xv = gate_loads(fn([n, ci] + pos), gate)
     if channel_lanes:
-      widx = ir.add(ir.mul(ir.add(ir.mul(rc, kk), *[ir.mul(r, s) for r, s in zip(rk, kstr)]), M), m)
+      tap = ir.add(ir.mul(rc, kk), *[ir.mul(r, s) for r, s in zip(rk, kstr)])
+      widx = ir.add(ir.mul(ir.idiv(m, B), Cg * kk * B), ir.mul(tap, B), ir.imod(m, B))
     else:
       widx = ir.add(ir.mul(m, Cg * kk), ir.mul(rc, kk), *[ir.mul(r, s) for r, s in zip(rk, kstr)])
     wv = ir.load(wb, widx)

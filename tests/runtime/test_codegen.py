@@ -324,6 +324,22 @@ def test_lanes_along_output_channels_upcast_enough_columns_to_hide_the_fma_laten
   assert opt.upcast_cost(14, 7, 2) == 14 * 2 < opt.upcast_cost(14, 2, 2)
 
 
+def test_a_channel_lane_convs_weights_for_each_block_of_channels_are_one_contiguous_run_in_reduction_order(monkeypatch):
+  """Blocks of B output channels read (Cg, kh, kw, B) weights each: a stride of B floats per reduction step, not one
+  of all M channels (a new page every step or two on a wide layer, which the prefetchers do not follow)."""
+  monkeypatch.setattr(runtime.codegen.conv, "choose_conv", lambda **kw: "direct_cm")
+  vl = compiler.vector_bytes() // 4
+  M, B = 8 * vl, 2 * vl
+  x = f32(1, 24, 9, 9)
+  w = f32(M, 24, 3, 3) * 0.2
+  r = parity(tiny_model("Conv", {"x": x}, consts={"w": w, "b": f32(M)}, attrs={"pads": [1, 1, 1, 1]}), {"x": x},
+             rtol=1e-4, atol=1e-4)
+  [k] = r.program.kernels
+  want = np.moveaxis(w.reshape(M // B, B, 24, 3, 3), 1, -1).reshape(-1)
+  assert any(np.array_equal(np.asarray(c).reshape(-1), want) for c in r.program.consts.values()), "no blocked weights"
+  assert schedules(r)[0].startswith("tile il") and f"x{B} " in schedules(r)[0], schedules(r)
+
+
 def test_direct_conv_tiles_upcast_the_output_channels():
   x = f32(1, 1, 60, 90)
   consts = {"w": f32(8, 1, 4, 4), "b": f32(8)}
