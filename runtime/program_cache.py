@@ -8,7 +8,8 @@ damage, tampering, or a runtime whose code changed since the entry was written i
 from the model and the entry replaced), never an error and never a wrong program.
 
 Key: sha256 over the model bytes' digest, the input shapes, the codegen config, the device target and backend,
-whether the measured search is on, and a digest of the runtime's own source files (a changed runtime never reuses an older one's post-pass graph).
+whether the measured search is on, and a digest of the runtime's own source files (a changed runtime never
+reuses an older one's post-pass graph).
 Entries live in <cache dir>/programs-v1/ beside the kernel cache and under the same rules: the directories are
 owner-only (cache.safe_dir), an entry must be a regular file of ours within MAX_ENTRY_BYTES, and a symlink is
 refused. An entry is opened once (O_NOFOLLOW) and checked and read from that one open file, and it records the key

@@ -25,12 +25,12 @@ from .ir import BOOL, F32, INDEX, E, LoopKernel, Store
 
 MAX_ACCUMULATORS = 16      # vector accumulators kept in registers per tile with AVX-512's 32 vector registers;
 NARROW_ACCUMULATORS = 12   # with 16 (AVX2, SSE): the rest hold the loads that feed them (16 spill: measured slower)
+VECTOR_MATH = ("exp", "tanh", "log", "sqrt", "erf", "sin", "cos", "tan", "floor", "ceil", "rint", "log1p")
 
 
 def max_accumulators(vl: int) -> int:
   """Accumulators a tile may keep in registers on a target of native vector width vl (floats)."""
   return MAX_ACCUMULATORS if vl >= 16 else NARROW_ACCUMULATORS
-VECTOR_MATH = ("exp", "tanh", "log", "sqrt", "erf", "sin", "cos", "tan", "floor", "ceil", "rint", "log1p")
 
 
 @dataclass
