@@ -130,6 +130,26 @@ def vector_prelude(vl: int) -> str:
 
 # ------------------------------------------------------------------------------------------- vector path
 
+def transpose_rows(w: Writer, vecs: list[str], vl: int) -> list[str]:
+  """Names of P vectors holding P vectors' (P a power of two, at most vl) lanes transposed: lane l of input j becomes
+  element l * P + j of the concatenated outputs. log2(P) rounds of pairing input i with input i + P/2 and
+  interleaving their halves (a perfect shuffle), P shuffles of two vectors per round."""
+  P = len(vecs)
+  lo = ", ".join(f"{i}, {vl + i}" for i in range(vl // 2))
+  hi = ", ".join(f"{vl // 2 + i}, {vl + vl // 2 + i}" for i in range(vl // 2))
+  cur = list(vecs)
+  for _ in range(P.bit_length() - 1):
+    new = []
+    for i in range(P // 2):
+      a, b = cur[i], cur[i + P // 2]
+      x, y = w.tmp("tr"), w.tmp("tr")
+      w(f"const vf {x} = __builtin_shufflevector({a}, {b}, {lo});")
+      w(f"const vf {y} = __builtin_shufflevector({a}, {b}, {hi});")
+      new += [x, y]
+    cur = new
+  return cur
+
+
 class VecEmitter:
   """Vector C code for expressions over the special variable `lane` (VL lanes); nodes not depending on lane
   are scalars from the wrapped scalar emitter (shared, so loop-invariant loads are emitted once)."""
@@ -624,10 +644,9 @@ class TileEmitter:
     accv = {(j, ch): E("ACCV", F32, (lane,), a) for (j, ch), a in accs.items()}
     placeholder = E("ACCR", F32, (), 0)
     epi = ir.substitute(ir.substitute(value, {r: placeholder}), fast)
-    for j in range(U):
-      for ch in range(chunks):
-        sub = self._copy_map(u0, j, {t: ir.add(t0, ch * vl, lane), placeholder: accv[(j, ch)]})
-        self._store_vec(ep, ve2, bname, ir.substitute(index, sub), ir.substitute(epi, sub), lane)
+    for ch in range(chunks):
+      subs = [self._copy_map(u0, j, {t: ir.add(t0, ch * vl, lane), placeholder: accv[(j, ch)]}) for j in range(U)]
+      self._store_copies(ep, ve2, bname, [(ir.substitute(index, sub), ir.substitute(epi, sub)) for sub in subs], lane)
 
   def _hoist_shared(self, ve: VecEmitter, terms: list[E]):
     """Compute the vector nodes of terms that no upcast copy depends on before the copies' guard blocks: they
@@ -662,19 +681,18 @@ class TileEmitter:
     if checks:
       w.open(f"if ({' && '.join(body.expr(x) for x in checks)})")
     ve = VecEmitter(body, lane, vl)
-    for j in range(U):
-      for ch in range(chunks):
-        sub = self._copy_map(u0, j, {t: ir.add(t0, ch * vl, lane)})
-        self._store_vec(body, ve, bname, ir.substitute(index, sub), ir.substitute(fast_value, sub), lane)
+    for ch in range(chunks):
+      subs = [self._copy_map(u0, j, {t: ir.add(t0, ch * vl, lane)}) for j in range(U)]
+      self._store_copies(body, ve, bname, [(ir.substitute(index, sub), ir.substitute(fast_value, sub)) for sub in subs], lane)
     if checks and all(maskable(x) for x in conj):
       w.close()
       w.open("else")   # some lanes fail a gate: vector code whose gated loads read lane by lane
       vm = VecEmitter(body, lane, vl)
       masked_value = ir.substitute(value, fast)
-      for j in range(U):
-        for ch in range(chunks):
-          sub = self._copy_map(u0, j, {t: ir.add(t0, ch * vl, lane)})
-          self._store_vec(body, vm, bname, ir.substitute(index, sub), ir.substitute(masked_value, sub), lane)
+      for ch in range(chunks):
+        subs = [self._copy_map(u0, j, {t: ir.add(t0, ch * vl, lane)}) for j in range(U)]
+        self._store_copies(body, vm, bname, [(ir.substitute(index, sub), ir.substitute(masked_value, sub)) for sub in subs],
+                           lane)
       w.close()
     elif checks:
       w.close()
@@ -692,6 +710,34 @@ class TileEmitter:
   @staticmethod
   def buf_name_of(bname: str) -> str:
     return bname
+
+  def _store_copies(self, em, ve, bname, copies: list[tuple[E, E]], lane):
+    """Store the upcast copies j = 0..U-1 of one vector tile, (index, value) each. Where copy j's index is copy 0's
+    plus j and the lanes lie at least U elements apart (lanes along a conv's output channels, the copies along
+    its output columns), the U vectors are transposed in registers (transpose_rows) and each lane's U values
+    stored as one contiguous run: a few vector shuffles and vl stores instead of U * vl scattered scalar stores.
+    All U values are computed before the first store, so only a kernel that does not read its output may."""
+    U = len(copies)
+    P = 1 << (U - 1).bit_length()
+    c = ir.coef(copies[0][0], lane)
+    ok = U > 1 and P <= self.s.vl and self.s.overlap_ok and isinstance(c, int) and c >= U and \
+        all(v.dtype == F32 for _, v in copies) and \
+        all(ir.add(i, ir.mul(copies[0][0], -1)) == ir.const(j) for j, (i, _) in enumerate(copies))
+    if not ok:
+      for index, value in copies:
+        self._store_vec(em, ve, bname, index, value, lane)
+      return
+    vals = [ve.get(v) if ve.is_vec(v) else splat(em.expr(v)) for _, v in copies]
+    base = em.expr(ir.substitute(copies[0][0], {lane: ir.const(0)}))
+    rows = transpose_rows(self.w, vals + ["(vf){}"] * (P - U), self.s.vl)
+    per = self.s.vl // P   # lanes (output runs) per transposed vector
+    for k, row in enumerate(rows):
+      for q in range(per):
+        at = f"{bname} + {base} + {(k * per + q) * c}"
+        if U == self.s.vl:
+          self.w(f"vf_store({at}, {row});")
+        else:
+          self.w(f"__builtin_memcpy({at}, (const float*)&{row} + {q * P}, {U * 4});")
 
   def _store_vec(self, em, ve, bname, index, value, lane):
     dt = value.dtype

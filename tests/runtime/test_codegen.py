@@ -340,6 +340,24 @@ def test_a_channel_lane_convs_weights_for_each_block_of_channels_are_one_contigu
   assert schedules(r)[0].startswith("tile il") and f"x{B} " in schedules(r)[0], schedules(r)
 
 
+@pytest.mark.parametrize("hw", [(10, 10), (5, 5), (7, 9)])
+def test_a_channel_lane_conv_stores_each_channels_columns_as_one_run_after_a_register_transpose(hw, monkeypatch):
+  """Lanes along output channels hold values a whole plane apart. The upcast copies (consecutive output columns) are
+  transposed in registers, so each channel's columns are stored as one contiguous run, not lane by lane (including
+  a copy count that is not a power of two, padded to one for the transpose). A target whose vector is narrower
+  than that power of two (4 lanes and 5 copies) keeps the lane-by-lane stores."""
+  monkeypatch.setattr(runtime.codegen.conv, "choose_conv", lambda **kw: "direct_cm")
+  vl = compiler.vector_bytes() // 4
+  x = f32(1, 24, *hw)
+  consts = {"w": f32(2 * vl, 24, 3, 3) * 0.2, "b": f32(2 * vl)}
+  r = parity(tiny_model("Conv", {"x": x}, consts=consts, attrs={"pads": [1, 1, 1, 1]}), {"x": x}, rtol=1e-4, atol=1e-4)
+  [k] = r.program.kernels
+  assert k.tags["strategy"] == "direct_cm" and " up " in schedules(r)[0], schedules(r)
+  up = int(schedules(r)[0].rsplit("x", 1)[1])
+  if 1 << (up - 1).bit_length() <= vl:
+    assert "__builtin_shufflevector(" in k.source and "_o[_j]" not in k.source
+
+
 def test_direct_conv_tiles_upcast_the_output_channels():
   x = f32(1, 1, 60, 90)
   consts = {"w": f32(8, 1, 4, 4), "b": f32(8)}
