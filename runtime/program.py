@@ -348,7 +348,8 @@ def measured_conv_strategies(graph: Graph, specs: dict, device: str, cfg: dict,
     taps = int(np.prod(w.shape[2:]))
     pointwise = taps == 1 and not any(n.attrs.get("pads", [])) and all(s == 1 for s in n.attrs.get("strides", [1]))
     group = int(n.attrs.get("group", 1))
-    cands = ["direct"] + (["direct_cm"] if group == 1 and w.shape[0] >= 16 else []) + \
+    dw = group == x.shape[1] == w.shape[0] and w.shape[1] == 1 and group % 8 == 0   # whole vectors of channels
+    cands = ["direct"] + (["direct_cm"] if group == 1 and w.shape[0] >= 16 or dw else []) + \
         ["pointwise" if pointwise else "im2col"]
     if micro:  # the same GEMM through the generated micro-kernel, where the target may use it
       cands.append(cands[-1] + _conv.MICRO)

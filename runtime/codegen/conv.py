@@ -2,21 +2,23 @@
 
 Strategies (choose_conv, choose_matmul):
 - "direct": generated loops, out[n, m, o] = sum over (ci, taps) of x[...] * w[...] with vector lanes along the
-  output columns and the output channels upcast (each input vector feeds several channels' accumulators, kept
-  in registers). Padding is read through gated loads (the tiles that cross the border mask their lanes), or
-  from a padded buffer the producing loop kernel writes when it is about to run anyway. Taken for depthwise
-  convs; where the reduction per output is short (Cg * taps <= DIRECT_MAX_K: a 1-channel 3x3, the DM model's
-  4x4 stride-2 stem); for ungrouped convs of stride < PATCHIFY_MIN_STRIDE with windows of several taps whose
-  output rows hold at least DIRECT_MIN_ROW_VECTORS vectors; for ungrouped 1x1 convs of at most
-  POINTWISE_DIRECT_MAX_CIN input channels over rows of at least POINTWISE_DIRECT_MIN_ROW, or with tiny outputs
-  (TINY_OUTPUT positions, TINY_MAX_CIN input channels); and whenever BLAS is unavailable.
-  (Each threshold measured against im2col / pointwise + OpenBLAS on the daemons' and the standard CNNs' layers.)
+  output columns and the output channels upcast (each input vector feeds several channels' accumulators, kept in
+  registers). Padding is read through gated loads (the tiles that cross the border mask their lanes), or from a
+  padded buffer the producing loop kernel writes when it is about to run anyway. Taken for depthwise convs (but
+  those dw_channel_lanes gives to "direct_cm"); where the reduction per output is short (Cg * taps <= DIRECT_MAX_K:
+  a 1-channel 3x3, the DM model's 4x4 stride-2 stem); for ungrouped convs of stride < PATCHIFY_MIN_STRIDE with
+  windows of several taps whose output rows hold at least DIRECT_MIN_ROW_VECTORS vectors; for ungrouped 1x1 convs of
+  at most POINTWISE_DIRECT_MAX_CIN input channels over rows of at least POINTWISE_DIRECT_MIN_ROW, or with tiny
+  outputs (TINY_OUTPUT positions, TINY_MAX_CIN input channels); and whenever BLAS is unavailable. (Each threshold
+  measured against im2col / pointwise + OpenBLAS on the daemons' and the standard CNNs' layers.)
 - "direct_cm": the same loops with the lanes along the output channels instead (the weights laid out channel-
   innermost, each input value broadcast, several output columns upcast): the register-blocked outer product of
   NCHWc kernels, without changing the tensor layout. Taken for ungrouped patchify convs (kernel = stride >=
   PATCHIFY_MIN_STRIDE) with at least one vector of output channels, where input vectors would be strided, and for
   ungrouped convs with whole vectors of output channels over short output rows (CM_MIN_VECTORS,
-  CM_MAX_ROW_VECTORS).
+  CM_MAX_ROW_VECTORS). A depthwise conv with whole vectors of channels takes it over short or strided rows
+  (dw_channel_lanes): its input is first copied, zero-padded, into channel blocks (N, C / B, H, W, B), so a tap
+  is one contiguous load.
 - "pointwise": a 1x1 stride-1 unpadded conv with many input channels (or short rows) is one sgemm per image
   (and group) straight on the input buffer.
 - "im2col": otherwise (short rows, many channels: the late layers of the standard CNNs); per image and band of
@@ -69,20 +71,22 @@ PATCHIFY_MIN_STRIDE = 4      # from this stride, lanes along the output channels
 MICRO = "+micro"             # a strategy name's suffix: its GEMM through the generated micro-kernel (codegen/gemm.py)
 
 
-def applicable(strategy: str, *, G: int, pointwise_ok: bool, dtype, blas: bool) -> bool:
+def applicable(strategy: str, *, G: int, pointwise_ok: bool, dtype, blas: bool, Cg: int = 0, Mg: int = 0,
+               vl: int = 16) -> bool:
   """Whether a strategy computes this conv at all (a forced or cached choice that does not is ignored)."""
   if strategy == "direct":
     return True
   if strategy == "direct_cm":
-    return G == 1
+    return G == 1 or depthwise(G, Cg, Mg) and dtype == F32 and G % vl == 0
   blas_ok = blas and dtype == F32
   return blas_ok and (strategy == "im2col" or (strategy == "pointwise" and pointwise_ok))
 
 
 def choose_conv(*, Cg: int, Mg: int, G: int, taps: int, strides, dtype, blas: bool, pointwise_ok: bool,
                 out_w: int, out_size: int = 1 << 30, vl: int = 16, kernel=None) -> str:
-  if G > 1 and Cg == 1 and Mg == 1:
-    return "direct"
+  if depthwise(G, Cg, Mg):
+    return "direct_cm" if dtype == F32 and G % vl == 0 and dw_channel_lanes(taps, min(strides) > 1, out_w, vl) \
+        else "direct"
   if Cg * taps <= DIRECT_MAX_K:
     return "direct"
   if G == 1 and dtype == F32 and Mg >= vl and min(strides) >= PATCHIFY_MIN_STRIDE and \
@@ -105,6 +109,17 @@ def choose_conv(*, Cg: int, Mg: int, G: int, taps: int, strides, dtype, blas: bo
       return "direct"
     return "pointwise" if pointwise_ok else "im2col"
   return "direct" if out_w >= DIRECT_MIN_ROW_VECTORS * vl else "im2col"
+
+
+def dw_channel_lanes(taps: int, strided: bool, out_w: int, vl: int) -> bool:
+  """Whether a depthwise conv (whole vectors of channels) runs with lanes along the channels, on its input copied into
+  channel blocks (_blocked_input). Each tap is then one load and one FMA for vl outputs whatever the row, but the
+  input costs a copy (one register transpose per vl x vl block) and each block of outputs a transposed store.
+  Along the rows, a short or strided row leaves lanes idle and a strided tap costs two loads and a permute per
+  vector. Timed over 3x3, 5x5 and 7x7 depthwise convs of 96 and 384 channels on 7 to 112 wide planes
+  (bench/RESULTS.md), channel lanes won or tied for every 5x5 and 7x7 window, and for strided 3x3 windows over rows
+  of at most half a vector; never for stride-1 3x3 windows (9 taps do not pay for the copy)."""
+  return taps >= 25 or taps >= 9 and strided and out_w <= vl // 2
 
 
 def choose_matmul(*, rows: int, dtype, blas: bool) -> str:
@@ -190,7 +205,8 @@ def conv(ctx, node, ins, specs, consts):
   micro = None   # None: the heuristic decides (choose_gemm)
   if forced is not None:
     base = forced[:-len(MICRO)] if forced.endswith(MICRO) else forced
-    if applicable(base, G=G, pointwise_ok=pointwise_ok, dtype=x.dtype, blas=ctx.target["blas"]):
+    if applicable(base, G=G, pointwise_ok=pointwise_ok, dtype=x.dtype, blas=ctx.target["blas"], Cg=Cg, Mg=Mg,
+                  vl=ctx.target.get("vl", 16)):
       strategy, micro = base, forced.endswith(MICRO) if base in ("im2col", "pointwise") else None
   if strategy == "im2col" and taps == 1 and not padded:
     # a strided 1x1 conv: its im2col columns are the input subsampled. A loop kernel of its own computes them
@@ -231,20 +247,49 @@ def fold_zero_pad(x: Lazy, pb, need_end):
   return x, pb, need_end
 
 
+def depthwise(G: int, Cg: int, Mg: int) -> bool:
+  return G > 1 and Cg == 1 and Mg == 1
+
+
+def _blocked_input(ctx, x: Lazy, B: int) -> Lazy:
+  """x (N, C, *S) stored in channel blocks, (N, C / B, *S, B), by one loop kernel (the value's own elementwise ops
+  fused in), and read back as (N, C, *S): the input of a depthwise conv with lanes along the channels, where a
+  vector load of B consecutive channels is one contiguous run (in the plain layout they lie a plane apart). A tap
+  in the padding is one condition for the whole vector of channels, so the copy stores no padding."""
+  N, C, *S = x.shape
+  nd = len(S)
+  if x.red is not None:   # a reduction computes into its own layout first (as channel blocks its loads would gather)
+    x = ctx.realize(x)
+  blocked = x.reshape((N, C // B, B) + tuple(S)).permute([0, 1] + list(range(3, 3 + nd)) + [2])
+  # lanes along the rows (the loads' contiguous axis), copies along the block (the store's), stored transposed
+  got = ctx.realize(blocked, tags={"ops": x.tags.get("ops", []) + ["channel blocks"], "tile_axis": 1 + nd,
+                                   "up_axis": 2 + nd})
+  buf, view = got.view[0], got.view[1]
+
+  def fn(idx):
+    n, c, *pos = idx
+    return ir.load(buf, view.index([n, ir.idiv(c, B)] + pos + [ir.imod(c, B)]))
+  return Lazy((N, C) + tuple(S), x.dtype, fn, reads=frozenset((buf,)))
+
+
 def _direct_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, tags, channel_lanes: bool) -> Lazy:
   N, C, *S = x.shape
   M = W.shape[0]
-  # with lanes along the channels each input value is computed as a scalar: a prologue costs a vector's worth
-  x, pb, need_end = padded_input(ctx, x, pb, need_end, 0)   # padding: a padded buffer or gated loads
-  x = ctx.prologue(x, overlap(K, strides, dil) * (ctx.target.get("vl", 16) if channel_lanes else 1))
+  vl = ctx.target.get("vl", 16)
+  dw_block = next((b for b in (2 * vl, vl) if M % b == 0), None) if channel_lanes and depthwise(G, Cg, Mg) else None
+  if dw_block is not None:
+    x = _blocked_input(ctx, x, dw_block)
+  else:
+    # with lanes along the channels each input value is computed as a scalar: a prologue costs a vector's worth
+    x, pb, need_end = padded_input(ctx, x, pb, need_end, 0)   # padding: a padded buffer or gated loads
+    x = ctx.prologue(x, overlap(K, strides, dil) * (vl if channel_lanes else 1))
   S = list(x.shape[2:])
   if channel_lanes:
     # weights (M / B, Cg, *K, B) for blocks of B output channels (B = M without a block): one vector load gives a
     # tap for consecutive channels of a block, and a block's weights are one contiguous run, read in order as
     # the reduction steps (with (Cg, *K, M), each step jumped M floats ahead: a new page every step or two,
     # which the hardware prefetchers do not follow)
-    vl = ctx.target.get("vl", 16)
-    block = next((b for b in (2 * vl, vl) if Mg % b == 0 or G == 1 and M % b == 0), None)
+    block = dw_block or next((b for b in (2 * vl, vl) if Mg % b == 0 or G == 1 and M % b == 0), None)
     B = block or M
     wb = ctx.const_buf(np.ascontiguousarray(np.moveaxis(W.reshape((M // B, B) + W.shape[1:]), 1, -1)).astype(x.dtype))
     tags = dict(tags, tile_axis=1, tile_block=block)

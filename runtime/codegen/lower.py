@@ -190,6 +190,8 @@ class Lowerer:
       else:
         ktags["tile_var"] = vars_[ax]
     ktags.pop("tile_block", None)
+    if "up_axis" in ktags:   # the axis the rule wants unrolled across the vector's lanes (a transposing copy)
+      ktags["up_var"] = vars_[ktags.pop("up_axis")]
     k = LoopKernel(f"k{len(self.kernels)}", loop_vars, shape, [Store(buf, view.index(vars_), lazy.at(vars_))], ktags)
     self.add_kernel(k)
 

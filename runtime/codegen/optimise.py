@@ -10,7 +10,10 @@ Deterministic heuristics, in this order:
    registers; upcast (unroll) another output axis that some loads do not depend on (the output channels of a
    convolution), so each input load feeds several accumulators. Otherwise vectorise along the innermost
    reduction axis when the loads are contiguous in it ("inner": a global pool, a row reduction, a GEMV).
-4. Everything else is scalar C, which the C compiler vectorises where it can (plain elementwise loops).
+4. An elementwise copy the lowering marks as moving an axis (tile_var and up_var hints: a conv input copied into
+   channel blocks) runs with lanes along the loads' contiguous axis and vl copies of the store's, which the
+   renderer stores after a register transpose (a hinted axis merged with its neighbour passes the hint on).
+5. Everything else is scalar C, which the C compiler vectorises where it can (plain elementwise loops).
 The measured search (search.py) may replace a schedule by a measured better one; its choice is cached.
 This stage owns the Schedule type and the facts it decides from (what the vector path computes, which gates
 bound a tile); render.py, the later stage, reads them from here.
@@ -136,6 +139,7 @@ def merge_axes(k: LoopKernel) -> LoopKernel:
   vars_, shape = list(k.vars), list(k.shape)
   stores = list(k.stores)
   dyn = dict(k.dyn)
+  tags = k.tags
   i = len(vars_) - 2
   while i >= 0:
     a, b = vars_[i], vars_[i + 1]
@@ -154,6 +158,9 @@ def merge_axes(k: LoopKernel) -> LoopKernel:
       shape[i:i + 2] = [a.arg[1] * eb]
       if a in dyn:
         dyn[u] = ir.mul(dyn.pop(a), eb)
+      for hint in ("tile_var", "up_var"):   # a hinted axis merged with its neighbour: the merged axis is the hint
+        if tags.get(hint) is a or tags.get(hint) is b:
+          tags = {**tags, hint: u}
       i = min(i, len(vars_) - 2)
       continue
     i -= 1
@@ -162,7 +169,7 @@ def merge_axes(k: LoopKernel) -> LoopKernel:
   after = [merge_axes(a) for a in k.after]
   if len(keep) == len(k.vars) and stores is k.stores and all(a is b for a, b in zip(after, k.after)):
     return k
-  return LoopKernel(k.name, [v for v, _ in keep], tuple(s for _, s in keep), stores, k.tags, dyn, after)
+  return LoopKernel(k.name, [v for v, _ in keep], tuple(s for _, s in keep), stores, tags, dyn, after)
 
 
 def has_divmod(e: E, v: E) -> bool:
@@ -212,6 +219,8 @@ def schedule(k: LoopKernel, vl: int, narrow: bool = True) -> Schedule:
   rs = list(dict.fromkeys(reduces_of(k)))
   t = order[-1]
   if not rs:
+    if _transposing(k, sched, st, vl):
+      return sched
     # elementwise: plain C loops vectorise well, except strided or gated loads along the inner axis
     # (and math functions: the C compiler does not vectorise a loop calling exp). A nest tagged vector_map
     # (the epilogue a BLAS kernel runs over each band sgemm wrote, the subsampled input of a strided 1x1 conv)
@@ -254,6 +263,23 @@ def schedule(k: LoopKernel, vl: int, narrow: bool = True) -> Schedule:
     sched.mode, sched.tile_var, sched.tile = "inner", rt, vl
     _upcast(k, sched, r, order, 1)
   return sched
+
+
+def _transposing(k: LoopKernel, sched: Schedule, st: Store, vl: int) -> bool:
+  """An elementwise copy that moves an axis (the lowering's tile_var and up_var hints: a layout change such as a
+  conv input copied into channel blocks): lanes along tile_var, where the loads are contiguous, and vl copies of
+  up_var, along which the store is contiguous, so the renderer stores each lane's copies as one run after a
+  register transpose (render.py's _store_copies). Schedules it and says so when the hints hold."""
+  t, u = k.tags.get("tile_var"), k.tags.get("up_var")
+  order = sched.order
+  if t is None or u is None or t not in order or u not in order or t in k.dyn or u in k.dyn:
+    return False
+  n = lanes_for(t.arg[1], vl, True)   # narrower vectors (and as many copies) for a short row
+  if not n or u.arg[1] % n or st.value.dtype != F32 or ir.coef(st.index, u) != 1 or not vectorizable(st.value, t):
+    return False
+  sched.order = [v for v in order if v is not t and v is not u] + [u, t]
+  sched.mode, sched.tile_var, sched.tile, sched.up_var, sched.up, sched.vl = "tile", t, n, u, n, n
+  return True
 
 
 UPCASTS = (16, 8, 12, 6, 4, 2)  # preferred first: more copies per vector load, fewer loads per FMA

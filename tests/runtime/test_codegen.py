@@ -179,7 +179,11 @@ def test_an_error_inside_a_fallback_kernel_surfaces_from_run(monkeypatch):
 # ------------------------------------------------------------------------------------------------ chooser
 
 @pytest.mark.parametrize("xs,ws,attrs,strategy", [
-    ((1, 16, 20, 20), (16, 1, 3, 3), {"group": 16, "pads": [1, 1, 1, 1]}, "direct"),   # depthwise
+    ((1, 16, 20, 20), (16, 1, 3, 3), {"group": 16, "pads": [1, 1, 1, 1]}, "direct"),   # depthwise 3x3
+    ((1, 32, 20, 20), (32, 1, 5, 5), {"group": 32, "pads": [2, 2, 2, 2]}, "direct_cm"),  # ... 5x5: channel lanes
+    ((1, 18, 20, 20), (18, 1, 5, 5), {"group": 18, "pads": [2, 2, 2, 2]}, "direct"),     # ... no whole vectors
+    ((1, 32, 9, "vl"), (32, 1, 3, 3), {"group": 32, "pads": [1, 1, 1, 1], "strides": [2, 2]}, "direct_cm"),  # short
+    ((1, 32, 9, "2*vl"), (32, 1, 3, 3), {"group": 32, "pads": [1, 1, 1, 1], "strides": [2, 2]}, "direct"),  # strided
     ((1, 1, 40, 60), (8, 1, 4, 4), {"strides": [2, 2], "pads": [1, 1, 1, 1]}, "direct"),  # tiny Cin
     ((1, 40, 12, 7), (48, 40, 1, 1), {}, "pointwise"),                                    # 1x1, short rows
     ((1, 200, 5, 5), (42, 200, 1, 1), {}, "direct"),                                      # 1x1, tiny output
@@ -338,6 +342,45 @@ def test_a_channel_lane_convs_weights_for_each_block_of_channels_are_one_contigu
   want = np.moveaxis(w.reshape(M // B, B, 24, 3, 3), 1, -1).reshape(-1)
   assert any(np.array_equal(np.asarray(c).reshape(-1), want) for c in r.program.consts.values()), "no blocked weights"
   assert schedules(r)[0].startswith("tile il") and f"x{B} " in schedules(r)[0], schedules(r)
+
+
+
+@pytest.mark.parametrize("C,hw,k,attrs", [
+    (32, (13, 11), 5, {"pads": [2, 2, 2, 2]}),                                   # 5x5, odd plane
+    (48, (20, 20), 7, {"pads": [3, 1, 2, 3], "strides": [2, 2]}),                # 7x7, asymmetric pads, strided
+    (64, (9, "vl"), 3, {"pads": [1, 1, 1, 1], "strides": [2, 2]}),               # strided 3x3, short rows
+    (32, (1, 17), 5, {"pads": [2, 2, 2, 2], "dilations": [1, 2]}),               # a 1-high plane, dilated
+    (32, (6, 6), 5, {"pads": [0, 0, 0, 0]}),                                     # no padding, 2x2 outputs
+])
+def test_a_depthwise_conv_with_lanes_along_channels_matches_onnxruntime_bit_identically_at_any_thread_count(
+        C, hw, k, attrs):
+  """5x5 and 7x7 depthwise convs (and strided 3x3 ones over short rows) run with lanes along the channels: one
+  kernel copies the input (its Relu fused in) into channel blocks through register transposes, and the conv reads
+  a tap of vl channels as one contiguous load, skipping taps in the padding for the whole vector."""
+  vl = compiler.vector_bytes() // 4
+  x = f32(1, C, *(eval(d, {"vl": vl}) if isinstance(d, str) else d for d in hw))
+  w = (R.standard_normal((C, 1, k, k)) * 0.3).astype(np.float32)
+  nodes = [helper.make_node("Relu", ["x"], ["r"]),
+           helper.make_node("Conv", ["r", "w", "b"], ["y0"], group=C, kernel_shape=[k, k], **attrs)]
+  model = node_model(nodes, {"x": x}, {"w": w, "b": f32(C)})
+  r = parity(model, {"x": x}, rtol=1e-5, atol=1e-5)
+  conv = [kk for kk in r.program.kernels if kk.tags.get("strategy")]
+  copy = [kk for kk in r.program.kernels if "channel blocks" in kk.tags.get("ops", [])]
+  assert [kk.tags["strategy"] for kk in conv] == ["direct_cm"] and len(copy) == 1, [kk.tags for kk in r.program.kernels]
+  assert copy[0].tags["ops"] == ["Relu", "channel blocks"] and " up " in copy[0].tags["schedules"][0], copy[0].tags
+  one = np.array(r(x=x)["y0"])
+  assert np.array_equal(np.array(r(x=x)["y0"]), one)
+  for threads in (2, 3):
+    r.threads = threads
+    assert np.array_equal(np.array(r(x=x)["y0"]), one), f"{threads} threads differ from one"
+
+
+def test_a_depthwise_conv_whose_channels_fill_no_whole_vector_keeps_lanes_along_its_rows():
+  x = f32(1, 18, 12, 12)
+  w = (R.standard_normal((18, 1, 5, 5)) * 0.3).astype(np.float32)
+  r = parity(tiny_model("Conv", {"x": x}, consts={"w": w}, attrs={"group": 18, "pads": [2, 2, 2, 2]}), {"x": x},
+             rtol=1e-5, atol=1e-5)
+  assert [k.tags.get("strategy") for k in r.program.kernels] == ["direct"]
 
 
 @pytest.mark.parametrize("hw", [(10, 10), (5, 5), (7, 9)])
