@@ -16,9 +16,9 @@ Strategies (choose_conv, choose_matmul):
   NCHWc kernels, without changing the tensor layout. Taken for ungrouped patchify convs (kernel = stride >=
   PATCHIFY_MIN_STRIDE) with at least one vector of output channels, where input vectors would be strided, and for
   ungrouped convs with whole vectors of output channels over short output rows (CM_MIN_VECTORS,
-  CM_MAX_ROW_VECTORS). A depthwise conv with whole vectors of channels takes it over short or strided rows
-  (dw_channel_lanes): its input is first copied, zero-padded, into channel blocks (N, C / B, H, W, B), so a tap
-  is one contiguous load.
+  CM_MAX_ROW_VECTORS). A depthwise conv with whole vectors of channels takes it for wide or strided windows over
+  short rows (dw_channel_lanes): its input is first copied into channel blocks (N, C / B, H, W, B) through register
+  transposes, so a tap is one contiguous load, and a tap in the padding one branch for the whole vector.
 - "pointwise": a 1x1 stride-1 unpadded conv with many input channels (or short rows) is one sgemm per image
   (and group) straight on the input buffer.
 - "im2col": otherwise (short rows, many channels: the late layers of the standard CNNs); per image and band of
