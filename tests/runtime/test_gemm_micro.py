@@ -180,10 +180,10 @@ def _conv_model(x, w, attrs):
 
 
 @pytest.mark.parametrize("xs,ws,attrs,strategy", [
-  ((1, 64, 9, 9), (37, 64, 3, 3), {"pads": [1, 1, 1, 1]}, "im2col"),                       # short rows: im2col
+  ((1, 64, 9, 3), (37, 64, 3, 3), {"pads": [1, 1, 1, 1]}, "im2col"),     # rows shorter than any vector: im2col
   ((2, 96, 9, 11), (50, 96, 1, 1), {}, "pointwise"),                                         # batch of 2
   ((1, 80, 6, 6), (58, 40, 1, 1), {"group": 2}, "pointwise"),                               # grouped: per group
-  ((1, 72, 11, 11), (31, 72, 3, 3), {"strides": [2, 2]}, "im2col"),
+  ((1, 72, 11, 5), (31, 72, 3, 3), {"strides": [2, 2]}, "im2col"),      # strided, output rows of 2
   ((1, 96, 3, 40), (64, 96, 1, 1), {}, "pointwise"),    # 64 channels: transposed, C^T's rows a skewed pitch apart
 ])
 @pytest.mark.parametrize("transposed", [False, True])
@@ -207,7 +207,7 @@ def test_convs_through_the_micro_kernel_match_onnxruntime(monkeypatch, xs, ws, a
 
 def test_blas_mode_keeps_sgemm(monkeypatch):
   monkeypatch.setenv("PYMODELD_GEMM", "blas")
-  x = R.standard_normal((1, 64, 9, 9)).astype(np.float32)
+  x = R.standard_normal((1, 64, 9, 3)).astype(np.float32)   # rows shorter than any vector: im2col at every width
   r = OnnxRunner(_conv_model(x, R.standard_normal((62, 64, 3, 3)).astype(np.float32), {"pads": [1, 1, 1, 1]}))
   assert [k.tags.get("gemm") for k in r.program.kernels if k.tags.get("strategy")] == ["blas"]
 
@@ -220,9 +220,9 @@ def test_micro_kernel_gemms_split_across_threads_give_bit_identical_results_for_
   monkeypatch.delenv(config.GEMM_ENV, raising=False)
   monkeypatch.setattr(conv, "TRANSPOSE_MIN_GAIN", -1.0 if op == "Conv transposed" else 1e9)
   if op.startswith("Conv"):
-    x = R.standard_normal((1, 128, 14, 14)).astype(np.float32)   # short rows, many channels: im2col (126 output
+    x = R.standard_normal((1, 128, 64, 3)).astype(np.float32)   # rows shorter than any vector, many channels:
     model = _conv_model(x, (R.standard_normal((126, 128, 3, 3)) * 0.1).astype(np.float32), {"pads": [1, 1, 1, 1]})
-    # channels fill no whole vector, so the lanes do not go along them)
+    # im2col at every width (126 output channels fill no whole vector, so the lanes do not go along them)
   else:
     x = R.standard_normal((200, 300)).astype(np.float32)
     model = tiny_model("MatMul", {"x": x}, consts={"w": (R.standard_normal((300, 250)) * 0.1).astype(np.float32)})
