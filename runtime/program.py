@@ -338,8 +338,9 @@ def measured_conv_strategies(graph: Graph, specs: dict, device: str, cfg: dict,
   """Per Conv (by output name): the strategy the search decided (the fastest measured as a one-conv program, or a
   known result), and the tags its kernel carries (the search's record). Convs are looked up largest first, so the
   budget goes where the work is."""
-  session = session or search.Session(target_for(device).name)
-  micro = target_for(device).gemm != "blas"   # the conv GEMMs may run on the generated micro-kernel
+  target = target_for(device)
+  session = session or search.Session(target.name)
+  micro = target.gemm != "blas"   # the conv GEMMs may run on the generated micro-kernel
   convs = []
   for n in graph.nodes:
     if n.op != "Conv" or n.inputs[1] not in graph.consts:
@@ -348,8 +349,10 @@ def measured_conv_strategies(graph: Graph, specs: dict, device: str, cfg: dict,
     taps = int(np.prod(w.shape[2:]))
     pointwise = taps == 1 and not any(n.attrs.get("pads", [])) and all(s == 1 for s in n.attrs.get("strides", [1]))
     group = int(n.attrs.get("group", 1))
-    dw = group == x.shape[1] == w.shape[0] and w.shape[1] == 1 and group % 8 == 0   # whole vectors of channels
-    cands = ["direct"] + (["direct_cm"] if group == 1 and w.shape[0] >= 16 or dw else []) + \
+    cm = w.shape[0] >= 16 if group == 1 else \
+        _conv.applicable("direct_cm", G=group, pointwise_ok=pointwise, dtype=x.dtype, blas=target.blas,
+                         Cg=w.shape[1], Mg=w.shape[0] // group, vl=target.vl)   # a depthwise conv of whole vectors
+    cands = ["direct"] + (["direct_cm"] if cm else []) + \
         ["pointwise" if pointwise else "im2col"]
     if micro:  # the same GEMM through the generated micro-kernel, where the target may use it
       cands.append(cands[-1] + _conv.MICRO)

@@ -276,9 +276,12 @@ def _direct_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, ta
   N, C, *S = x.shape
   M = W.shape[0]
   vl = ctx.target.get("vl", 16)
-  dw_block = next((b for b in (2 * vl, vl) if M % b == 0), None) if channel_lanes and depthwise(G, Cg, Mg) else None
-  if dw_block is not None:
-    x = _blocked_input(ctx, x, dw_block)
+  dw = channel_lanes and depthwise(G, Cg, Mg)
+  # blocks of B output channels for lanes along them (whole vectors of a group's, or of all channels where a
+  # group's output channel reads its own input channel or all of them)
+  block = next((b for b in (2 * vl, vl) if Mg % b == 0 or (G == 1 or dw) and M % b == 0), None)
+  if dw and block is not None:
+    x = _blocked_input(ctx, x, block)
   else:
     # with lanes along the channels each input value is computed as a scalar: a prologue costs a vector's worth
     x, pb, need_end = padded_input(ctx, x, pb, need_end, 0)   # padding: a padded buffer or gated loads
@@ -289,7 +292,6 @@ def _direct_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, ta
     # tap for consecutive channels of a block, and a block's weights are one contiguous run, read in order as
     # the reduction steps (with (Cg, *K, M), each step jumped M floats ahead: a new page every step or two,
     # which the hardware prefetchers do not follow)
-    block = dw_block or next((b for b in (2 * vl, vl) if Mg % b == 0 or G == 1 and M % b == 0), None)
     B = block or M
     wb = ctx.const_buf(np.ascontiguousarray(np.moveaxis(W.reshape((M // B, B) + W.shape[1:]), 1, -1)).astype(x.dtype))
     tags = dict(tags, tile_axis=1, tile_block=block)

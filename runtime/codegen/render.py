@@ -646,7 +646,7 @@ class TileEmitter:
     epi = ir.substitute(ir.substitute(value, {r: placeholder}), fast)
     for ch in range(chunks):
       subs = [self._copy_map(u0, j, {t: ir.add(t0, ch * vl, lane), placeholder: accv[(j, ch)]}) for j in range(U)]
-      self._store_copies(ep, ve2, bname, [(ir.substitute(index, sub), ir.substitute(epi, sub)) for sub in subs], lane)
+      self._store_copies(ep, ve2, bname, index, epi, subs, lane)
 
   def _hoist_shared(self, ve: VecEmitter, terms: list[E]):
     """Compute the vector nodes of terms that no upcast copy depends on before the copies' guard blocks: they
@@ -683,7 +683,7 @@ class TileEmitter:
     ve = VecEmitter(body, lane, vl)
     for ch in range(chunks):
       subs = [self._copy_map(u0, j, {t: ir.add(t0, ch * vl, lane)}) for j in range(U)]
-      self._store_copies(body, ve, bname, [(ir.substitute(index, sub), ir.substitute(fast_value, sub)) for sub in subs], lane)
+      self._store_copies(body, ve, bname, index, fast_value, subs, lane)
     if checks and all(maskable(x) for x in conj):
       w.close()
       w.open("else")   # some lanes fail a gate: vector code whose gated loads read lane by lane
@@ -691,8 +691,7 @@ class TileEmitter:
       masked_value = ir.substitute(value, fast)
       for ch in range(chunks):
         subs = [self._copy_map(u0, j, {t: ir.add(t0, ch * vl, lane)}) for j in range(U)]
-        self._store_copies(body, vm, bname, [(ir.substitute(index, sub), ir.substitute(masked_value, sub)) for sub in subs],
-                           lane)
+        self._store_copies(body, vm, bname, index, masked_value, subs, lane)
       w.close()
     elif checks:
       w.close()
@@ -711,12 +710,14 @@ class TileEmitter:
   def buf_name_of(bname: str) -> str:
     return bname
 
-  def _store_copies(self, em, ve, bname, copies: list[tuple[E, E]], lane):
-    """Store the upcast copies j = 0..U-1 of one vector tile, (index, value) each. Where copy j's index is copy 0's
-    plus j and the lanes lie at least U elements apart (lanes along a conv's output channels, the copies along
-    its output columns), the U vectors are transposed in registers (transpose_rows) and each lane's U values
-    stored as one contiguous run: a few vector shuffles and vl stores instead of U * vl scattered scalar stores.
-    All U values are computed before the first store, so only a kernel that does not read its output may."""
+  def _store_copies(self, em, ve, bname, index: E, value: E, subs: list[dict], lane):
+    """Store the upcast copies j = 0..U-1 of one vector tile: index and value under each copy's substitution. Where
+    copy j's index is copy 0's plus j and the lanes lie at least U elements apart (lanes along a conv's output
+    channels, the copies along its output columns), the U vectors are transposed in registers (transpose_rows)
+    and each lane's U values stored as one contiguous run: a few vector shuffles and vl stores instead of U * vl
+    scattered scalar stores. All U values are computed before the first store, so only a kernel that does not
+    read its output may."""
+    copies = [(ir.substitute(index, sub), ir.substitute(value, sub)) for sub in subs]
     U = len(copies)
     P = 1 << (U - 1).bit_length()
     c = ir.coef(copies[0][0], lane)
