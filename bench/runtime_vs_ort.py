@@ -18,12 +18,13 @@ geomeans, which say how many were left out.
 
 Timing: all engines live in this one process and run the same inputs in alternating blocks (--block runs of
 one engine at one thread count, then the next; the engine order rotates every round), so a load change on this
-shared machine hits every engine alike, and each block starts after a SETTLE_S pause (every engine's idle workers
-spin a while after a run and would take the next engine's second core) with one untimed run (which wakes the
-engine's own workers: an idle vCPU of a VM is slow to wake); each figure is the median run. "1 thread" runs every engine on one
+shared machine hits every engine alike, and each block starts once every other thread of the process has been idle
+for QUIET_S (settle(): an engine's pool spins a while after a run, onnxruntime's for about 40 ms by default, and
+would take the next engine's second core) with one untimed run (which wakes the engine's own workers: an idle vCPU
+of a VM is slow to wake); each figure is the median run. "1 thread" runs every engine on one
 thread; "best" takes, per engine and model, the fastest of the thread counts in --threads. After those, ours is
-timed again at each thread count with the peers' sessions closed ("alone": our thread scaling), as a live
-onnxruntime session made our multi-threaded runs several times slower. Our thread count is
+timed again at each thread count with the peers' sessions closed and no pause between blocks ("alone": our
+thread scaling, free of the idle gaps the interleaved blocks start after). Our thread count is
 OnnxRunner(threads=): sgemm's threads and the parts a large generated kernel's rows are cut into; onnxruntime
 runs intra_op threads with its CPU provider, OpenVINO INFERENCE_NUM_THREADS, both in f32. Ratios are ours / peer.
 
@@ -40,6 +41,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import numpy as np
@@ -58,8 +60,8 @@ DAEMON_MODELS = [("dmonitoring_model", "daemons/dmonitoringmodeld/models/dmonito
 TARGETS = {"geomean": 0.9, "max_1thread": 1.15, "geomean_ov": 1.0, "max_ov_1thread": 1.1, "scaling_2_threads": 1.7,
            "dmonitoring_model": 0.9, "driving_small": 0.9,
            "cold_compile_dm_s": 10.0, "disk_load_dm_s": 0.3}
-SETTLE_S = 0.02   # pause before each block: onnxruntime's, OpenVINO's and our pools' idle workers spin for a while
-#                   after a run, and on 2 cores they took the next engine's second core
+QUIET_S = 0.005     # a block starts once no other thread of this process has run for this long (settle())
+SETTLE_MAX_S = 1.0  # ... or after this long, whichever comes first
 QUICK_MODELS = ("dmonitoring_model", "squeezenet_rand", "shufflenet_rand", "mobilenet_v2", "transformer_2blk", "lstm_unrolled",
                 "lstm_op", "mobilenet_dw")
 # The CPU flags a generated kernel or a peer's kernels can use; the full list is recorded as a digest.
@@ -177,6 +179,39 @@ class Engines:
     return errs
 
 
+def _others_cpu_ns() -> int | None:
+  """CPU time so far of every thread of this process but the calling one (Linux's per-thread schedstat), or None
+  where /proc cannot tell."""
+  me, total = threading.get_native_id(), 0
+  try:
+    tids = os.listdir("/proc/self/task")
+  except OSError:
+    return None
+  for t in tids:
+    if t == str(me):
+      continue
+    try:
+      with open(f"/proc/self/task/{t}/schedstat") as f:
+        total += int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):   # the thread exited meanwhile
+      pass
+  return total
+
+
+def settle(quiet_s: float = QUIET_S, limit_s: float = SETTLE_MAX_S) -> float:
+  """Wait until the other threads of this process (the engines' pools) have used under a tenth of one CPU over the
+  last quiet_s, or until limit_s has passed; returns the seconds waited. A fixed pause shorter than a peer's spin
+  left that peer's worker spinning into the next engine's block, on the core the next engine's second thread needed."""
+  t0 = time.perf_counter()
+  last = _others_cpu_ns()
+  while True:
+    time.sleep(quiet_s)
+    now = _others_cpu_ns()
+    if last is None or now is None or now - last < quiet_s * 1e8 or time.perf_counter() - t0 >= limit_s:
+      return time.perf_counter() - t0
+    last = now
+
+
 def first_line(e: BaseException) -> str:
   lines = str(e).strip().splitlines()
   return f"{type(e).__name__}: {lines[0] if lines else ''}"[:200]
@@ -204,6 +239,7 @@ def bench(group: str, name: str, path: str, args) -> dict:
   ov_ok = bool(e.ov) and all(v <= args.tol for k, v in errs.items() if k.startswith("ov"))
   runs = [("ours", e.run_ours), ("ort", e.run_ort)] + ([("ov", e.run_ov)] if ov_ok else [])
   times = {(eng, n): [] for eng, _ in runs for n in counts}
+  settled = []
   for n in counts:
     for _, fn in runs:  # warm each (first touches of memory, thread pools)
       fn(n)
@@ -212,7 +248,7 @@ def bench(group: str, name: str, path: str, args) -> dict:
     order = runs[rnd % len(runs):] + runs[:rnd % len(runs)]
     for n in counts:
       for eng, fn in order:
-        time.sleep(SETTLE_S)   # the previous engine's idle workers stop spinning before this block starts
+        settled.append(settle())   # the previous engine's idle workers stop spinning before this block starts
         fn(n)                  # untimed: wakes this engine's workers (an idle vCPU of a VM is slow to wake)
         for _ in range(args.block):
           t = time.perf_counter()
@@ -223,7 +259,8 @@ def bench(group: str, name: str, path: str, args) -> dict:
   row.update({"status": "ok", "ms": {f"{eng}@{n}": med[(eng, n)] * 1e3 for eng, n in med},
               "best_ms": {eng: t * 1e3 for eng, t in best.items()},
               "best_threads": {eng: min(counts, key=lambda n, eng=eng: med[(eng, n)]) for eng, _ in runs},
-              "ratio_ort_1": med[("ours", one)] / med[("ort", one)], "ratio_ort_best": best["ours"] / best["ort"]})
+              "ratio_ort_1": med[("ours", one)] / med[("ort", one)], "ratio_ort_best": best["ours"] / best["ort"],
+              "settle_ms": {"median": float(np.median(settled)) * 1e3, "max": float(np.max(settled)) * 1e3}})
   if ov_ok:
     row["ratio_ov_1"] = med[("ours", one)] / med[("ov", one)]
     row["ratio_ov_best"] = best["ours"] / best["ov"]
@@ -239,9 +276,7 @@ def bench(group: str, name: str, path: str, args) -> dict:
 
 
 def alone(e, counts: list[int], args) -> dict:
-  """Ours at each thread count with the peers' sessions gone (alternating blocks, median): our thread scaling.
-  While an onnxruntime session lives in the process, our 2-thread runs were several times slower than without it,
-  even with its threads idle and spinning disabled (its pool's threads, not its runs, were in the way)."""
+  """Ours at each thread count with the peers' sessions gone (alternating blocks, median): our thread scaling."""
   e.ort.clear()
   e.ov.clear()
   gc.collect()

@@ -1,6 +1,7 @@
 """The runtime-vs-onnxruntime bench: which rows enter its geomeans, how a refusal and a wrong output are reported,
 and that the nets it builds itself are valid and byte-for-byte reproducible."""
 import argparse
+import time
 
 import numpy as np
 import onnx
@@ -56,3 +57,25 @@ def test_each_built_net_is_valid_onnx_and_the_same_bytes_every_time(name, build)
   consts = [onnx.numpy_helper.to_array(t) for t in m.graph.initializer if t.data_type == onnx.TensorProto.FLOAT]
   assert not any(n.op_type == "ConstantOfShape" for n in m.graph.node)
   assert any(c.size > 64 and np.unique(c).size > c.size // 2 for c in consts), "weights must be random, not constant"
+
+
+def test_a_block_starts_only_once_a_peers_workers_have_stopped_spinning(tmp_path):
+  """onnxruntime's intra-op workers spin for tens of milliseconds after a run. A fixed 20 ms pause let them spin
+  into the next engine's block, on the core its second thread needed; settle() waits until they are idle."""
+  import onnxruntime as ort  # noqa: PLC0415  (the peer under test)
+  p = tmp_path / "mm.onnx"
+  w = onnx.numpy_helper.from_array(np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32), "w")
+  graph = onnx.helper.make_graph([onnx.helper.make_node("MatMul", ["x", "w"], ["y"])], "mm",
+                                 [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [256, 256])],
+                                 [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [256, 256])], [w])
+  onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)]), p)
+  so = ort.SessionOptions()
+  so.intra_op_num_threads, so.inter_op_num_threads = 2, 1
+  sess = ort.InferenceSession(str(p), so, providers=["CPUExecutionProvider"])
+  x = np.ones((256, 256), np.float32)
+  for _ in range(3):
+    sess.run(None, {"x": x})
+    rvo.settle()
+    before = rvo._others_cpu_ns()
+    time.sleep(0.02)
+    assert rvo._others_cpu_ns() - before < 2e6, "another thread ran for 2 ms of the 20 ms after settle()"
