@@ -44,26 +44,32 @@ RUNNER_SOURCE = r"""#include <stdint.h>
 #include <pthread.h>
 /* The call list: per kernel (function, argument array, rows). rows == 0: fn(args). rows > 0: fn(args, lo, hi)
    computes rows [lo, hi) of its split loop; with threads > 1 the rows are cut into PM_CHUNKS chunks per thread,
-   handed out one at a time to the caller and a pool of worker threads (started on first use, sleeping on a
-   condition variable between kernels), and the next kernel starts only when every chunk is done. The caller
-   always runs chunk 0 and then takes chunks like any worker, and it waits only for chunks that were taken: a
-   worker that is slow to wake (its vCPU idle, or another process's thread on its core) costs the kernel its
-   share of the speed-up, never a stall. A forked child starts with no workers.
+   run by the caller and a pool of worker threads (started on first use), and the next kernel starts only when
+   every chunk is done. A forked child starts with no workers.
+   Who runs which chunk: part p (the caller is part 0, worker w part w) owns the p-th run of consecutive chunks and
+   runs them in order; a part with none left takes the others' from their ends. So the rows a thread writes in
+   one kernel are, as far as the work allows, the rows it reads in the next (a handed-out chunk order moved half
+   the data between cores on every kernel, and cores of a VM may sit far apart), and a worker that is slow to
+   wake (its vCPU idle, or another process's thread on its core) costs the kernel its share of the speed-up,
+   never a stall: the caller waits only for chunks that were claimed. The caller always runs chunk 0.
    pm_split(fn, args, rows) does the same for a kernel that cuts its own work into parts (the micro-kernel GEMM
    of codegen/gemm.py): the parts run on the threads pm_run was given, on the calling thread's run. Chunk 0
    (lo == 0) runs on the caller; a chunk with lo > 0 may run on either, and a worker's stack is PM_WORKER_STACK
    bytes: a part may keep a packing buffer of at most 1 MiB on its stack (the caller's stack must have room for one).
-   Workers and the waiting caller spin for up to PM_SPIN pauses before sleeping on the condition variables,
-   only while threads > 1 (with one thread no worker exists).
-   A chunk is claimed with one compare-and-swap of pm_claim, which holds the generation of the kernel in its high
-   half and the next chunk in its low half: a worker that woke for an earlier kernel and was preempted before its
-   claim cannot take a chunk of the next one with the earlier kernel's function. */
+   Waiting: a run with threads > 1 wakes the workers as it starts, and they spin (PM_PAUSE) until it ends, so no
+   worker sleeps between the kernels of a run (a wake-up through the condition variable costs tens of
+   microseconds on a VM, and the woken thread was often put on the caller's core); after a run, and while the
+   caller waits for claimed chunks, a thread spins for up to PM_SPIN pauses before it sleeps. With one thread no
+   worker exists.
+   A chunk is claimed with one compare-and-swap of its part's range word, which holds the generation of the kernel
+   in its high half: a worker that woke for an earlier kernel and was preempted before its claim cannot take a
+   chunk of the next one with the earlier kernel's function. */
 typedef void (*pm_kernel_t)(void* const*);
 typedef void (*pm_par_t)(void* const*, int64_t, int64_t);
 #define PM_MAX_THREADS 64
 #define PM_WORKER_STACK (8 << 20)
-#define PM_CHUNKS 4    /* chunks per thread: the caller takes over a late worker's share a quarter at a time */
-#define PM_SPIN 4000   /* pauses a worker (or the caller waiting for the chunks) spins before it sleeps: ~100 us */
+#define PM_CHUNKS 4    /* chunks per thread: another part takes over a late one's share a quarter at a time */
+#define PM_SPIN 4000   /* pauses a thread spins outside a run before it sleeps: ~100 us */
 #if defined(__x86_64__) || defined(__i386__)
 #define PM_PAUSE() __builtin_ia32_pause()
 #elif defined(__aarch64__)
@@ -74,37 +80,49 @@ typedef void (*pm_par_t)(void* const*, int64_t, int64_t);
 static pthread_mutex_t pm_mu = PTHREAD_MUTEX_INITIALIZER, pm_run_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t pm_go = PTHREAD_COND_INITIALIZER, pm_done = PTHREAD_COND_INITIALIZER;
 static int pm_workers = 0, pm_parts = 0, pm_atfork = 0;
-static uint64_t pm_gen = 0, pm_claim = 0;
+static int64_t pm_active = 0;   /* runs with threads > 1 in progress: the workers spin while there is one */
+static uint64_t pm_gen = 0;
 static int64_t pm_finished = 0, pm_chunks = 0;
 static pm_par_t pm_fn;
 static void* const* pm_args;
 static int64_t pm_rows;
 static __thread int64_t pm_threads = 1;   /* the threads of the pm_run on this thread (pm_split reads it) */
+/* part p's unclaimed chunks [next, end), one word per cache line: (generation << 32) | (next << 16) | end */
+static struct { uint64_t v; char pad[56]; } pm_range[PM_MAX_THREADS] __attribute__((aligned(64)));
 
 static void pm_child(void) {
   pm_workers = pm_parts = 0;
-  pm_gen = pm_claim = 0;
+  pm_active = 0;
+  pm_gen = 0;
   pm_finished = pm_chunks = 0;
+  for (int p = 0; p < PM_MAX_THREADS; p++) pm_range[p].v = 0;
   pthread_mutex_init(&pm_mu, 0);
   pthread_mutex_init(&pm_run_mu, 0);
   pthread_cond_init(&pm_go, 0);
   pthread_cond_init(&pm_done, 0);
 }
 
-/* Run chunks of generation gen until none is left. */
-static void pm_take(uint64_t gen, pm_par_t fn, void* const* args, int64_t rows, int64_t chunks) {
-  uint64_t v = __atomic_load_n(&pm_claim, __ATOMIC_ACQUIRE);
+/* Claim a chunk of part p for generation gen: its next one (own) or its last one (taken over); -1: none left. */
+static int64_t pm_claim(int p, uint64_t gen, int own) {
+  uint64_t v = __atomic_load_n(&pm_range[p].v, __ATOMIC_ACQUIRE);
   for (;;) {
-    const int64_t c = (int64_t)(v & 0xffffffffu);
-    if ((v >> 32) != (gen & 0xffffffffu) || c >= chunks) return;
-    if (!__atomic_compare_exchange_n(&pm_claim, &v, v + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) continue;
-    fn(args, rows * c / chunks, rows * (c + 1) / chunks);
-    if (__atomic_add_fetch(&pm_finished, 1, __ATOMIC_ACQ_REL) == chunks) {
-      pthread_mutex_lock(&pm_mu);   /* signalled under the lock: the caller tests pm_finished under it */
-      pthread_cond_signal(&pm_done);
-      pthread_mutex_unlock(&pm_mu);
-    }
-    v = __atomic_load_n(&pm_claim, __ATOMIC_ACQUIRE);
+    const uint64_t next = (v >> 16) & 0xffffu, end = v & 0xffffu;
+    if ((v >> 32) != (gen & 0xffffffffu) || next >= end) return -1;
+    if (__atomic_compare_exchange_n(&pm_range[p].v, &v, own ? v + (1u << 16) : v - 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+      return (int64_t)(own ? next : end - 1);
+  }
+}
+
+/* Part me runs its own chunks, then the others' from their ends; then adds what it ran (plus `ran` already run). */
+static void pm_take(int me, int parts, uint64_t gen, pm_par_t fn, void* const* args, int64_t rows, int64_t chunks, int64_t ran) {
+  for (int i = 0; i < parts; i++) {
+    const int p = (me + i) % parts;
+    for (int64_t c; (c = pm_claim(p, gen, i == 0)) >= 0; ran++) fn(args, rows * c / chunks, rows * (c + 1) / chunks);
+  }
+  if (ran && __atomic_add_fetch(&pm_finished, ran, __ATOMIC_ACQ_REL) == chunks) {
+    pthread_mutex_lock(&pm_mu);   /* signalled under the lock: the caller tests pm_finished under it */
+    pthread_cond_signal(&pm_done);
+    pthread_mutex_unlock(&pm_mu);
   }
 }
 
@@ -112,23 +130,26 @@ static void* pm_worker(void* p) {
   const int id = (int)(intptr_t)p;
   uint64_t seen = 0;
   for (;;) {
-    /* the next kernel usually follows within microseconds: watch for it a while before sleeping (a wake-up
-       through the condition variable costs tens of microseconds on a VM) */
-    for (int i = 0; i < PM_SPIN && __atomic_load_n(&pm_gen, __ATOMIC_ACQUIRE) == seen; i++) PM_PAUSE();
+    for (int i = 0; __atomic_load_n(&pm_gen, __ATOMIC_ACQUIRE) == seen && (i < PM_SPIN || __atomic_load_n(&pm_active, __ATOMIC_RELAXED)); i++)
+      PM_PAUSE();
     pthread_mutex_lock(&pm_mu);
-    while (pm_gen == seen) pthread_cond_wait(&pm_go, &pm_mu);
+    if (pm_gen == seen) {   /* no kernel yet: sleep unless a run is in progress, then watch again */
+      if (!pm_active) pthread_cond_wait(&pm_go, &pm_mu);
+      pthread_mutex_unlock(&pm_mu);
+      continue;
+    }
     seen = pm_gen;
-    const int mine = id < pm_parts;
+    const int parts = pm_parts;
     const pm_par_t fn = pm_fn;
     void* const* args = pm_args;
     const int64_t rows = pm_rows, chunks = pm_chunks;
     pthread_mutex_unlock(&pm_mu);
-    if (mine) pm_take(seen, fn, args, rows, chunks);
+    if (id < parts) pm_take(id, parts, seen, fn, args, rows, chunks, 0);
   }
   return 0;
 }
 
-static int pm_pool(int want) {  /* threads that can run now: the caller plus the workers started */
+static int pm_pool(int want) {  /* threads that can run now: the caller plus the workers started (pm_mu held) */
   if (!pm_atfork) {
     pthread_atfork(0, 0, pm_child);
     pm_atfork = 1;
@@ -161,13 +182,16 @@ void pm_split(pm_par_t fn, void* const* args, int64_t rows) {
   pm_rows = rows;
   pm_parts = parts;
   pm_chunks = chunks;
-  __atomic_store_n(&pm_finished, 1, __ATOMIC_RELAXED);   /* chunk 0, the caller's: counted now, as the caller waits only after running it */
-  __atomic_store_n(&pm_claim, ((gen & 0xffffffffu) << 32) | 1u, __ATOMIC_RELEASE);
+  __atomic_store_n(&pm_finished, 0, __ATOMIC_RELAXED);
+  for (int p = 0; p < parts; p++) {   /* part p owns chunks [chunks * p / parts, chunks * (p + 1) / parts); 0 runs first */
+    const uint64_t next = (uint64_t)(chunks * p / parts) + (p == 0), end = (uint64_t)(chunks * (p + 1) / parts);
+    __atomic_store_n(&pm_range[p].v, ((gen & 0xffffffffu) << 32) | (next << 16) | end, __ATOMIC_RELEASE);
+  }
   __atomic_store_n(&pm_gen, gen, __ATOMIC_RELEASE);   /* written under pm_mu, read by spinning workers */
   pthread_cond_broadcast(&pm_go);
   pthread_mutex_unlock(&pm_mu);
   fn(args, 0, rows / chunks);
-  pm_take(gen, fn, args, rows, chunks);
+  pm_take(0, parts, gen, fn, args, rows, chunks, 1);
   for (int i = 0; i < PM_SPIN && __atomic_load_n(&pm_finished, __ATOMIC_ACQUIRE) < chunks; i++) PM_PAUSE();
   pthread_mutex_lock(&pm_mu);
   while (__atomic_load_n(&pm_finished, __ATOMIC_ACQUIRE) < chunks) pthread_cond_wait(&pm_done, &pm_mu);
@@ -177,6 +201,13 @@ void pm_split(pm_par_t fn, void* const* args, int64_t rows) {
 
 void pm_run(const uint64_t* list, int64_t n, int64_t threads) {
   pm_threads = threads;
+  if (threads > 1) {   /* the workers start watching for kernels now, and spin until the run ends */
+    pthread_mutex_lock(&pm_mu);
+    pm_pool((int)(threads < PM_MAX_THREADS ? threads : PM_MAX_THREADS));
+    __atomic_add_fetch(&pm_active, 1, __ATOMIC_RELAXED);
+    pthread_cond_broadcast(&pm_go);
+    pthread_mutex_unlock(&pm_mu);
+  }
   for (int64_t i = 0; i < n; i++) {
     const uint64_t* e = list + 3 * i;
     const int64_t rows = (int64_t)e[2];
@@ -186,6 +217,7 @@ void pm_run(const uint64_t* list, int64_t n, int64_t threads) {
     else
       pm_split((pm_par_t)(uintptr_t)e[0], args, rows);
   }
+  if (threads > 1) __atomic_sub_fetch(&pm_active, 1, __ATOMIC_RELAXED);
 }
 """
 _HOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)

@@ -1,7 +1,10 @@
 """The runner's threads: a split kernel's rows are handed out in chunks, so a worker that is late (a busy core, a
 vCPU slow to wake) costs its share of the speed-up and never stalls the caller, which takes the chunks the worker
-has not claimed; every row is computed exactly once."""
+has not claimed; every row is computed exactly once. Each thread runs its own share of the chunks first, and the
+workers watch for the next kernel through a whole run instead of sleeping between kernels."""
+import ctypes
 import threading
+import time
 
 import numpy as np
 from onnx import helper
@@ -35,10 +38,55 @@ void NAME(void* const* args, int64_t lo, int64_t hi) {
 """
 
 
-def _late_worker_kernel():
-  name = "k_late_worker_rows"
-  (k,), _ = DEFAULT_KERNELS.get_many([(KERNEL.replace("NAME", name), name)], target_for("CPU").name)
+# per row, the thread that computed it and the order its chunk started in; the caller's chunk 0 waits (up to 5 s)
+# until another thread has run a chunk, so that a worker claims its first chunk while the caller holds chunk 0
+ORDER_KERNEL = r"""#include <stdint.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+void NAME(void* const* args, int64_t lo, int64_t hi) {
+  int64_t* who = (int64_t*)args[0];
+  int64_t* seq = (int64_t*)args[1];
+  int64_t* state = (int64_t*)args[2];   /* [0]: the caller's thread id, [1]: chunks begun, [2]: chunks by others */
+  const int64_t tid = (int64_t)syscall(SYS_gettid);
+  const int64_t order = __atomic_fetch_add(&state[1], 1, __ATOMIC_ACQ_REL);
+  if (lo == 0) {
+    for (int i = 0; i < 5000 && __atomic_load_n(&state[2], __ATOMIC_ACQUIRE) == 0; i++) {
+      struct timespec ts = {0, 1000000};
+      nanosleep(&ts, 0);
+    }
+  }
+  for (int64_t r = lo; r < hi; r++) {
+    who[r] = tid;
+    seq[r] = order;
+  }
+  if (tid != state[0]) __atomic_add_fetch(&state[2], 1, __ATOMIC_ACQ_REL);
+}
+"""
+
+
+def _kernel(source: str, name: str):
+  (k,), _ = DEFAULT_KERNELS.get_many([(source.replace("NAME", name), name)], target_for("CPU").name)
   return k
+
+
+def _late_worker_kernel():
+  return _kernel(KERNEL, "k_late_worker_rows")
+
+
+def _run_ordered(rows: int, threads: int, host=None):
+  """The order kernel over `rows` rows at `threads` threads, then the host callback `host` (a serial kernel) if
+  given: (who, seq, caller's thread id)."""
+  k = _kernel(ORDER_KERNEL, "k_chunk_order_rows")
+  who, seq = np.zeros(rows, np.int64), np.full(rows, -1, np.int64)
+  state = np.array([threading.get_native_id(), 0, 0], np.int64)
+  args = np.array([who.ctypes.data, seq.ctypes.data, state.ctypes.data], np.uint64)
+  calls = [k.address, args.ctypes.data, rows]
+  if host is not None:
+    calls += [ctypes.cast(host, ctypes.c_void_p).value, 0, 0]
+  calls = np.array(calls, np.uint64)
+  link.runner()(calls.ctypes.data, len(calls) // 3, threads)
+  return who, seq, int(state[0])
 
 
 def _run(k, rows: int, threads: int, late_ms: int = 20):
@@ -60,6 +108,47 @@ def test_the_caller_takes_the_chunks_a_late_worker_has_not_claimed():
   # the worker claims at most one chunk before its 500 ms sleep (the caller's seven take microseconds); the caller
   # runs the rest (a static split into halves left the worker's whole half to it, and the caller waiting)
   assert by_caller >= 64 - 64 // 8, f"the caller computed {by_caller} of 64 rows"
+
+
+def test_each_worker_starts_on_its_own_share_of_the_chunks_not_on_the_next_one_handed_out():
+  """Part p owns the p-th run of consecutive chunks, so the rows a thread writes in one kernel are the rows it
+  reads in the next where the kernels split alike. Handed out in order, the worker took chunk 1 while the caller
+  held chunk 0, and each kernel's rows landed on either core."""
+  for threads, starts in ((2, {32}), (3, {21, 42})):   # 64 rows in 4 chunks per thread: 8 or 12 chunks
+    who, seq, caller = _run_ordered(64, threads)
+    assert (seq >= 0).all() and (who != 0).all()
+    workers = set(who[who != caller].tolist())
+    assert workers, "a worker ran a chunk"
+    for w in workers:
+      first = int(np.flatnonzero(who == w)[np.argmin(seq[who == w])])
+      assert first in starts, (threads, first, starts)
+
+
+def _state(tid: int) -> str:
+  with open(f"/proc/self/task/{tid}/stat") as f:
+    return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_the_workers_watch_for_kernels_through_a_whole_run_and_sleep_after_it():
+  """A serial kernel of 30 ms between split ones (a reference fallback, a long unsplit loop) used to put the
+  workers to sleep after 100 us, and waking them for the next split kernel cost tens of microseconds each time.
+  During a run they spin; after it they sleep, so an idle program costs no CPU."""
+  who, _, caller = _run_ordered(16, 2)   # the caller's chunk 0 waits until the worker has run a chunk
+  workers = sorted(set(who[who != caller].tolist()))
+  assert workers
+  during = {}
+
+  def serial(_args):
+    time.sleep(0.03)
+    during.update({t: _state(t) for t in workers})
+
+  host = link._HOST_FN(serial)
+  _run_ordered(16, 2, host=host)
+  assert set(during.values()) == {"R"}, during
+  deadline = time.monotonic() + 5
+  while time.monotonic() < deadline and any(_state(t) != "S" for t in workers):
+    time.sleep(0.01)
+  assert {_state(t) for t in workers} == {"S"}
 
 
 def test_every_row_of_a_split_kernel_is_computed_once_at_any_thread_count():
