@@ -847,9 +847,20 @@ def emit_nest(w: Writer, names: dict, lk: LoopKernel, sched: Schedule, bound: di
     TileEmitter(w, buf_name, bound, lk.dyn, sched).emit(stores[0])
 
 
-PAR_MIN_WORK = 1 << 18   # multiply-adds (or elements) below which a kernel is not split across threads: the runner's
-#                          chunks leave a late worker's share to the caller, so a split costs its claims and the
-#                          cache lines the other core fetches, not a wait; below this those cost more than it gives
+PAR_MIN_WORK = 1 << 18   # multiply-adds (or element-steps) below which a kernel is not split across threads: the
+#                          runner's chunks leave a late worker's share to the caller, so a split costs its claims and
+#                          the cache lines the other core fetches, not a wait; below this those cost more than it gives
+TRANSCENDENTAL_STEPS = 16   # an exp, tanh, erf, log, pow or trigonometric function counts as this many arithmetic steps:
+#                             each is a polynomial of about a dozen steps after its range reduction
+TRANSCENDENTAL = frozenset(("exp", "log", "tanh", "erf", "pow", "sin", "cos", "tan"))
+
+
+def element_steps(lk: LoopKernel) -> int:
+  """Arithmetic steps per output element of an elementwise kernel (at least 1): a swish costs some twenty
+  multiply-adds' worth per element, an add one, so elements alone undercounted what splitting a swish saves."""
+  nodes = {n for st in lk.stores for n in ir.walk(st.value) if n.op in ir.UNARY or n.op in ir.BINARY}
+  return max(1, sum(TRANSCENDENTAL_STEPS if n.op in TRANSCENDENTAL else 1 for n in nodes
+                    if n.dtype not in (INDEX, BOOL)))
 
 
 TILE_BLOCK_TILES = 16   # a split vector axis is cut into rows of this many tiles (the last row takes the rest)
@@ -885,8 +896,11 @@ def split_var(lk: LoopKernel, sched: Schedule) -> E | None:
   if var is None:
     return None
   work = math.prod(lk.shape)
-  for r in dict.fromkeys(n for st in lk.stores for n in ir.walk(st.value) if n.op == "REDUCE"):
+  reduces = list(dict.fromkeys(n for st in lk.stores for n in ir.walk(st.value) if n.op == "REDUCE"))
+  for r in reduces:
     work *= math.prod(v.arg[1] for v in r.arg[1])
+  if not reduces:
+    work *= element_steps(lk)
   return var if work >= PAR_MIN_WORK else None
 
 
