@@ -248,7 +248,7 @@ def schedule(k: LoopKernel, vl: int, narrow: bool = True) -> Schedule:
       return sched
   epilogue = ir.substitute(st.value, {r: ir.E("ACCR", F32, (), 0)})
   epilogue_ok = all(bound(c, t) is not None for c in gate_conjuncts(epilogue, t))
-  n = 0 if k.tags.get("vector_reduce") else lanes_for(t.arg[1], vl, narrow)  # the lowering asked for "inner"
+  n = 0 if k.tags.get("vector_reduce") or _gathers_only(r, t, vl) else lanes_for(t.arg[1], vl, narrow)
   if t not in k.dyn and ir.coef(st.index, t) == 1 and n and vectorizable(st.value, t) and epilogue_ok:
     chunks = max(1, min(4, t.arg[1] // n))
     sched.mode, sched.tile_var, sched.tile, sched.vl = "tile", t, chunks * n, n
@@ -263,6 +263,18 @@ def schedule(k: LoopKernel, vl: int, narrow: bool = True) -> Schedule:
     sched.mode, sched.tile_var, sched.tile = "inner", rt, vl
     _upcast(k, sched, r, order, 1)
   return sched
+
+
+def _gathers_only(r: E, t: E, vl: int) -> bool:
+  """Whether lanes along output variable t would load every vector the reduction's inner loop reloads as a gather,
+  one cache line per lane (each such load that moves with t strides a vector or more), while that loop reads one of
+  them contiguously: then "inner" lanes along the reduction read whole vectors instead (a GlobalAveragePool with
+  lanes along its channels loaded 16 planes' elements one by one)."""
+  rt = r.arg[1][-1]
+  loads = [n for n in ir.walk(r.srcs[0]) if n.op == "LOAD" and rt in ir.free_vars(n)]   # the ones the loop reloads
+  along_t = [ir.coef(n.srcs[0], t) for n in loads if t in ir.free_vars(n)]
+  return (rt.arg[1] >= vl and bool(along_t) and all(c is not None and abs(c) >= vl for c in along_t)
+          and any(ir.coef(n.srcs[0], rt) == 1 for n in loads))
 
 
 def _transposing(k: LoopKernel, sched: Schedule, st: Store, vl: int) -> bool:

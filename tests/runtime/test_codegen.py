@@ -228,6 +228,18 @@ def test_batch_one_fully_connected_layers_are_gemv_loops_and_batched_ones_blas()
     assert schedules(r)[0].startswith("inner"), schedules(r)
 
 
+def test_a_reduction_whose_output_lanes_would_each_load_a_cache_line_of_its_own_vectorises_along_the_reduction():
+  """GlobalAveragePool over 40x40 planes and a softmax's row max: with lanes along the output (channels, rows)
+  every vector was a gather of 16 elements a plane or a row apart. Lanes along the reduction's contiguous axis
+  read whole vectors. Matches onnxruntime and gives the same bits twice."""
+  for op, x, attrs in (("GlobalAveragePool", f32(1, 48, 40, 40), None), ("Softmax", f32(40, 96), {"axis": -1})):
+    r = parity(tiny_model(op, {"x": x}, attrs=attrs), {"x": x}, rtol=1e-5, atol=1e-6)
+    assert schedules(r)[0].startswith("inner"), schedules(r)
+    assert not any("(vf){b" in k.source for k in r.program.kernels), schedules(r)
+    first = r(x=x)
+    assert all(np.array_equal(first[k], v) for k, v in r(x=x).items())
+
+
 def test_blas_conv_bands_with_a_short_last_band_match_onnxruntime(monkeypatch):
   import runtime.codegen.conv as conv
   monkeypatch.setattr(conv, "IM2COL_BAND_BYTES", 20 << 10)  # several bands, the last one short
