@@ -248,18 +248,20 @@ def schedule(k: LoopKernel, vl: int, narrow: bool = True) -> Schedule:
       return sched
   epilogue = ir.substitute(st.value, {r: ir.E("ACCR", F32, (), 0)})
   epilogue_ok = all(bound(c, t) is not None for c in gate_conjuncts(epilogue, t))
-  n = 0 if k.tags.get("vector_reduce") or _gathers_only(r, t, vl) else lanes_for(t.arg[1], vl, narrow)
+  rt = r.arg[1][-1]
+  loads = [n for n in ir.walk(r.srcs[0]) if n.op == "LOAD"]
+  # lanes along the reduction ("inner"): a load reads rt contiguously (a gate on the reduction axis, padding read
+  # through gated loads, has no vector form in this schedule)
+  inner_ok = rt.arg[1] >= vl and any(ir.coef(n.srcs[0], rt) == 1 for n in loads) and vectorizable(st.value, rt) \
+      and not t_conjuncts(r, rt)
+  # the lowering asked for "inner", or lanes along t would gather every vector the reduction's loop reloads
+  n = 0 if k.tags.get("vector_reduce") or inner_ok and _gathers_only(r, t, vl) else lanes_for(t.arg[1], vl, narrow)
   if t not in k.dyn and ir.coef(st.index, t) == 1 and n and vectorizable(st.value, t) and epilogue_ok:
     chunks = max(1, min(4, t.arg[1] // n))
     sched.mode, sched.tile_var, sched.tile, sched.vl = "tile", t, chunks * n, n
     _upcast(k, sched, r, order, chunks)
     return sched
-  rt = r.arg[1][-1]
-  body = r.srcs[0]
-  loads = [n for n in ir.walk(body) if n.op == "LOAD"]
-  # (a gate on the reduction axis, padding read through gated loads, has no vector form in this schedule)
-  if rt.arg[1] >= vl and loads and any(ir.coef(n.srcs[0], rt) == 1 for n in loads) and vectorizable(st.value, rt) \
-          and not t_conjuncts(r, rt):
+  if inner_ok:
     sched.mode, sched.tile_var, sched.tile = "inner", rt, vl
     _upcast(k, sched, r, order, 1)
   return sched
@@ -267,14 +269,12 @@ def schedule(k: LoopKernel, vl: int, narrow: bool = True) -> Schedule:
 
 def _gathers_only(r: E, t: E, vl: int) -> bool:
   """Whether lanes along output variable t would load every vector the reduction's inner loop reloads as a gather,
-  one cache line per lane (each such load that moves with t strides a vector or more), while that loop reads one of
-  them contiguously: then "inner" lanes along the reduction read whole vectors instead (a GlobalAveragePool with
+  one cache line per lane: each such load that moves with t strides a vector or more (a GlobalAveragePool with
   lanes along its channels loaded 16 planes' elements one by one)."""
   rt = r.arg[1][-1]
-  loads = [n for n in ir.walk(r.srcs[0]) if n.op == "LOAD" and rt in ir.free_vars(n)]   # the ones the loop reloads
-  along_t = [ir.coef(n.srcs[0], t) for n in loads if t in ir.free_vars(n)]
-  return (rt.arg[1] >= vl and bool(along_t) and all(c is not None and abs(c) >= vl for c in along_t)
-          and any(ir.coef(n.srcs[0], rt) == 1 for n in loads))
+  along_t = [ir.coef(n.srcs[0], t) for n in ir.walk(r.srcs[0])
+             if n.op == "LOAD" and rt in ir.free_vars(n) and t in ir.free_vars(n)]
+  return bool(along_t) and all(c is not None and abs(c) >= vl for c in along_t)
 
 
 def _transposing(k: LoopKernel, sched: Schedule, st: Store, vl: int) -> bool:
