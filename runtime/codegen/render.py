@@ -395,6 +395,47 @@ def _lane_conds(conds: list[E], t: E) -> list[E]:
   return conds
 
 
+def _factors(e: E) -> list[E]:
+  """The factors of a float32 product tree, left to right (e itself when it is not a product)."""
+  if e.op == "mul" and e.dtype == F32:
+    return _factors(e.srcs[0]) + _factors(e.srcs[1])
+  return [e]
+
+
+def _product(fs: list[E]) -> E:
+  out = fs[0]
+  for f in fs[1:]:
+    out = ir.alu("mul", out, f)
+  return out
+
+
+def regroup_products(value: E, r: E | None, t: E | None, up: E | None) -> E:
+  """value with its sum reduction's product term regrouped so that the factors that vary with the upcast axis
+  multiply last: (those) * (the factors that vary with the tile axis only * those that vary with neither).
+  The second group is the same for every upcast copy, so it is computed once per reduction step and each copy
+  is one multiply-add with its own factor (an FMA whose broadcast operand comes from memory). Left as written,
+  a per-step scale of the reduced axis (a squeeze-and-excitation gate on a conv's input: x[c, p] * s[c] * w[k, c])
+  costs every upcast copy a scalar multiply and a register broadcast on top of its multiply-add.
+  The regrouping changes which products are rounded (float multiplication is not associative); it is applied
+  once to the kernel's expression, so every path of one schedule (vector, scalar edges) computes the same bits."""
+  if r is None or up is None or t is None or r.arg[0] != "sum":
+    return value
+  body = r.srcs[0]
+  fs = _factors(body)
+  if len(fs) < 3:
+    return value
+  on_up = [f for f in fs if up in ir.all_vars(f)]
+  on_t = [f for f in fs if up not in ir.all_vars(f) and t in ir.all_vars(f)]
+  rest = [f for f in fs if up not in ir.all_vars(f) and t not in ir.all_vars(f)]
+  if not (on_up and on_t and rest):
+    return value
+  regrouped = ir.alu("mul", _product(on_up), _product(on_t + rest))
+  if regrouped is body:
+    return value
+  new_r = ir.reduce(r.arg[0], list(r.arg[1]), regrouped, r.srcs[1] if len(r.srcs) > 1 else None)
+  return ir.substitute(value, {r: new_r})
+
+
 class TileEmitter:
   """The vector schedules of a one-store, one-reduction LoopKernel (see Schedule and optimise.py)."""
 
@@ -410,6 +451,9 @@ class TileEmitter:
     s = self.s
     bname, index, value = store
     r = next((n for n in ir.walk(value) if n.op == "REDUCE"), None)
+    if s.mode == "tile":
+      value = regroup_products(value, r, s.tile_var, s.up_var if s.up > 1 else None)
+      r = next((n for n in ir.walk(value) if n.op == "REDUCE"), None)
     outer = [v for v in s.order if v is not s.tile_var and v is not s.up_var]
     em = self.scalar()
     opened = 0

@@ -30,6 +30,7 @@ from runtime import OnnxRunner
 from runtime.codegen import ir
 from runtime.codegen.ir import View
 from runtime.jit import TinyJit
+from runtime.onnx_import import import_onnx
 from runtime.program import CompileCache
 from runtime.tensor import Tensor
 
@@ -238,6 +239,29 @@ def test_a_reduction_whose_output_lanes_would_each_load_a_cache_line_of_its_own_
     assert not any("(vf){b" in k.source for k in r.program.kernels), schedules(r)
     first = r(x=x)
     assert all(np.array_equal(first[k], v) for k, v in r(x=x).items())
+
+
+def test_a_per_channel_gate_on_a_convs_input_is_multiplied_into_the_weight_vector_once_per_step_not_per_copy(monkeypatch):
+  """A squeeze-and-excitation gate s[c] on a 1x1 conv's input, y[k, p] = sum_c x[c, p] * s[c] * w[k, c], with lanes
+  along k and copies along p: x[c, p] * s[c] cost every copy a scalar multiply and a register broadcast besides
+  its multiply-add. s[c] * w[k, c] is the same for every copy: one vector multiply per step, and each copy is
+  one multiply-add with its x from memory. The source is checked as built for AVX-512 (rendered, not run: the
+  heuristics give this conv that schedule there); on this CPU it matches onnxruntime, the same bits twice and
+  at 2 threads."""
+  x, s = f32(1, 192, 10, 10), f32(1, 192, 1, 1)
+  consts = {"w": (R.standard_normal((64, 192, 1, 1)) * 0.1).astype(np.float32), "b": f32(64)}
+  nodes = [helper.make_node("Mul", ["x", "s"], ["m"]), helper.make_node("Conv", ["m", "w", "b"], ["y0"])]
+  model = node_model(nodes, {"x": x, "s": s}, consts)
+  with monkeypatch.context() as m:
+    m.setenv("PYMODELD_CPU_TARGET", "x86-64-v4")
+    built = runtime.program.build_program(import_onnx(model))
+  conv = next(k for k in built.kernels if "Conv" in k.tags.get("ops", []))
+  assert conv.tags.get("strategy") == "direct_cm" and " up " in conv.tags["schedules"][0], conv.tags
+  assert not re.search(r"\(b\d+\[[^\]]+\] \* b\d+\[[^\]]+\]\)", conv.source)   # no scalar x * s per copy
+  r = parity(model, {"x": x, "s": s}, rtol=1e-4, atol=1e-4)
+  first = r(x=x, s=s)["y0"]
+  assert np.array_equal(first, r(x=x, s=s)["y0"])
+  assert np.array_equal(first, OnnxRunner(model, threads=2)(x=x, s=s)["y0"])
 
 
 def test_blas_conv_bands_with_a_short_last_band_match_onnxruntime(monkeypatch):
