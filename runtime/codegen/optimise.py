@@ -255,7 +255,7 @@ def schedule(k: LoopKernel, vl: int, narrow: bool = True) -> Schedule:
   inner_ok = rt.arg[1] >= vl and any(ir.coef(n.srcs[0], rt) == 1 for n in loads) and vectorizable(st.value, rt) \
       and not t_conjuncts(r, rt)
   # the lowering asked for "inner", or lanes along t would gather every vector the reduction's loop reloads
-  n = 0 if k.tags.get("vector_reduce") or inner_ok and _gathers_only(r, t, vl) else lanes_for(t.arg[1], vl, narrow)
+  n = 0 if k.tags.get("vector_reduce") or inner_ok and _gathers_only(loads, rt, t, vl) else lanes_for(t.arg[1], vl, narrow)
   if t not in k.dyn and ir.coef(st.index, t) == 1 and n and vectorizable(st.value, t) and epilogue_ok:
     chunks = max(1, min(4, t.arg[1] // n))
     sched.mode, sched.tile_var, sched.tile, sched.vl = "tile", t, chunks * n, n
@@ -267,13 +267,11 @@ def schedule(k: LoopKernel, vl: int, narrow: bool = True) -> Schedule:
   return sched
 
 
-def _gathers_only(r: E, t: E, vl: int) -> bool:
-  """Whether lanes along output variable t would load every vector the reduction's inner loop reloads as a gather,
-  one cache line per lane: each such load that moves with t strides a vector or more (a GlobalAveragePool with
-  lanes along its channels loaded 16 planes' elements one by one)."""
-  rt = r.arg[1][-1]
-  along_t = [ir.coef(n.srcs[0], t) for n in ir.walk(r.srcs[0])
-             if n.op == "LOAD" and rt in ir.free_vars(n) and t in ir.free_vars(n)]
+def _gathers_only(loads: list[E], rt: E, t: E, vl: int) -> bool:
+  """Whether lanes along output variable t would load every vector the reduction's inner loop (over rt) reloads as a
+  gather, one cache line per lane: each of the reduction body's loads that moves with rt and t strides a vector or
+  more along t (a GlobalAveragePool with lanes along its channels loaded 16 planes' elements one by one)."""
+  along_t = [ir.coef(n.srcs[0], t) for n in loads if rt in ir.free_vars(n) and t in ir.free_vars(n)]
   return bool(along_t) and all(c is not None and abs(c) >= vl for c in along_t)
 
 

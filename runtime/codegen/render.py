@@ -409,9 +409,9 @@ def _product(fs: list[E]) -> E:
   return out
 
 
-def regroup_products(value: E, r: E | None, t: E | None, up: E | None) -> E:
-  """value with its sum reduction's product term regrouped so that the factors that vary with the upcast axis
-  multiply last: (those) * (the factors that vary with the tile axis only * those that vary with neither).
+def regroup_products(value: E, r: E | None, t: E | None, up: E | None) -> tuple[E, E | None]:
+  """(value, its reduction) with the sum reduction's product term regrouped so that the factors that vary with the
+  upcast axis multiply last: (those) * (the factors that vary with the tile axis only * those that vary with neither).
   The second group is the same for every upcast copy, so it is computed once per reduction step and each copy
   is one multiply-add with its own factor (an FMA whose broadcast operand comes from memory). Left as written,
   a per-step scale of the reduced axis (a squeeze-and-excitation gate on a conv's input: x[c, p] * s[c] * w[k, c])
@@ -419,21 +419,19 @@ def regroup_products(value: E, r: E | None, t: E | None, up: E | None) -> E:
   The regrouping changes which products are rounded (float multiplication is not associative); it is applied
   once to the kernel's expression, so every path of one schedule (vector, scalar edges) computes the same bits."""
   if r is None or up is None or t is None or r.arg[0] != "sum":
-    return value
+    return value, r
   body = r.srcs[0]
-  fs = _factors(body)
-  if len(fs) < 3:
-    return value
-  on_up = [f for f in fs if up in ir.all_vars(f)]
-  on_t = [f for f in fs if up not in ir.all_vars(f) and t in ir.all_vars(f)]
-  rest = [f for f in fs if up not in ir.all_vars(f) and t not in ir.all_vars(f)]
-  if not (on_up and on_t and rest):
-    return value
-  regrouped = ir.alu("mul", _product(on_up), _product(on_t + rest))
+  groups: dict = {"up": [], "t": [], "rest": []}
+  for f in _factors(body):
+    vs = ir.all_vars(f)
+    groups["up" if up in vs else "t" if t in vs else "rest"].append(f)
+  if not all(groups.values()):
+    return value, r
+  regrouped = ir.alu("mul", _product(groups["up"]), _product(groups["t"] + groups["rest"]))
   if regrouped is body:
-    return value
+    return value, r
   new_r = ir.reduce(r.arg[0], list(r.arg[1]), regrouped, r.srcs[1] if len(r.srcs) > 1 else None)
-  return ir.substitute(value, {r: new_r})
+  return ir.substitute(value, {r: new_r}), new_r
 
 
 class TileEmitter:
@@ -452,8 +450,7 @@ class TileEmitter:
     bname, index, value = store
     r = next((n for n in ir.walk(value) if n.op == "REDUCE"), None)
     if s.mode == "tile":
-      value = regroup_products(value, r, s.tile_var, s.up_var if s.up > 1 else None)
-      r = next((n for n in ir.walk(value) if n.op == "REDUCE"), None)
+      value, r = regroup_products(value, r, s.tile_var, s.up_var if s.up > 1 else None)
     outer = [v for v in s.order if v is not s.tile_var and v is not s.up_var]
     em = self.scalar()
     opened = 0
