@@ -36,6 +36,7 @@ CACHE_MAX_ENV = "PYMODELD_CACHE_MAX_MB"
 ARENA_CHECK_ENV = "PYMODELD_ARENA_CHECK"
 GEMM_ENV = "PYMODELD_GEMM"
 GEMM_MODES = ("auto", "micro", "blas")
+WINOGRAD_ENV = "PYMODELD_WINOGRAD"
 # link-time arena layouts for finding reads of bytes a kernel never wrote and buffers that share bytes while both
 # are live: the planned layout with every fresh byte 0x00, or each planned buffer in bytes of its own, all 0xFF
 ARENA_CHECKS = ("zero", "spread")
@@ -46,7 +47,7 @@ CPU_TARGETS = {"x86-64": 16, "x86-64-v2": 16, "x86-64-v3": 32, "x86-64-v4": 64}
 # every variable read below (tests/test_env.py checks README.md's table against this)
 VARIABLES = ("DEV", "JIT", "CC", CACHE_DIR_ENV, DISK_CACHE_ENV, THREADS_ENV, SEARCH_ENV, SEARCH_BUDGET_ENV, RUNTIME_DIR_ENV,
              CPU_LRU_ENV, USB_PRESENT_ENV, USB_FAULT_ENV, USB_VRAM_ENV, USB_LRU_ENV, USB_BANDWIDTH_ENV, USB_LATENCY_ENV,
-             MEMORY_BUDGET_ENV, CPU_TARGET_ENV, CACHE_MAX_ENV, ARENA_CHECK_ENV, GEMM_ENV)
+             MEMORY_BUDGET_ENV, CPU_TARGET_ENV, CACHE_MAX_ENV, ARENA_CHECK_ENV, GEMM_ENV, WINOGRAD_ENV)
 
 _runtime_dir: str | Callable[[], str] | None = None
 
@@ -149,6 +150,12 @@ def gemm_mode() -> str:
   if v not in GEMM_MODES:
     raise ValueError(f"{GEMM_ENV} must be one of {', '.join(GEMM_MODES)}, got {v!r}")
   return v
+
+
+def winograd_enabled() -> bool:
+  """Whether 3x3 convs may run as Winograd's F(2x2, 3x3) (codegen/conv.py), by the heuristic or the search: on unless
+  PYMODELD_WINOGRAD is 0/false/no (for bit-for-bit infinities: a transform can turn an infinite input into NaN)."""
+  return _flag(WINOGRAD_ENV, True)
 
 
 def runtime_threads() -> int:

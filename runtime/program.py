@@ -56,6 +56,7 @@ class Target:
   blas: bool = True                # sgemm can be called from generated code
   blas_int: str = "int64_t"        # the integer type of that sgemm's dimensions
   gemm: str = "blas"               # config.gemm_mode(): who computes the conv GEMMs with constant weights
+  winograd: bool = True            # config.winograd_enabled(): 3x3 convs may run as Winograd's F(2x2, 3x3)
 
   @property
   def program_name(self) -> str:
@@ -64,7 +65,8 @@ class Target:
       return f"{self.device}:numpy"
     if self.backend == "opencl":
       return f"{self.device}:OpenCL-C"
-    return f"{self.device}:C:vl{self.vl}:{'blas-' + self.blas_int if self.blas else 'noblas'}:gemm-{self.gemm}"
+    return f"{self.device}:C:vl{self.vl}:{'blas-' + self.blas_int if self.blas else 'noblas'}:gemm-{self.gemm}" + \
+        ("" if self.winograd else ":nowinograd")
 
   @property
   def name(self) -> str:
@@ -74,7 +76,7 @@ class Target:
     return f"{self.program_name}:{compiler.cpu_target()}"
 
   def lowering(self) -> dict:
-    return {"blas": self.blas, "vl": self.vl, "gemm": self.gemm}
+    return {"blas": self.blas, "vl": self.vl, "gemm": self.gemm, "winograd": self.winograd}
 
 
 def target_for(device: str, backend: str = "compiled") -> Target:
@@ -83,7 +85,8 @@ def target_for(device: str, backend: str = "compiled") -> Target:
   if backend == "opencl":
     return Target(device, "opencl", blas=False)
   int_t = blas.sgemm_int_ctype()
-  return Target(device, "compiled", compiler.vector_bytes() // 4, int_t is not None, int_t or "int", config.gemm_mode())
+  return Target(device, "compiled", compiler.vector_bytes() // 4, int_t is not None, int_t or "int", config.gemm_mode(),
+                config.winograd_enabled())
 
 
 @dataclass
@@ -356,6 +359,9 @@ def measured_conv_strategies(graph: Graph, specs: dict, device: str, cfg: dict,
         ["pointwise" if pointwise else "im2col"]
     if micro:  # the same GEMM through the generated micro-kernel, where the target may use it
       cands.append(cands[-1] + _conv.MICRO)
+    if _conv.winograd_ok(group, w.shape[2:], n.attrs.get("strides", [1] * (w.ndim - 2)),
+                         n.attrs.get("dilations", [1] * (w.ndim - 2)), x.dtype, target.blas and target.winograd):
+      cands += ["winograd"] + (["winograd" + _conv.MICRO] if micro else [])
     signature = {"x": [list(x.shape), x.dtype.str], "w": list(w.shape), "attrs": n.attrs, "device": device}
     convs.append((_conv_work(n, x, w, specs), n, signature, cands))
   convs.sort(key=lambda c: -c[0])   # stable: equal work keeps graph order

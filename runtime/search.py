@@ -15,7 +15,7 @@ PYMODELD_SEARCH=1 set, the program cache builds a program with items left again,
 starts. Unless PYMODELD_SEARCH=1 asks for every item, items under MIN_WORK are not
 searched (what they could save per run does not pay for their compiles); nor is an item with one candidate.
 
-Cache: results are stored in <cache dir>/search-v6.json by a key of what was searched (the conv's shapes and
+Cache: results are stored in <cache dir>/search-v7.json by a key of what was searched (the conv's shapes and
 attributes, or the kernel's rendered source with its variables renamed in order) and the machine it was measured
 on (the program target, whose name holds this CPU's model and feature flags, a forced ISA level and the C
 compiler): a result measured on one CPU is never used on another. The file is a JSON object of plain choices,
@@ -24,7 +24,7 @@ before use, and a damaged or oversized file is read as empty (searched again, th
 real constants (index tables must stay in bounds) and deterministic pseudo-random data elsewhere. (v4: results
 timed before every constant was copied to aligned memory measured whatever alignment numpy gave; v5: conv strategies
 timed before the channel-lane convs kept enough accumulators for the FMA latency and read their weights block by
-block: neither is reused; v6: depthwise convs gained the channel-lane strategy, which v5 never timed.)
+block: neither is reused; v6: depthwise convs gained the channel-lane strategy, which v5 never timed; v7: 3x3 convs gained winograd.)
 
 Outcomes: every item decided by a result, or left by the budget, is recorded in the program
 (Program.search_records, part of its key) and in its kernels' tags ("search": {"strategy": ..., "schedule": ...})
@@ -52,7 +52,7 @@ from .codegen.ir import LoopKernel
 from .codegen.optimise import Schedule
 from .digest import digest
 
-DB_NAME = "search-v6.json"
+DB_NAME = "search-v7.json"
 MAX_DB_BYTES = 16 << 20
 RUNS = 5                # timed runs of a candidate, at most
 MEASURE_S = 0.05        # a candidate's timed runs stop once they add up to this...

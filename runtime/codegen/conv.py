@@ -24,6 +24,13 @@ Strategies (choose_conv, choose_matmul):
 - "im2col": otherwise (short rows, many channels: the late layers of the standard CNNs); per image and band of
   output rows, generated loops copy the windows (padding and any fused prologue such as a uint8 cast included)
   into a scratch matrix small enough to stay in cache, and sgemm multiplies the weights by it.
+- "winograd": Winograd's F(2x2, 3x3) for ungrouped, undilated 3x3 stride-1 convs of 16 or more input and output
+  channels over outputs neither tiny, huge nor narrow (winograd_pays): one loop kernel transforms every 4x4 input tile
+  (B^T d B: sums of four inputs) into V, 16 GEMMs by the transformed weights (G g G^T, computed at build) run as one
+  grouped 1x1 conv over V (the "pointwise" kernel, 4/9 of the direct form's multiply-adds), and one loop kernel
+  transforms the products back (A^T m A) into whole 2x2 output tiles. Its results differ from the direct form's in
+  the last bits; an infinite input can give NaN where the direct form gives an infinity (inf - inf in the
+  transforms), while a NaN reaches exactly the outputs whose window holds it.
 - Gemm/MatMul: "gemv" (generated loops) when the output has one row per batch (batch-1 fully connected layers),
   else "blas": a GEMM by constant weights (B with no batch extent) runs on the micro-kernel with B packed at build
   where choose_gemm takes it, any other on sgemm.
@@ -68,6 +75,17 @@ CM_MAX_ROW_VECTORS = 2       # least this many whole vectors and whose output ro
 CM_WIDE_VL = 16              # below this vector width (AVX2: 16 registers, fewer accumulators per block) only in place
 #                              of the row-lane loops: sgemm beats it on the long reductions im2col and pointwise take
 PATCHIFY_MIN_STRIDE = 4      # from this stride, lanes along the output channels beat strided input vectors
+WINO_MIN_CHANNELS = 16       # winograd (F(2x2, 3x3)) for 3x3 stride-1 convs of at least this many input and output
+WINO_MIN_TILES = 49          # channels over WINO_MIN_TILES to WINO_MAX_TILES 2x2 output tiles (14x14 to 64x64
+WINO_MAX_TILES = 1024        # outputs), up to WINO_WIDE_MAX_TILES with WINO_WIDE_M output channels or more, and
+WINO_WIDE_M = 64             # over 7x7 to 13x13 outputs (WINO_SMALL_TILES) with WINO_MICRO_M or more. With fewer
+WINO_WIDE_MAX_TILES = 4096   # tiles the transforms and the three kernels cost more than the multiply-adds saved;
+WINO_SMALL_TILES = 16        # with more, the transformed input (16 values per tile and channel) streams through
+WINO_MICRO_M = 256           # the GEMMs from memory, which few output channels do not pay for. The GEMMs run on
+#                              the micro-kernel from WINO_MICRO_M output channels, on sgemm below. (Timed on 3x3
+#                              convs of 16 to 512 channels over 7x7 to 224x224 outputs: bench/RESULTS.md)
+WINO_MIN_ROW_TILES = 5       # and at least this many tiles per row (outputs 9 wide): the transforms' vector lanes
+#                              run along a row of tiles, and shorter rows leave them idle (rows of 3: twice as slow)
 MICRO = "+micro"             # a strategy name's suffix: its GEMM through the generated micro-kernel (codegen/gemm.py)
 
 
@@ -83,12 +101,16 @@ def applicable(strategy: str, *, G: int, pointwise_ok: bool, dtype, blas: bool, 
 
 
 def choose_conv(*, Cg: int, Mg: int, G: int, taps: int, strides, dtype, blas: bool, pointwise_ok: bool,
-                out_w: int, out_size: int = 1 << 30, vl: int = 16, kernel=None) -> str:
+                out_w: int, out_size: int = 1 << 30, vl: int = 16, kernel=None, dil=None, out_sp=None,
+                micro: bool = False, winograd: bool = True) -> str:
   if depthwise(G, Cg, Mg):
     return "direct_cm" if dtype == F32 and G % vl == 0 and dw_channel_lanes(taps, min(strides) > 1, out_w, vl) \
         else "direct"
   if Cg * taps <= DIRECT_MAX_K:
     return "direct"
+  if out_sp is not None and winograd_ok(G, kernel, strides, dil, dtype, blas and winograd) and \
+          winograd_pays(Cg, Mg, out_sp, micro):
+    return "winograd"
   if G == 1 and dtype == F32 and Mg >= vl and min(strides) >= PATCHIFY_MIN_STRIDE and \
           (kernel is None or tuple(kernel) == tuple(strides)):  # non-overlapping windows: a true patchify
     return "direct_cm"
@@ -152,8 +174,9 @@ MICRO_MIN_TILE_USE = 0.6   # share of a tile's products that must be outputs for
 
 
 class GemmPending:
-  """A BLAS reduction whose result is still a Lazy: the value holds ACC placeholders at output indices, and
-  the elementwise ops applied since are its epilogue. emit() builds the kernel once a buffer is chosen."""
+  """A result computed by a kernel of its own (a BLAS GEMM, a winograd output transform) that is still a Lazy: the
+  value holds ACC placeholders at output indices, and the elementwise ops applied since are its epilogue. emit()
+  builds the kernel once a buffer is chosen."""
 
   def __init__(self, ctx, shape, dtype, builder, tags: dict):
     self.tag = ctx.uid()
@@ -163,7 +186,7 @@ class GemmPending:
     tag, dt = self.tag, self.dtype
     return Lazy(self.shape, dt, lambda idx: ir.acc(tag, dt, idx), red=self, cost=1, reads=reads, tags=self.tags)
 
-  def emit(self, ctx, lazy: Lazy, buf, view: View) -> GemmKernel:
+  def emit(self, ctx, lazy: Lazy, buf, view: View) -> GemmKernel | LoopKernel:
     assert lazy.shape == self.shape, (lazy.shape, self.shape)
     return self.builder(ctx, lazy, buf, view)
 
@@ -199,13 +222,18 @@ def conv(ctx, node, ins, specs, consts):
   padded = any(pb) or any(need_end)
   pointwise_ok = taps == 1 and not padded and all(s == 1 for s in strides)
   strategy = choose_conv(Cg=Cg, Mg=Mg, G=G, taps=taps, strides=strides, dtype=x.dtype, blas=ctx.target["blas"],
+                         winograd=ctx.target.get("winograd", True),
                          pointwise_ok=pointwise_ok, out_w=out_sp[-1], out_size=math.prod(out_sp),
-                         vl=ctx.target.get("vl", 16), kernel=K)
+                         vl=ctx.target.get("vl", 16), kernel=K, dil=dil, out_sp=out_sp,
+                         micro=choose_gemm(ctx.target, Mg, 1, x.dtype, True))
   forced = ctx.target.get("force_conv", {}).get(node.outputs[0])  # a measured choice (search.py)
   micro = None   # None: the heuristic decides (choose_gemm)
   if forced is not None:
     base = forced[:-len(MICRO)] if forced.endswith(MICRO) else forced
-    if applicable(base, G=G, pointwise_ok=pointwise_ok, dtype=x.dtype, blas=ctx.target["blas"], Cg=Cg, Mg=Mg,
+    if base == "winograd":
+      if winograd_ok(G, K, strides, dil, x.dtype, ctx.target["blas"] and ctx.target.get("winograd", True)):
+        strategy, micro = base, forced.endswith(MICRO)
+    elif applicable(base, G=G, pointwise_ok=pointwise_ok, dtype=x.dtype, blas=ctx.target["blas"], Cg=Cg, Mg=Mg,
                   vl=ctx.target.get("vl", 16)):
       strategy, micro = base, forced.endswith(MICRO) if base in ("im2col", "pointwise") else None
   if strategy == "im2col" and taps == 1 and not padded:
@@ -216,7 +244,11 @@ def conv(ctx, node, ins, specs, consts):
                     tags={"ops": x.tags.get("ops", []) + ["subsample"], "vector_map": True})
     strides, strategy = [1] * len(strides), "pointwise"
   tags = {"op": "Conv", "strategy": strategy}
-  if strategy in ("direct", "direct_cm"):
+  if strategy == "winograd":
+    micro = choose_gemm(ctx.target, Mg, math.prod(winograd_tiles(out_sp)), x.dtype,
+                        Mg >= WINO_MICRO_M if micro is None else micro)
+    out = _winograd_conv(ctx, x, W, out_sp, pb, need_end, dict(tags, gemm="micro" if micro else "blas"), micro)
+  elif strategy in ("direct", "direct_cm"):
     out = _direct_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, tags, strategy == "direct_cm")
   else:
     micro = choose_gemm(ctx.target, Mg, math.prod(out_sp), x.dtype, micro)
@@ -541,11 +573,12 @@ def _blas_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, stra
     a_op = (wb, ir.mul(gvar, mk.packed_a_size(Mg, kred, mr) if micro else Mg * kred), kred, False)
     # sgemm writes float32: straight into the output only when the epilogue keeps that dtype (a Cast in the
     # epilogue would read its float32 results back as the wider type, half of them bytes sgemm never wrote)
+    # (each channel's plane may lie further apart than its size: sgemm's ldc)
     direct_c = lazy.dtype == dt and view.mask is None and tuple(view.strides[2:]) == ir.contiguous_strides(out_sp) and \
-        (view.strides[1] == O or M == 1)
+        (view.strides[1] >= O or M == 1)
     if direct_c:
       c_base = view.index([nvar, ir.mul(gvar, Mg)] + [ir.const(0)] * len(out_sp))
-      c_op = (buf, ir.add(c_base, ir.mul(o0, rest)), O)
+      c_op = (buf, ir.add(c_base, ir.mul(o0, rest)), max(O, view.strides[1]))
 
       def c_at(idx):
         return ir.load(buf, view.index(idx))
@@ -564,6 +597,140 @@ def _blas_conv(ctx, x, W, Cg, Mg, G, K, out_sp, pb, need_end, strides, dil, stra
     return kernel(gemm, c_at, direct_c)
   pending = GemmPending(ctx, shape, dt, build, tags)
   return pending.lazy(x_in.reads | {wb})
+
+
+# ------------------------------------------------------------------------------------------------ Winograd
+
+# F(2x2, 3x3) (Lavin & Gray): a 4x4 input tile d gives the 2x2 outputs A^T [(G g G^T) * (B^T d B)] A, 16
+# multiplies where the direct form takes 36. The 16 products of one tile position (xi, nu) over all tiles and
+# channels are one GEMM, U[xi, nu] (M x C) by V[xi, nu] (C x tiles), so the conv is 16 GEMMs of 1/9 its multiply-
+# adds each plus two transforms that only add and subtract.
+WINO_BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]])
+WINO_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
+WINO_AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]])
+
+
+def winograd_ok(G: int, K, strides, dil, dtype, blas: bool) -> bool:
+  """Whether the winograd strategy computes this conv: an ungrouped, undilated 3x3 stride-1 2-D float32 conv (its
+  GEMMs run through BLAS or the micro-kernel, like pointwise)."""
+  return G == 1 and K is not None and tuple(K) == (3, 3) and tuple(strides) == (1, 1) and \
+      (dil is None or tuple(dil) == (1, 1)) and dtype == F32 and blas
+
+
+def winograd_pays(Cg: int, Mg: int, out_sp, micro: bool) -> bool:
+  """The heuristic's choice of winograd for a conv it computes (winograd_ok), by its channels and 2x2 output tiles;
+  micro: whether its GEMMs may run on the micro-kernel (small outputs pay only there)."""
+  rows, per_row = winograd_tiles(out_sp)
+  tiles = rows * per_row
+  if min(Cg, Mg) < WINO_MIN_CHANNELS or per_row < WINO_MIN_ROW_TILES:
+    return False
+  if tiles < WINO_MIN_TILES:
+    return micro and Mg >= WINO_MICRO_M and tiles >= WINO_SMALL_TILES
+  return tiles <= (WINO_WIDE_MAX_TILES if Mg >= WINO_WIDE_M else WINO_MAX_TILES)
+
+
+def winograd_tiles(out_sp) -> tuple[int, int]:
+  return -(-out_sp[0] // 2), -(-out_sp[1] // 2)
+
+
+def _spread_pitch(n: int, planes: int, streams: int, itemsize: int) -> int:
+  """A pitch of at least n elements for `planes` planes per stream such that the streams (one every planes * pitch
+  elements) fall in as many different L1 sets as they can: the smallest pitch up to one 4 KiB page longer with the
+  fewest streams in one 64-byte set of a 4 KiB way."""
+  def crowd(p):
+    sets = [(s * planes * p * itemsize) % 4096 // CACHE_LINE for s in range(streams)]
+    return max(sets.count(x) for x in sets)
+  return min(range(n, n + 4096 // itemsize + 1), key=lambda p: (crowd(p), p))
+
+
+def _signed_sum(terms: list) -> ir.E:
+  """sum of sign * value over (sign, value) pairs, signs +-1, left to right."""
+  (s0, out), rest = terms[0], terms[1:]
+  out = out if s0 > 0 else ir.alu("neg", out)
+  for sign, v in rest:
+    out = ir.alu("add" if sign > 0 else "sub", out, v)
+  return out
+
+
+def _winograd_conv(ctx, x, W, out_sp, pb, need_end, tags, micro) -> Lazy:
+  """The conv as Winograd F(2x2, 3x3): one loop kernel transforms the input tiles into V (16 planes of C x tiles),
+  the 16 GEMMs run as one grouped 1x1 conv over V (_blas_conv) into the products, and the output transform is
+  a pending result (like a BLAS conv's): the bias, activation and residual applied to the conv's value before it
+  is stored are that kernel's epilogue."""
+  N, C, H, Wd = x.shape
+  M = W.shape[0]
+  dt = x.dtype
+  th, tw = winograd_tiles(out_sp)
+  # every tile's 4x4 window, rows -pb .. 2 * th + 1 - pb of the input: the part outside it reads 0 through gated
+  # loads (or from the padded buffer a producing loop kernel writes)
+  end = [2 * th + 2 - H - pb[0], 2 * tw + 2 - Wd - pb[1]]
+  x, pb, end = padded_input(ctx, x, list(pb), end, 0)
+  x = ctx.plain(x)
+  S = x.shape[2:]
+  vbuf = ctx._new_buf((N, 16 * C, th, tw), dt, "planned")
+  zero = ir.const(0, dt)
+
+  def tap(n, c, ty, tx, i, j):
+    pos = [ir.add(ir.mul(ty, 2), i, -pb[0]), ir.add(ir.mul(tx, 2), j, -pb[1])]
+    gate = window_gate(pos, S, pb, end)
+    return ir.where(gate, gate_loads(x.fn([n, c] + pos), gate), zero)
+
+  def transform(idx):   # idx (n, g, c, ty, tx): V's tile position g = 4 * xi + nu, B^T d B at (xi, nu)
+    n, g, c, ty, tx = idx
+    out = None
+    for xi in range(4):
+      for nu in range(4):
+        val = _signed_sum([(int(WINO_BT[xi, i] * WINO_BT[nu, j]), tap(n, c, ty, tx, i, j))
+                           for i in range(4) for j in range(4) if WINO_BT[xi, i] * WINO_BT[nu, j]])
+        out = val if out is None else ir.where(ir.alu("eq", g, ir.const(xi * 4 + nu)), val, out)
+    return out
+  # one kernel: lanes along a row of tiles, the 16 tile positions as copies (render.py folds each to its own
+  # sum of four terms, and they share the 4x4 window's loads), each stored in its own plane of V
+  ctx.emit_store(Lazy((N, 16, C, th, tw), dt, transform, cost=4, reads=x.reads), vbuf,
+                 View.contiguous((N, 16, C, th, tw)),
+                 {"ops": x.tags.get("ops", []) + ["winograd input"], "tile_axis": 4, "up_axis": 1})
+  U = np.einsum("xi,mcij,yj->xymc", WINO_G, W.astype(np.float64), WINO_G).reshape(16 * M, C, 1, 1)
+  gemm = _blas_conv(ctx, Lazy.of_buffer(vbuf, View.contiguous((N, 16 * C, th, tw))), U, C, M, 16, [1, 1], [th, tw],
+                    [0, 0], [0, 0], [1, 1], [1, 1], "pointwise", tags, micro)
+  # the output transform reads the 16 products of a tile together, one from each GEMM's output, M planes apart:
+  # a plane pitch that spreads those 16 streams over the L1 sets (at M * T a multiple of 4 KiB they all fall in
+  # one set, more streams than it has ways)
+  pitch = _spread_pitch(th * tw, M, 16, dt.itemsize)
+  mbuf = ctx._new_buf((N * 16 * M * pitch,), dt, "planned")
+  mview = View((N, 16 * M, th, tw), (16 * M * pitch, pitch, tw, 1))
+  ctx.emit_store(gemm, mbuf, mview, {"ops": ["Conv", "winograd products"]})
+
+  def product(n, m, ty, a, tx, b):   # output (2 * ty + a, 2 * tx + b): A^T m A, a row of A^T by the parity of a, b
+    def row(vals, odd):
+      return ir.where(ir.alu("eq", odd, ir.const(1)), *[_signed_sum([(int(c), v) for c, v in zip(WINO_AT[r], vals) if c])
+                                                        for r in (1, 0)])
+    mat = [[ir.load(mbuf, mview.index([n, ir.add(ir.mul(xi * 4 + nu, M), m), ty, tx])) for nu in range(4)]
+           for xi in range(4)]
+    return row([row(mat[xi], b) for xi in range(4)], a)
+
+  def build(ctx, lazy, buf, view):
+    """Whole 2x2 tiles, lanes along a row of tiles (the products' contiguous axis) and a tile's two columns as
+    copies, stored interleaved after a register transpose: into the output through its epilogue when its tiles
+    cover it exactly, else into a buffer rounded up to them, which an elementwise kernel then reads."""
+    vs = [ctx.new_var("wo", e) for e in (N, M, th, 2, tw, 2)]
+    n, m, ty, a, tx, b = vs
+    here = [n, m, ir.add(ir.mul(ty, 2), a), ir.add(ir.mul(tx, 2), b)]
+    ktags = {"ops": lazy.tags.get("ops", []) + ["winograd output"], "tile_var": tx, "up_var": b}
+    tiled = view.reshape((N, M, th, 2, tw, 2)) if view.mask is None and 2 * th == out_sp[0] and 2 * tw == out_sp[1] \
+        else None
+    if tiled is not None:
+      value = _replace_acc(lazy.at(here), pending.tag, lambda _: product(*vs))
+      return LoopKernel(f"k{len(ctx.kernels)}", vs, (N, M, th, 2, tw, 2), [Store(buf, tiled.index(vs), value)], ktags)
+    full = View.contiguous((N, M, 2 * th, 2 * tw))
+    obuf = ctx._new_buf(full.shape, dt, "planned")
+    ctx.add_kernel(LoopKernel(f"k{len(ctx.kernels)}", vs, (N, M, th, 2, tw, 2),
+                              [Store(obuf, View.contiguous((N, M, th, 2, tw, 2)).index(vs), product(*vs))], ktags))
+    ev = [ctx.new_var("we", e) for e in lazy.shape]
+    value = _replace_acc(lazy.at(ev), pending.tag, lambda idx: ir.load(obuf, full.index(idx)))
+    return LoopKernel(f"k{len(ctx.kernels)}", ev, tuple(lazy.shape), [Store(buf, view.index(ev), value)],
+                      {"ops": lazy.tags.get("ops", [])})
+  pending = GemmPending(ctx, (N, M) + tuple(out_sp), dt, build, {"op": "Conv"})
+  return pending.lazy(frozenset((mbuf,)))
 
 
 # --------------------------------------------------------------------------------------------- Gemm / MatMul

@@ -275,20 +275,30 @@ def _gathers_only(loads: list[E], rt: E, t: E, vl: int) -> bool:
   return bool(along_t) and all(c is not None and abs(c) >= vl for c in along_t)
 
 
+MAX_COPIES = 16   # the most copies of an elementwise nest's up_var hint that stores each copy on its own
+
+
 def _transposing(k: LoopKernel, sched: Schedule, st: Store, vl: int) -> bool:
-  """An elementwise copy that moves an axis (the lowering's tile_var and up_var hints: a layout change such as a
-  conv input copied into channel blocks): lanes along tile_var, where the loads are contiguous, and vl copies of
-  up_var, along which the store is contiguous, so the renderer stores each lane's copies as one run after a
-  register transpose (render.py's _store_copies). Schedules it and says so when the hints hold."""
+  """An elementwise nest with the lowering's tile_var and up_var hints: lanes along tile_var, where the loads are
+  contiguous, and copies of up_var. Where the store is contiguous along up_var (a layout change such as a conv
+  input copied into channel blocks) there are vl copies, or all of a shorter up_var, and the renderer stores each
+  lane's copies as one run after a register transpose (render.py's _store_copies). Where it is not (the 16 tile
+  positions of a winograd transform, each stored in its own plane), all of up_var's at most MAX_COPIES values are
+  copies, computed from shared loads and stored one by one. Schedules it and says so when the hints hold."""
   t, u = k.tags.get("tile_var"), k.tags.get("up_var")
   order = sched.order
   if t is None or u is None or t not in order or u not in order or t in k.dyn or u in k.dyn:
     return False
   n = lanes_for(t.arg[1], vl, True)   # narrower vectors (and as many copies) for a short row
-  if not n or u.arg[1] % n or st.value.dtype != F32 or ir.coef(st.index, u) != 1 or not vectorizable(st.value, t):
+  if ir.coef(st.index, u) == 1:
+    up = n if u.arg[1] >= n else u.arg[1]   # a square transpose, or runs of a shorter up_var per lane
+  else:
+    up = u.arg[1] if u.arg[1] <= MAX_COPIES else 0
+  if not n or not up or u.arg[1] % up or (up < u.arg[1] and n % up) or st.value.dtype != F32 or \
+          not vectorizable(st.value, t):
     return False
   sched.order = [v for v in order if v is not t and v is not u] + [u, t]
-  sched.mode, sched.tile_var, sched.tile, sched.up_var, sched.up, sched.vl = "tile", t, n, u, n, n
+  sched.mode, sched.tile_var, sched.tile, sched.up_var, sched.up, sched.vl = "tile", t, n, u, up, n
   return True
 
 

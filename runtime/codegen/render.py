@@ -461,6 +461,10 @@ class TileEmitter:
     body = self._tile if s.mode == "tile" else self._inner
     if up is None:
       body(em, dict(em.names), r, bname, index, value, None, 1)
+    elif r is None and U == up.arg[1] and up is not self.w.par_var:
+      # an elementwise nest's copies cover the whole axis: copy j is the constant j, so what depends on it (the
+      # rows of a transform selected by it) folds to that copy's own expression and the copies share their loads
+      body(em, dict(em.names), r, bname, index, value, ir.const(0), U)
     else:  # blocks of U copies of the upcast axis, then the remainder in blocks of U/2, U/4, ... copies
       u0 = ir.var(up.arg[0] + "_0", up.arg[1])
       un = vname(u0)
@@ -715,6 +719,7 @@ class TileEmitter:
       for cc in self._ucopies(cnd, u0, U):
         checks.append(ir.substitute(cc, {t: t0}))
         checks.append(ir.substitute(cc, {t: ir.add(t0, T - 1)}))
+    checks = list(dict.fromkeys(checks))   # copies that do not move a gate check it once
     true = ir.const(True, BOOL)
     fast_value = ir.substitute(value, {**fast, **{x: true for x in conj}})
     body = LoopEmitter(w, self.buf_name, {}, self.dyn)

@@ -121,10 +121,11 @@ def test_the_vector_tiles_that_cross_a_border_mask_their_lanes():
   assert "vf_maskload" in k.source   # the edge tiles are vector code, not a scalar loop per element
 
 
-def test_a_direct_convs_border_tiles_add_their_terms_without_a_lane_select():
+def test_a_direct_convs_border_tiles_add_their_terms_without_a_lane_select(monkeypatch):
   """Finite weights and an input read as it is: a tap past a row's end reads 0 and adds 0 * w, which leaves the
   sum as it was, so the tiles crossing the left and right borders are plain FMAs on masked loads (a lane select
   per term cost four instructions where an FMA costs one); a Pad's nonzero fill still selects."""
+  monkeypatch.setenv("PYMODELD_WINOGRAD", "0")   # the conv in its direct form
   x = f32(1, 16, 30, 56)
   r = checked(node_model([helper.make_node("Conv", ["x", "w"], ["y0"], pads=[1, 1, 1, 1])], {"x": x},
                          {"w": weights(16, 16, 3, 3)}), {"x": x})
@@ -144,13 +145,17 @@ def test_a_padded_pool_on_a_buffer_reads_through_gated_loads(op, attrs):
   assert pad_kernels(r) == [], kernel_ops(r)
 
 
-def test_a_pointwise_conv_feeding_a_padded_conv_needs_no_pad_kernel():
+@pytest.mark.parametrize("winograd", ["1", "0"])
+def test_a_pointwise_conv_feeding_a_padded_conv_needs_no_pad_kernel(monkeypatch, winograd):
+  """The 3x3 conv as winograd (its input transform gates its loads at the border) and in its direct form."""
+  monkeypatch.setenv("PYMODELD_WINOGRAD", winograd)
   x = f32(1, 96, 14, 40)   # rows of 40: the row-lane strategies (shorter ones take lanes along channels)
   nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"]), helper.make_node("Relu", ["c1"], ["r1"]),
            helper.make_node("Conv", ["r1", "w2"], ["y0"], pads=[1, 1, 1, 1])]
   consts = {"w1": weights(32, 96, 1, 1), "b1": f32(32), "w2": weights(32, 32, 3, 3)}
   r = checked(node_model(nodes, {"x": x}, consts), {"x": x})
-  assert [k.tags.get("strategy") for k in r.program.kernels] == ["pointwise", "direct"]
+  assert [k.tags.get("strategy") for k in r.program.kernels if k.tags.get("strategy")] == \
+      ["pointwise", "winograd" if winograd == "1" else "direct"]
   assert pad_kernels(r) == [], kernel_ops(r)
 
 
@@ -299,6 +304,7 @@ def test_an_im2col_conv_on_short_rows_packs_each_band_as_one_flat_vector_axis_wi
   packs are the same values, so the conv gives the same bits as the row form, an inf at a row's end included."""
   if compiler.vector_bytes() // 4 < 16:
     pytest.skip("with narrower vectors these convs run direct (rows of several vectors)")
+  monkeypatch.setenv("PYMODELD_WINOGRAD", "0")   # the 3x3 convs stay im2col GEMMs
   x = f32(*xs)
   x[:, :, :, -1] = np.inf
   x[0, 0, 0, 0] = np.nan

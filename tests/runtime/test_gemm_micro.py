@@ -218,6 +218,7 @@ def test_micro_kernel_gemms_split_across_threads_give_bit_identical_results_for_
   program's threads; each C element is computed by the same tile in the same order, so 1, 2 and 3 threads agree
   bit for bit."""
   monkeypatch.delenv(config.GEMM_ENV, raising=False)
+  monkeypatch.setenv(config.WINOGRAD_ENV, "0")   # the 3x3 conv stays this test's im2col GEMM
   monkeypatch.setattr(conv, "TRANSPOSE_MIN_GAIN", -1.0 if op == "Conv transposed" else 1e9)
   if op.startswith("Conv"):
     x = R.standard_normal((1, 128, 64, 3)).astype(np.float32)   # rows shorter than any vector, many channels:
