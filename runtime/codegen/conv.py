@@ -84,7 +84,7 @@ WINO_SMALL_TILES = 16        # with more, the transformed input (16 values per t
 WINO_MICRO_M = 256           # the GEMMs from memory, which few output channels do not pay for. The GEMMs run on
 #                              the micro-kernel from WINO_MICRO_M output channels, on sgemm below. (Timed on 3x3
 #                              convs of 16 to 512 channels over 7x7 to 224x224 outputs: bench/RESULTS.md)
-WINO_MIN_ROW_TILES = 5       # and at least this many tiles per row (outputs 9 wide): the transforms' vector lanes
+WINO_MIN_ROW_TILES = 4       # and at least this many tiles per row (outputs 7 wide): the transforms' vector lanes
 #                              run along a row of tiles, and shorter rows leave them idle (rows of 3: twice as slow)
 MICRO = "+micro"             # a strategy name's suffix: its GEMM through the generated micro-kernel (codegen/gemm.py)
 
