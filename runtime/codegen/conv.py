@@ -728,7 +728,7 @@ def _winograd_conv(ctx, x, W, out_sp, pb, need_end, tags, micro) -> Lazy:
     ev = [ctx.new_var("we", e) for e in lazy.shape]
     value = _replace_acc(lazy.at(ev), pending.tag, lambda idx: ir.load(obuf, full.index(idx)))
     return LoopKernel(f"k{len(ctx.kernels)}", ev, tuple(lazy.shape), [Store(buf, view.index(ev), value)],
-                      {"ops": lazy.tags.get("ops", [])})
+                      {"ops": lazy.tags.get("ops", []) + ["winograd epilogue"]})
   pending = GemmPending(ctx, (N, M) + tuple(out_sp), dt, build, {"op": "Conv"})
   return pending.lazy(frozenset((mbuf,)))
 
