@@ -636,11 +636,15 @@ def winograd_tiles(out_sp) -> tuple[int, int]:
 def _spread_pitch(n: int, planes: int, streams: int, itemsize: int) -> int:
   """A pitch of at least n elements for `planes` planes per stream such that the streams (one every planes * pitch
   elements) fall in as many different L1 sets as they can: the smallest pitch up to one 4 KiB page longer with the
-  fewest streams in one 64-byte set of a 4 KiB way."""
+  fewest streams in one 64-byte set of a 4 KiB way. The streams start at multiples of g = gcd(planes * itemsize,
+  4096) within a way, so at most 4096 / max(g, 64) sets hold them: the first pitch that crowds no more than that
+  bound allows ends the scan (it runs at every build, a program cache start's included)."""
   def crowd(p):
     sets = [(s * planes * p * itemsize) % 4096 // CACHE_LINE for s in range(streams)]
     return max(sets.count(x) for x in sets)
-  return min(range(n, n + 4096 // itemsize + 1), key=lambda p: (crowd(p), p))
+  pitches = range(n, n + 4096 // itemsize + 1)
+  floor = -(-streams // (4096 // max(math.gcd(planes * itemsize, 4096), CACHE_LINE)))
+  return next((p for p in pitches if crowd(p) <= floor), None) or min(pitches, key=lambda p: (crowd(p), p))
 
 
 def _signed_sum(terms: list) -> ir.E:
