@@ -221,8 +221,9 @@ def conv(ctx, node, ins, specs, consts):
   taps = math.prod(K)
   padded = any(pb) or any(need_end)
   pointwise_ok = taps == 1 and not padded and all(s == 1 for s in strides)
+  wino = ctx.target["blas"] and ctx.target.get("winograd", True)   # winograd's GEMMs need BLAS; the user may turn it off
   strategy = choose_conv(Cg=Cg, Mg=Mg, G=G, taps=taps, strides=strides, dtype=x.dtype, blas=ctx.target["blas"],
-                         winograd=ctx.target.get("winograd", True),
+                         winograd=wino,
                          pointwise_ok=pointwise_ok, out_w=out_sp[-1], out_size=math.prod(out_sp),
                          vl=ctx.target.get("vl", 16), kernel=K, dil=dil, out_sp=out_sp,
                          micro=choose_gemm(ctx.target, Mg, 1, x.dtype, True))
@@ -231,7 +232,7 @@ def conv(ctx, node, ins, specs, consts):
   if forced is not None:
     base = forced[:-len(MICRO)] if forced.endswith(MICRO) else forced
     if base == "winograd":
-      if winograd_ok(G, K, strides, dil, x.dtype, ctx.target["blas"] and ctx.target.get("winograd", True)):
+      if winograd_ok(G, K, strides, dil, x.dtype, wino):
         strategy, micro = base, forced.endswith(MICRO)
     elif applicable(base, G=G, pointwise_ok=pointwise_ok, dtype=x.dtype, blas=ctx.target["blas"], Cg=Cg, Mg=Mg,
                   vl=ctx.target.get("vl", 16)):
