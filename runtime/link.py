@@ -40,8 +40,10 @@ from .limits import check_arena
 from .host_memory import aligned_bytes
 from .memory_plan import align
 
-RUNNER_SOURCE = r"""#include <stdint.h>
+RUNNER_SOURCE = r"""#define _GNU_SOURCE
+#include <stdint.h>
 #include <pthread.h>
+#include <sched.h>
 /* The call list: per kernel (function, argument array, rows). rows == 0: fn(args). rows > 0: fn(args, lo, hi)
    computes rows [lo, hi) of its split loop; with threads > 1 the rows are cut into PM_CHUNKS chunks per thread,
    run by the caller and a pool of worker threads (started on first use), and the next kernel starts only when
@@ -63,13 +65,21 @@ RUNNER_SOURCE = r"""#include <stdint.h>
    worker exists.
    A chunk is claimed with one compare-and-swap of its part's range word, which holds the generation of the kernel
    in its high half: a worker that woke for an earlier kernel and was preempted before its claim cannot take a
-   chunk of the next one with the earlier kernel's function. */
+   chunk of the next one with the earlier kernel's function.
+   Apart: a woken worker can land on the CPU of the thread that woke it (a guest kernel does not count an idle vCPU
+   the host has descheduled as idle, so the wake goes to the waker's CPU), and the two then share one CPU until the
+   load balancer moves one, often for tens of milliseconds: 2 threads ran slower than 1. So each thread of a run
+   publishes its CPU (pm_cpu), and a worker that finds itself on the CPU of the caller or of a lower-numbered worker
+   moves off it (pm_apart: its affinity set to its allowed CPUs less the taken ones, then restored, so the kernel
+   migrates it once and the user's mask is what it was). It checks on every kernel and every PM_APART_PAUSES pauses of
+   its spin; where no allowed CPU is free (a mask of one CPU) it stays. */
 typedef void (*pm_kernel_t)(void* const*);
 typedef void (*pm_par_t)(void* const*, int64_t, int64_t);
 #define PM_MAX_THREADS 64
 #define PM_WORKER_STACK (8 << 20)
 #define PM_CHUNKS 4    /* chunks per thread: another part takes over a late one's share a quarter at a time */
 #define PM_SPIN 4000   /* pauses a thread spins outside a run before it sleeps: ~100 us */
+#define PM_APART_PAUSES 1024   /* a spinning worker checks that it shares no CPU this often: ~25 us */
 #if defined(__x86_64__) || defined(__i386__)
 #define PM_PAUSE() __builtin_ia32_pause()
 #elif defined(__aarch64__)
@@ -89,6 +99,31 @@ static int64_t pm_rows;
 static __thread int64_t pm_threads = 1;   /* the threads of the pm_run on this thread (pm_split reads it) */
 /* part p's unclaimed chunks [next, end), one word per cache line: (generation << 32) | (next << 16) | end */
 static struct { uint64_t v; char pad[56]; } pm_range[PM_MAX_THREADS] __attribute__((aligned(64)));
+/* the CPU each thread of the run last saw itself on (0: the caller), -1 before it looked */
+static struct { int v; char pad[60]; } pm_cpu[PM_MAX_THREADS] __attribute__((aligned(64)));
+static int pm_cpu_init = 0;
+
+static void pm_publish_cpu(int id) { __atomic_store_n(&pm_cpu[id].v, sched_getcpu(), __ATOMIC_RELAXED); }
+
+/* Worker id (>= 1) of a run of `parts` threads: if its CPU is the caller's or a lower-numbered worker's, move to an
+   allowed CPU none of the run's threads is on, if there is one. */
+static void pm_apart(int id, int parts) {
+  const int me = sched_getcpu();
+  __atomic_store_n(&pm_cpu[id].v, me, __ATOMIC_RELAXED);
+  int shared = 0;
+  for (int j = 0; j < id && j < parts && !shared; j++) shared = me >= 0 && __atomic_load_n(&pm_cpu[j].v, __ATOMIC_RELAXED) == me;
+  if (!shared) return;
+  cpu_set_t mask, away;
+  if (sched_getaffinity(0, sizeof mask, &mask) != 0) return;
+  away = mask;
+  for (int j = 0; j < parts; j++) {
+    const int c = __atomic_load_n(&pm_cpu[j].v, __ATOMIC_RELAXED);
+    if (c >= 0 && c < CPU_SETSIZE) CPU_CLR(c, &away);
+  }
+  if (CPU_COUNT(&away) == 0 || sched_setaffinity(0, sizeof away, &away) != 0) return;
+  sched_setaffinity(0, sizeof mask, &mask);
+  pm_publish_cpu(id);
+}
 
 static void pm_child(void) {
   pm_workers = pm_parts = 0;
@@ -96,6 +131,7 @@ static void pm_child(void) {
   pm_gen = 0;
   pm_finished = pm_chunks = 0;
   for (int p = 0; p < PM_MAX_THREADS; p++) pm_range[p].v = 0;
+  pm_cpu_init = 0;
   pthread_mutex_init(&pm_mu, 0);
   pthread_mutex_init(&pm_run_mu, 0);
   pthread_cond_init(&pm_go, 0);
@@ -130,8 +166,13 @@ static void* pm_worker(void* p) {
   const int id = (int)(intptr_t)p;
   uint64_t seen = 0;
   for (;;) {
-    for (int i = 0; __atomic_load_n(&pm_gen, __ATOMIC_ACQUIRE) == seen && (i < PM_SPIN || __atomic_load_n(&pm_active, __ATOMIC_RELAXED)); i++)
+    for (int i = 0; __atomic_load_n(&pm_gen, __ATOMIC_ACQUIRE) == seen && (i < PM_SPIN || __atomic_load_n(&pm_active, __ATOMIC_RELAXED)); i++) {
       PM_PAUSE();
+      if (i % PM_APART_PAUSES == PM_APART_PAUSES - 1) {
+        const int parts = __atomic_load_n(&pm_parts, __ATOMIC_RELAXED);
+        if (id < parts) pm_apart(id, parts);
+      }
+    }
     pthread_mutex_lock(&pm_mu);
     if (pm_gen == seen) {   /* no kernel yet: sleep unless a run is in progress, then watch again */
       if (!pm_active) pthread_cond_wait(&pm_go, &pm_mu);
@@ -144,7 +185,10 @@ static void* pm_worker(void* p) {
     void* const* args = pm_args;
     const int64_t rows = pm_rows, chunks = pm_chunks;
     pthread_mutex_unlock(&pm_mu);
-    if (id < parts) pm_take(id, parts, seen, fn, args, rows, chunks, 0);
+    if (id < parts) {
+      pm_apart(id, parts);
+      pm_take(id, parts, seen, fn, args, rows, chunks, 0);
+    }
   }
   return 0;
 }
@@ -153,6 +197,10 @@ static int pm_pool(int want) {  /* threads that can run now: the caller plus the
   if (!pm_atfork) {
     pthread_atfork(0, 0, pm_child);
     pm_atfork = 1;
+  }
+  if (!pm_cpu_init) {
+    for (int p = 0; p < PM_MAX_THREADS; p++) pm_cpu[p].v = -1;
+    pm_cpu_init = 1;
   }
   pthread_attr_t attr;
   const int have_attr = pthread_attr_init(&attr) == 0 && pthread_attr_setstacksize(&attr, PM_WORKER_STACK) == 0;
@@ -175,6 +223,7 @@ void pm_split(pm_par_t fn, void* const* args, int64_t rows) {
   pthread_mutex_lock(&pm_run_mu);  /* one parallel kernel at a time in this process */
   pthread_mutex_lock(&pm_mu);
   const int parts = pm_pool((int)(want < PM_MAX_THREADS ? want : PM_MAX_THREADS));
+  pm_publish_cpu(0);
   const int64_t chunks = rows < (int64_t)parts * PM_CHUNKS ? rows : (int64_t)parts * PM_CHUNKS;
   const uint64_t gen = pm_gen + 1;
   pm_fn = fn;

@@ -3,10 +3,12 @@ vCPU slow to wake) costs its share of the speed-up and never stalls the caller, 
 has not claimed; every row is computed exactly once. Each thread runs its own share of the chunks first, and the
 workers watch for the next kernel through a whole run instead of sleeping between kernels."""
 import ctypes
+import os
 import threading
 import time
 
 import numpy as np
+import pytest
 from onnx import helper
 
 from runtime import OnnxRunner, link
@@ -205,3 +207,92 @@ def test_an_elementwise_kernel_is_split_by_its_arithmetic_not_only_its_element_c
     assert (k.tags.get("par", 0) > 0) == split, k.tags
     assert np.array_equal(one(x=x)["y0"].view(np.uint32), two(x=x)["y0"].view(np.uint32))
     np.testing.assert_allclose(two(x=x)["y0"], ort_run(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+# per row, the CPU and the thread its chunk ran on; the caller's chunk 0 waits (up to 5 s) until another thread has
+# run a chunk, so a worker runs at least one
+CPU_KERNEL = r"""#define _GNU_SOURCE
+#include <stdint.h>
+#include <sched.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+void NAME(void* const* args, int64_t lo, int64_t hi) {
+  int64_t* cpu = (int64_t*)args[0];
+  int64_t* who = (int64_t*)args[1];
+  int64_t* state = (int64_t*)args[2];   /* [0]: the caller's thread id, [1]: chunks run by others */
+  const int64_t tid = (int64_t)syscall(SYS_gettid);
+  if (lo == 0) {
+    for (int i = 0; i < 5000 && __atomic_load_n(&state[1], __ATOMIC_ACQUIRE) == 0; i++) {
+      struct timespec ts = {0, 1000000};
+      nanosleep(&ts, 0);
+    }
+  }
+  for (int64_t r = lo; r < hi; r++) {
+    cpu[r] = sched_getcpu();
+    who[r] = tid;
+  }
+  if (tid != state[0]) __atomic_add_fetch(&state[1], 1, __ATOMIC_ACQ_REL);
+}
+"""
+
+
+def _run_on_cpus(rows: int, before=None):
+  """The CPU kernel over `rows` rows at 2 threads, after the host callback `before` in the same run (the workers
+  spin through it): (cpu, who, caller's thread id)."""
+  k = _kernel(CPU_KERNEL, "k_rows_cpu")
+  cpu, who = np.full(rows, -1, np.int64), np.zeros(rows, np.int64)
+  state = np.array([threading.get_native_id(), 0], np.int64)
+  args = np.array([cpu.ctypes.data, who.ctypes.data, state.ctypes.data], np.uint64)
+  calls = ([ctypes.cast(before, ctypes.c_void_p).value, 0, 0] if before is not None else []) + [k.address, args.ctypes.data, rows]
+  calls = np.array(calls, np.uint64)
+  link.runner()(calls.ctypes.data, len(calls) // 3, 2)
+  return cpu, who, int(state[0])
+
+
+def _on_cpu(cpu: int, worker_mask: set[int] | None = None):
+  """Runs the CPU kernel with the calling thread pinned to `cpu` and, just before it in the same run, the worker
+  moved onto `cpu` (its mask set to {cpu}, then to worker_mask, or back to what it was): the CPUs the worker's
+  rows ran on, and the worker's mask after."""
+  mine = os.sched_getaffinity(0)
+  os.sched_setaffinity(0, {cpu})
+  try:
+    _, who, caller = _run_on_cpus(64)
+    [worker] = set(who[who != caller].tolist())
+    mask = os.sched_getaffinity(worker)
+
+    def crowd(_args):   # the workers spin through this serial kernel: the worker is migrated onto the caller's CPU
+      os.sched_setaffinity(worker, {cpu})
+      os.sched_setaffinity(worker, mask if worker_mask is None else worker_mask)
+
+    host = link._HOST_FN(crowd)
+    cpus, who, caller = _run_on_cpus(64, before=host)
+    return set(cpus[who == worker].tolist()), os.sched_getaffinity(worker), mask
+  finally:
+    os.sched_setaffinity(0, mine)
+
+
+def test_a_worker_that_finds_itself_on_the_callers_cpu_moves_to_a_free_one_and_keeps_its_mask():
+  """A woken worker was often placed on the caller's CPU (a guest kernel does not take a vCPU the host descheduled
+  for idle), and the two shared one CPU until the load balancer moved one: 2 threads ran slower than 1. The
+  worker moves off before it runs a chunk, and its affinity mask is what it was."""
+  allowed = sorted(os.sched_getaffinity(0))
+  if len(allowed) < 2:
+    pytest.skip("needs two CPUs")
+  cpus, mask_after, mask = _on_cpu(allowed[0])
+  assert cpus and allowed[0] not in cpus, cpus
+  assert mask_after == mask
+
+
+def test_a_worker_pinned_to_the_callers_cpu_stays_there():
+  """Where the worker's mask allows no other CPU (a user's pinning), it shares the caller's, as pinned."""
+  allowed = sorted(os.sched_getaffinity(0))
+  if len(allowed) < 2:
+    pytest.skip("needs two CPUs")
+  try:
+    cpus, mask_after, _ = _on_cpu(allowed[0], worker_mask={allowed[0]})
+    assert cpus == {allowed[0]} and mask_after == {allowed[0]}
+  finally:
+    _, who, caller = _run_on_cpus(64)
+    for w in set(who[who != caller].tolist()):
+      os.sched_setaffinity(w, set(allowed))
