@@ -10,17 +10,26 @@ Invariants:
   one-line message names it and the fix. Nothing is ever followed or created inside it.
 - `Namespace` is the test/tool helper: it sets the env for itself and its children, and on exit removes
   both directories and restores the previous env, so runs never see each other's state.
+- A generated namespace is named <stem><pid>_<hex> after the process that made it (Namespace(): stem "ns"; the
+  manager and the replay harness have their own stems). A process SIGKILLed inside one cannot remove it, so
+  sweep_dead(stem) removes the directories of those whose process is gone (or a zombie); it never touches one whose
+  process runs, nor anything that is not this user's own directory, nor anything through a symlink. Namespace()
+  sweeps its stem once per process, as it makes its first.
 """
 import os
+import re
 import secrets
 import shutil
 import stat
+from collections.abc import Callable
 
 from msgq.env import MSGQ_ENV
 from msgq.errors import NamespaceError
 
 PREFIX_ENV = "OPENPILOT_PREFIX"
 SHM_ROOT = "/dev/shm"
+AUTO_STEM = "ns"   # Namespace()'s generated prefixes: ns<pid>_<hex>
+_swept_auto = False
 
 
 def _check_prefix(value: str) -> str:
@@ -79,11 +88,56 @@ def runtime_dir() -> str:
   return _private_dir(runtime_dir_path())
 
 
+def pid_running(pid: int) -> bool:
+  """False for a pid that is gone or a zombie (dead, not yet reaped: a killed process whose parent, or init in a
+  container, has not collected it yet)."""
+  try:
+    with open(f"/proc/{pid}/stat") as f:
+      return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+  except (OSError, IndexError):
+    return False
+
+
+def _own_dir(path: str) -> bool:
+  try:
+    st = os.lstat(path)
+  except OSError:
+    return False
+  return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
+
+
+def sweep_dead(stem: str, keep: Callable[[str], bool] | None = None) -> list[str]:
+  """Remove the namespaces <stem><pid>_<hex> (shm and runtime dirs) whose pid is not running, except those
+  `keep(prefix)` is true of; returns their prefixes."""
+  name = rf"({re.escape(stem)}(\d+)_[0-9a-f]+)"
+  found = set()
+  for root, pattern in ((SHM_ROOT, "msgq_" + name), (_runtime_base(), name)):
+    try:
+      entries = os.listdir(root)
+    except OSError:
+      continue
+    for m in filter(None, (re.fullmatch(pattern, entry) for entry in entries)):
+      found.add((m.group(1), int(m.group(2))))
+  removed = []
+  for p, pid in sorted(found):
+    if pid_running(pid) or (keep is not None and keep(p)):
+      continue
+    for path in (shm_dir_path(p), runtime_dir_path(p)):
+      if _own_dir(path):   # lstat: a symlink is no directory here, and rmtree would not follow one either
+        shutil.rmtree(path, ignore_errors=True)
+    removed.append(p)
+  return removed
+
+
 class Namespace:
   """Context manager that runs a block (and the children it starts) in a private bus namespace."""
 
   def __init__(self, prefix: str | None = None):
-    self.prefix = _check_prefix(prefix) if prefix is not None else f"ns{os.getpid()}_{secrets.token_hex(4)}"
+    global _swept_auto
+    if prefix is None and not _swept_auto:
+      _swept_auto = True
+      sweep_dead(AUTO_STEM)
+    self.prefix = _check_prefix(prefix) if prefix is not None else f"{AUTO_STEM}{os.getpid()}_{secrets.token_hex(4)}"
     self.shm_dir = shm_dir_path(self.prefix)
     self.runtime_dir = runtime_dir_path(self.prefix)
     self._saved_env: str | None = None

@@ -32,10 +32,8 @@ import contextlib
 import json
 import os
 import queue
-import re
 import secrets
 import select
-import shutil
 import signal
 import subprocess
 import sys
@@ -52,7 +50,7 @@ from cereal.messaging import PubMaster, log_from_bytes, sub_sock
 from cereal.route import Route
 from msgq import EventTimeoutError, fake_event_handle, wait_for_one_event
 from msgq.env import MSGQ_ENV
-from msgq.namespace import PREFIX_ENV, SHM_ROOT, Namespace, runtime_dir_path, shm_dir_path
+from msgq.namespace import PREFIX_ENV, Namespace, sweep_dead
 from process_replay.configs import VIPC_SERVER, VISION_STREAMS, ProcessConfig
 from visionipc import VisionIpcServer
 
@@ -63,36 +61,10 @@ NAMESPACE_PREFIX = "replay"   # a runner's namespace: replay<harness pid>_<hex>
 _swept = False                # this process swept the namespaces of dead harnesses once
 
 
-def _running(pid: int) -> bool:
-  """False for a pid that is gone or a zombie (dead, not yet reaped: a killed harness whose parent, or init in a
-  container, has not collected it yet)."""
-  try:
-    with open(f"/proc/{pid}/stat") as f:
-      return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-  except (OSError, IndexError):
-    return False
-
-
 def sweep_stale_namespaces() -> list[str]:
   """Remove the namespaces (shm and runtime dirs) of harnesses that are gone: a harness that was killed could
   not remove its own, and its daemons died with it. A namespace whose harness pid is alive is never touched."""
-  name = rf"({NAMESPACE_PREFIX}(\d+)_[0-9a-f]+)"
-  found = set()
-  for root, pattern in ((SHM_ROOT, "msgq_" + name), (os.path.dirname(runtime_dir_path(f"{NAMESPACE_PREFIX}0_0")), name)):
-    try:
-      entries = os.listdir(root)
-    except OSError:
-      continue
-    for m in filter(None, (re.fullmatch(pattern, entry) for entry in entries)):
-      found.add((m.group(1), int(m.group(2))))
-  removed = []
-  for prefix, pid in sorted(found):
-    if _running(pid):
-      continue
-    for path in (shm_dir_path(prefix), runtime_dir_path(prefix)):
-      shutil.rmtree(path, ignore_errors=True)
-    removed.append(prefix)
-  return removed
+  return sweep_dead(NAMESPACE_PREFIX)
 
 
 class ReplayError(Exception):

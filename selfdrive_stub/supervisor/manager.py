@@ -34,10 +34,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import resource
 import secrets
-import shutil
 import signal
 import sys
 import time
@@ -55,7 +53,7 @@ from daemons.dmonitoringmodeld.model_state import DM_CONTRACT
 from daemons.dmonitoringmodeld.model_state import MODEL_PATH as DM_MODEL_PATH
 from daemons.modeld.model_state import ROAD_CONTRACT, model_path
 from msgq.env import MSGQ_ENV
-from msgq.namespace import PREFIX_ENV, SHM_ROOT, runtime_dir, runtime_dir_path, shm_dir, shm_dir_path
+from msgq.namespace import PREFIX_ENV, runtime_dir, shm_dir, sweep_dead
 from msgq.namespace import prefix as namespace_prefix
 from runtime import cl, faults, usb_amd
 from runtime import config as runtime_config
@@ -158,23 +156,8 @@ def parse_injection(spec: str, names: list[str]) -> Injection:
 
 def sweep_stale_namespaces() -> list[str]:
   """Remove namespaces this manager generated in earlier runs whose manager is dead (it was SIGKILLed, so
-  its own cleanup never ran). Only names of the form manager<pid>_<hex> are touched."""
-  removed = []
-  for entry in os.listdir(SHM_ROOT):
-    m = re.fullmatch(rf"msgq_({GENERATED_PREFIX}(\d+)_[0-9a-f]+)", entry)
-    if m is None or holder(m.group(1)) is not None:
-      continue
-    try:
-      os.kill(int(m.group(2)), 0)
-      continue   # its manager still runs
-    except ProcessLookupError:
-      pass
-    except PermissionError:
-      continue
-    for path in (shm_dir_path(m.group(1)), runtime_dir_path(m.group(1))):
-      shutil.rmtree(path, ignore_errors=True)
-    removed.append(m.group(1))
-  return removed
+  its own cleanup never ran). Only names of the form manager<pid>_<hex> are touched, and none a live process holds."""
+  return sweep_dead(GENERATED_PREFIX, keep=lambda p: holder(p) is not None)
 
 
 def owned_services() -> dict[str, list[str]]:

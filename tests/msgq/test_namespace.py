@@ -1,5 +1,8 @@
 import os
+import secrets
+import shutil
 import stat
+import subprocess
 
 import pytest
 
@@ -119,3 +122,40 @@ def test_a_symlink_in_place_of_the_shm_dir_is_refused_not_followed(monkeypatch, 
     assert os.listdir(tmp_path) == []
   finally:
     os.unlink(f"/dev/shm/msgq_{prefix}")
+
+
+def _dead_pid() -> int:
+  p = subprocess.Popen(["true"])
+  p.wait()
+  return p.pid
+
+
+def test_a_generated_namespace_left_by_a_killed_process_is_swept_when_the_next_one_is_made(monkeypatch, tmp_path):
+  """A process SIGKILLed inside Namespace() left /dev/shm/msgq_ns<pid>_<hex> and its runtime dir behind. The
+  next process to make a generated namespace removes those whose process is gone; one whose process runs stays,
+  and a symlink named like a stale one is not followed."""
+  dead = _dead_pid()
+  stale, live = f"ns{dead}_{secrets.token_hex(4)}", f"ns{os.getpid()}_{secrets.token_hex(4)}"
+  target = tmp_path / "not-a-namespace"
+  target.mkdir()
+  (target / "keep").write_bytes(b"x")
+  link = namespace.shm_dir_path(f"ns{dead}_{secrets.token_hex(4)}")
+  try:
+    for p in (stale, live):
+      os.mkdir(namespace.shm_dir_path(p), 0o700)
+      with open(os.path.join(namespace.shm_dir_path(p), "seg"), "wb") as f:
+        f.write(b"x")
+      os.mkdir(namespace.runtime_dir_path(p), 0o700)
+    os.symlink(target, link)
+    monkeypatch.setattr(namespace, "_swept_auto", False)
+    with Namespace():
+      pass
+    assert not os.path.exists(namespace.shm_dir_path(stale)) and not os.path.exists(namespace.runtime_dir_path(stale))
+    assert os.path.isdir(namespace.shm_dir_path(live)) and os.path.isdir(namespace.runtime_dir_path(live))
+    assert os.path.islink(link) and (target / "keep").read_bytes() == b"x"
+  finally:
+    for p in (stale, live):
+      shutil.rmtree(namespace.shm_dir_path(p), ignore_errors=True)
+      shutil.rmtree(namespace.runtime_dir_path(p), ignore_errors=True)
+    if os.path.islink(link):
+      os.unlink(link)
