@@ -1045,11 +1045,15 @@ def render_gemm(k, nests: list, vl: int, blas_int: str) -> Rendered:
     assert not a[3] and not b[3] and g.alpha == 1.0 and g.beta == 0.0, "micro-kernel GEMM with transposes or scaling"
     w(f"pm_gemm({m_expr}, {n_expr}, {g.k}, {names[a[0]]} + {em.expr(a[1])}, {names[b[0]]} + {em.expr(b[1])}, {b[2]}, "
       f"{names[c[0]]} + {em.expr(c[1])}, {c[2]}, {names[g.packed]}, pm_split_fn);")
-  elif groups is not None:
-    # part p: group p / blocks, its column block p % blocks (an sgemm per group's run of blocks in a part)
+  else:
+    # sgemm runs on one OpenBLAS thread (runtime/blas.py); a large one is cut into column blocks of C that the
+    # program's threads run as separate sgemm calls (B's columns start n0 in, or n0 rows in when it is transposed).
+    # Per group (groups: one split over every group's blocks): part p is group p / blocks, its column block
+    # p % blocks, and a part's run of blocks in one group is one sgemm call.
     fn = f"pm_sgemm_part{len(parts)}"
-    at0 = [ir.substitute(o[1], {groups: ir.const(0)}) for o in (a, b, c)]
-    step = [ir.coef(o[1], groups) for o in (a, b, c)]
+    ng = groups.arg[1] if groups is not None else 1
+    at0 = [ir.substitute(o[1], {groups: ir.const(0)}) if groups is not None else o[1] for o in (a, b, c)]
+    step = [f" + gi * {ir.coef(o[1], groups)}" if groups is not None else "" for o in (a, b, c)]
     parts.append(f"static void {fn}(void* const* c, int64_t lo, int64_t hi) {{\n"
                  f"  const i64 n = (i64)(intptr_t)c[4], blocks = (n + {SGEMM_PART_COLS - 1}) / {SGEMM_PART_COLS};\n"
                  f"  for (i64 p = lo; p < hi; ) {{\n"
@@ -1057,31 +1061,14 @@ def render_gemm(k, nests: list, vl: int, blas_int: str) -> Rendered:
                  f"    const i64 n0 = (p - gi * blocks) * {SGEMM_PART_COLS}, "
                  f"n1 = (last - gi * blocks) * {SGEMM_PART_COLS} < n ? (last - gi * blocks) * {SGEMM_PART_COLS} : n;\n"
                  f"    ((pm_sgemm_t)c[0])(101, {ta}, {tb}, {g.m}, n1 - n0, {g.k}, {literal(g.alpha, F32)}, "
-                 f"(const float*)c[1] + gi * {step[0]}, {a[2]}, (const float*)c[2] + gi * {step[1]} + n0"
-                 f"{f' * {b[2]}' if b[3] else ''}, {b[2]}, {literal(g.beta, F32)}, (float*)c[3] + gi * {step[2]} + n0, "
+                 f"(const float*)c[1]{step[0]}, {a[2]}, (const float*)c[2]{step[1]} + n0"
+                 f"{f' * {b[2]}' if b[3] else ''}, {b[2]}, {literal(g.beta, F32)}, (float*)c[3]{step[2]} + n0, "
                  f"{c[2]});\n    p = last;\n  }}\n}}\n")
-    ng = groups.arg[1]
     w(f"{{ const i64 pm_n = {n_expr};")
     w(f"  void* pm_c[] = {{(void*)sgemm, (void*)({names[a[0]]} + {em.expr(at0[0])}), (void*)({names[b[0]]} + "
       f"{em.expr(at0[1])}), (void*)({names[c[0]]} + {em.expr(at0[2])}), (void*)(intptr_t)pm_n}};")
     w(f"  const i64 pm_parts = {ng} * ((pm_n + {SGEMM_PART_COLS - 1}) / {SGEMM_PART_COLS});")
     w(f"  if ({ng} * {g.m} * pm_n * {g.k} >= {PAR_MIN_MACS}) pm_split_fn({fn}, (void* const*)pm_c, pm_parts);")
-    w(f"  else {fn}((void* const*)pm_c, 0, pm_parts); }}")
-  else:
-    # sgemm runs on one OpenBLAS thread (runtime/blas.py); a large one is cut into column blocks of C that the
-    # program's threads run as separate sgemm calls (B's columns start n0 in, or n0 rows in when it is transposed)
-    fn = f"pm_sgemm_part{len(parts)}"
-    parts.append(f"static void {fn}(void* const* c, int64_t lo, int64_t hi) {{\n"
-                 f"  const i64 n = (i64)(intptr_t)c[4], n0 = lo * {SGEMM_PART_COLS}, "
-                 f"n1 = hi * {SGEMM_PART_COLS} < n ? hi * {SGEMM_PART_COLS} : n;\n"
-                 f"  if (n1 > n0) ((pm_sgemm_t)c[0])(101, {ta}, {tb}, {g.m}, n1 - n0, {g.k}, {literal(g.alpha, F32)}, "
-                 f"(const float*)c[1], {a[2]}, (const float*)c[2] + n0{f' * {b[2]}' if b[3] else ''}, {b[2]}, "
-                 f"{literal(g.beta, F32)}, (float*)c[3] + n0, {c[2]});\n}}\n")
-    w(f"{{ const i64 pm_n = {n_expr};")
-    w(f"  void* pm_c[] = {{(void*)sgemm, (void*)({names[a[0]]} + {em.expr(a[1])}), (void*)({names[b[0]]} + {em.expr(b[1])}), "
-      f"(void*)({names[c[0]]} + {em.expr(c[1])}), (void*)(intptr_t)pm_n}};")
-    w(f"  const i64 pm_parts = (pm_n + {SGEMM_PART_COLS - 1}) / {SGEMM_PART_COLS};")
-    w(f"  if ({g.m} * pm_n * {g.k} >= {PAR_MIN_MACS}) pm_split_fn({fn}, (void* const*)pm_c, pm_parts);")
     w(f"  else {fn}((void* const*)pm_c, 0, pm_parts); }}")
   for _ in range(inner_open):
     w.close()
