@@ -99,25 +99,27 @@ static int64_t pm_rows;
 static __thread int64_t pm_threads = 1;   /* the threads of the pm_run on this thread (pm_split reads it) */
 /* part p's unclaimed chunks [next, end), one word per cache line: (generation << 32) | (next << 16) | end */
 static struct { uint64_t v; char pad[56]; } pm_range[PM_MAX_THREADS] __attribute__((aligned(64)));
-/* the CPU each thread of the run last saw itself on (0: the caller), -1 before it looked */
+/* 1 + the CPU each thread of the run last saw itself on (0: the caller), 0 before it looked or where it cannot tell */
 static struct { int v; char pad[60]; } pm_cpu[PM_MAX_THREADS] __attribute__((aligned(64)));
-static int pm_cpu_init = 0;
 
-static void pm_publish_cpu(int id) { __atomic_store_n(&pm_cpu[id].v, sched_getcpu(), __ATOMIC_RELAXED); }
+static int pm_publish_cpu(int id) {
+  const int cpu = sched_getcpu();
+  __atomic_store_n(&pm_cpu[id].v, cpu + 1, __ATOMIC_RELAXED);
+  return cpu;
+}
 
 /* Worker id (>= 1) of a run of `parts` threads: if its CPU is the caller's or a lower-numbered worker's, move to an
    allowed CPU none of the run's threads is on, if there is one. */
 static void pm_apart(int id, int parts) {
-  const int me = sched_getcpu();
-  __atomic_store_n(&pm_cpu[id].v, me, __ATOMIC_RELAXED);
+  const int me = pm_publish_cpu(id);
   int shared = 0;
-  for (int j = 0; j < id && j < parts && !shared; j++) shared = me >= 0 && __atomic_load_n(&pm_cpu[j].v, __ATOMIC_RELAXED) == me;
+  for (int j = 0; j < id && j < parts && !shared; j++) shared = me >= 0 && __atomic_load_n(&pm_cpu[j].v, __ATOMIC_RELAXED) == me + 1;
   if (!shared) return;
   cpu_set_t mask, away;
   if (sched_getaffinity(0, sizeof mask, &mask) != 0) return;
   away = mask;
   for (int j = 0; j < parts; j++) {
-    const int c = __atomic_load_n(&pm_cpu[j].v, __ATOMIC_RELAXED);
+    const int c = __atomic_load_n(&pm_cpu[j].v, __ATOMIC_RELAXED) - 1;
     if (c >= 0 && c < CPU_SETSIZE) CPU_CLR(c, &away);
   }
   if (CPU_COUNT(&away) == 0 || sched_setaffinity(0, sizeof away, &away) != 0) return;
@@ -130,8 +132,7 @@ static void pm_child(void) {
   pm_active = 0;
   pm_gen = 0;
   pm_finished = pm_chunks = 0;
-  for (int p = 0; p < PM_MAX_THREADS; p++) pm_range[p].v = 0;
-  pm_cpu_init = 0;
+  for (int p = 0; p < PM_MAX_THREADS; p++) pm_range[p].v = pm_cpu[p].v = 0;
   pthread_mutex_init(&pm_mu, 0);
   pthread_mutex_init(&pm_run_mu, 0);
   pthread_cond_init(&pm_go, 0);
@@ -198,10 +199,6 @@ static int pm_pool(int want) {  /* threads that can run now: the caller plus the
     pthread_atfork(0, 0, pm_child);
     pm_atfork = 1;
   }
-  if (!pm_cpu_init) {
-    for (int p = 0; p < PM_MAX_THREADS; p++) pm_cpu[p].v = -1;
-    pm_cpu_init = 1;
-  }
   pthread_attr_t attr;
   const int have_attr = pthread_attr_init(&attr) == 0 && pthread_attr_setstacksize(&attr, PM_WORKER_STACK) == 0;
   while (pm_workers < want - 1 && pm_workers < PM_MAX_THREADS - 1) {
@@ -222,8 +219,8 @@ void pm_split(pm_par_t fn, void* const* args, int64_t rows) {
   }
   pthread_mutex_lock(&pm_run_mu);  /* one parallel kernel at a time in this process */
   pthread_mutex_lock(&pm_mu);
-  const int parts = pm_pool((int)(want < PM_MAX_THREADS ? want : PM_MAX_THREADS));
   pm_publish_cpu(0);
+  const int parts = pm_pool((int)(want < PM_MAX_THREADS ? want : PM_MAX_THREADS));
   const int64_t chunks = rows < (int64_t)parts * PM_CHUNKS ? rows : (int64_t)parts * PM_CHUNKS;
   const uint64_t gen = pm_gen + 1;
   pm_fn = fn;
