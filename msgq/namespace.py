@@ -108,7 +108,7 @@ def _own_dir(path: str) -> bool:
 
 def sweep_dead(stem: str, keep: Callable[[str], bool] | None = None) -> list[str]:
   """Remove the namespaces <stem><pid>_<hex> (shm and runtime dirs) whose pid is not running, except those
-  `keep(prefix)` is true of; returns their prefixes."""
+  `keep(prefix)` is true of; returns the prefixes of those it removed a directory of."""
   name = rf"({re.escape(stem)}(\d+)_[0-9a-f]+)"
   found = set()
   for root, pattern in ((SHM_ROOT, "msgq_" + name), (_runtime_base(), name)):
@@ -122,10 +122,11 @@ def sweep_dead(stem: str, keep: Callable[[str], bool] | None = None) -> list[str
   for p, pid in sorted(found):
     if pid_running(pid) or (keep is not None and keep(p)):
       continue
-    for path in (shm_dir_path(p), runtime_dir_path(p)):
-      if _own_dir(path):   # lstat: a symlink is no directory here, and rmtree would not follow one either
-        shutil.rmtree(path, ignore_errors=True)
-    removed.append(p)
+    paths = [path for path in (shm_dir_path(p), runtime_dir_path(p)) if _own_dir(path)]
+    for path in paths:   # _own_dir's lstat: a symlink is no directory here, and rmtree would not follow one either
+      shutil.rmtree(path, ignore_errors=True)
+    if paths:
+      removed.append(p)
   return removed
 
 

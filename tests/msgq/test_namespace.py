@@ -153,6 +153,7 @@ def test_a_generated_namespace_left_by_a_killed_process_is_swept_when_the_next_o
     assert not os.path.exists(namespace.shm_dir_path(stale)) and not os.path.exists(namespace.runtime_dir_path(stale))
     assert os.path.isdir(namespace.shm_dir_path(live)) and os.path.isdir(namespace.runtime_dir_path(live))
     assert os.path.islink(link) and (target / "keep").read_bytes() == b"x"
+    assert os.path.basename(link)[len("msgq_"):] not in namespace.sweep_dead(namespace.AUTO_STEM), "left alone, not reported"
   finally:
     for p in (stale, live):
       shutil.rmtree(namespace.shm_dir_path(p), ignore_errors=True)
