@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 from msgq.env import MSGQ_ENV
 from msgq.errors import NamespaceError
+from msgq.proc import running
 
 PREFIX_ENV = "OPENPILOT_PREFIX"
 SHM_ROOT = "/dev/shm"
@@ -88,16 +89,6 @@ def runtime_dir() -> str:
   return _private_dir(runtime_dir_path())
 
 
-def pid_running(pid: int) -> bool:
-  """False for a pid that is gone or a zombie (dead, not yet reaped: a killed process whose parent, or init in a
-  container, has not collected it yet)."""
-  try:
-    with open(f"/proc/{pid}/stat") as f:
-      return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-  except (OSError, IndexError):
-    return False
-
-
 def _own_dir(path: str) -> bool:
   try:
     st = os.lstat(path)
@@ -120,7 +111,7 @@ def sweep_dead(stem: str, keep: Callable[[str], bool] | None = None) -> list[str
       found.add((m.group(1), int(m.group(2))))
   removed = []
   for p, pid in sorted(found):
-    if pid_running(pid) or (keep is not None and keep(p)):
+    if running(pid) or (keep is not None and keep(p)):
       continue
     paths = [path for path in (shm_dir_path(p), runtime_dir_path(p)) if _own_dir(path)]
     for path in paths:   # _own_dir's lstat: a symlink is no directory here, and rmtree would not follow one either

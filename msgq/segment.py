@@ -11,6 +11,7 @@ import secrets
 import stat
 
 from msgq import namespace
+from msgq.proc import start_time
 from msgq.env import MSGQ_ENV
 from msgq.errors import IpcError, MultiplePublishersError, SegmentSizeError, SegmentTruncatedError
 
@@ -30,18 +31,6 @@ SLOT_BASE, SLOT_WORDS = 24, 8
 S_PID, S_START, S_UID, S_POS, S_DROPPED = 0, 1, 2, 3, 4
 
 
-def _start_time(pid: int) -> int | None:
-  """Process start time in clock ticks since boot (field 22 of /proc/<pid>/stat); None if pid is gone or a
-  zombie (dead, just not reaped yet). With the pid it names one process, even after pid reuse."""
-  try:
-    with open(f"/proc/{pid}/stat", "rb") as f:
-      stat_line = f.read()
-  except (FileNotFoundError, ProcessLookupError):
-    return None
-  fields = stat_line[stat_line.rindex(b")") + 2:].split()  # fields 3.. (the name may contain spaces)
-  return None if fields[0] in (b"Z", b"X") else int(fields[19])
-
-
 _own = (0, 0)
 
 
@@ -50,12 +39,12 @@ def own_identity() -> tuple[int, int]:
   global _own
   pid = os.getpid()
   if _own[0] != pid:
-    _own = (pid, _start_time(pid) or 0)
+    _own = (pid, start_time(pid) or 0)
   return _own
 
 
 def process_alive(pid: int, start: int) -> bool:
-  return pid != 0 and _start_time(pid) == start
+  return pid != 0 and start_time(pid) == start
 
 
 def live_publisher(path: str) -> int | None:

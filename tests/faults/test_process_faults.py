@@ -13,6 +13,7 @@ import time
 import pytest
 
 from cereal.services import SERVICE_LIST
+from msgq.proc import running
 
 from .stack import REPO_ROOT, Recorder, wait_for, zombies_of
 
@@ -30,15 +31,6 @@ def _start_manager(log_path: str) -> subprocess.Popen:
 def _read(path: str) -> str:
   with open(path) as f:
     return f.read()
-
-
-def _pid_alive(pid: int) -> bool:
-  """True while `pid` exists and is not a zombie."""
-  try:
-    with open(f"/proc/{pid}/stat") as f:
-      return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-  except OSError:
-    return False
 
 
 def _procs(rec: Recorder) -> dict:
@@ -86,7 +78,7 @@ def test_sigterm_and_sigkill_of_every_process_then_of_the_manager(namespace, tmp
       new = rec.wait(lambda r: _all_running(r, not_pids=pids),
                      what=lambda: f"every process restarted after {sig.name}:\n{_read(log_path)[-3000:]}")
       for name in DAEMONS:
-        wait_for(lambda: not _pid_alive(pids[name]), what=f"old {name} gone")
+        wait_for(lambda: not running(pids[name]), what=f"old {name} gone")
       rec.wait(lambda r: _outputs_flow(r, t), what=f"outputs to resume after {sig.name}")
       rounds[sig.name] = (pids, new)
       text = _read(log_path)
@@ -106,7 +98,7 @@ def test_sigterm_and_sigkill_of_every_process_then_of_the_manager(namespace, tmp
   text = _read(log_path)
   assert rc == 130 and "interrupted; stopping" in text, text[-3000:]    # the manager's "stopped by a signal" code
   for pid in all_pids:
-    wait_for(lambda: not _pid_alive(pid), timeout=30, what=f"pid {pid} to be gone")
+    wait_for(lambda: not running(pid), timeout=30, what=f"pid {pid} to be gone")
   assert not os.path.exists(namespace.shm_dir) and not os.path.exists(namespace.runtime_dir)
 
 
@@ -121,7 +113,7 @@ def test_sigkilled_manager_leaves_no_orphans_and_the_next_run_takes_over_its_lef
     manager.send_signal(signal.SIGKILL)
     manager.wait(30)
     for name, pid in pids.items():   # PR_SET_PDEATHSIG: the kernel kills every child with the manager
-      wait_for(lambda: not _pid_alive(pid), what=f"{name} (pid {pid}) to die with the manager")
+      wait_for(lambda: not running(pid), what=f"{name} (pid {pid}) to die with the manager")
     # the crashed run's leftovers: segments whose publishers are dead, a camera socket nobody serves
     leftovers = os.listdir(namespace.shm_dir)
     assert "modelV2" in leftovers and "visionipc_camerad.sock" in os.listdir(namespace.runtime_dir)

@@ -7,7 +7,7 @@ import time
 import pytest
 
 import msgq
-from msgq.segment import _start_time
+from msgq.proc import running
 
 READER = """
 import sys, zlib, msgq
@@ -24,7 +24,7 @@ print(n, crc, sub.dropped, flush=True)
 
 
 def _alive_pids(pid: int) -> set:
-  return {pid} if _start_time(pid) is not None else set()
+  return {pid} if running(pid) else set()
 
 
 def _wait_line(proc, expected: str) -> None:

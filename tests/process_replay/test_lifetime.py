@@ -11,6 +11,7 @@ import time
 import pytest
 
 from msgq.namespace import SHM_ROOT, runtime_dir_path
+from msgq.proc import running
 from procfs import proc_stats
 from repo_paths import REPO_ROOT
 
@@ -21,18 +22,6 @@ def start_cli(*args, cwd) -> subprocess.Popen:
   with open(cwd / "stdout", "w") as out, open(cwd / "stderr", "w") as err:
     return subprocess.Popen([sys.executable, "-m", "process_replay", *args], cwd=cwd, stdout=out, stderr=err,
                             start_new_session=True, env={**os.environ, "PYTHONPATH": REPO_ROOT})
-
-
-def state(pid: int) -> str | None:
-  try:
-    with open(f"/proc/{pid}/stat") as f:
-      return f.read().rsplit(")", 1)[1].split()[0]
-  except OSError:
-    return None
-
-
-def alive(pid: int) -> bool:
-  return state(pid) not in (None, "Z")
 
 
 def cmdline(pid: int) -> str:
@@ -116,12 +105,12 @@ def test_a_sigkilled_harness_takes_its_replay_children_with_it_and_the_next_run_
   os.kill(cli.pid, signal.SIGSTOP)
   dm = next(pid for pid in daemons if cmdline(pid).split()[0] == "dmonitoringd" and in_main(pid))
   os.kill(dm, signal.SIGTERM)
-  wait_for(lambda: not alive(dm), 10, f"dmonitoringd (pid {dm}) to end on SIGTERM")
+  wait_for(lambda: not running(dm), 10, f"dmonitoringd (pid {dm}) to end on SIGTERM")
 
   os.kill(cli.pid, signal.SIGKILL)
   cli.wait()
   for pid in harnesses:   # PR_SET_PDEATHSIG: the kernel kills every daemon and pool worker with the harness
-    wait_for(lambda: not alive(pid), 10, f"{cmdline(pid)} (pid {pid}) to die with the harness")
+    wait_for(lambda: not running(pid), 10, f"{cmdline(pid)} (pid {pid}) to die with the harness")
   left = namespaces_of(harnesses)
   assert left, "a SIGKILLed harness cannot remove its namespaces"
 
@@ -151,7 +140,7 @@ def test_ctrl_c_prints_what_finished_says_it_was_interrupted_and_exits_130_leavi
   assert re.search(r"^tici +dmonitoringd .* PASS ", out, re.M) and "chain" not in out.split("real-time factor")[0], out
   assert out.rstrip().endswith("interrupted: 1 of 2 tasks finished; the others were stopped"), out
   for pid in started:
-    wait_for(lambda: not alive(pid), 10, f"{cmdline(pid)} (pid {pid}) to be gone")
+    wait_for(lambda: not running(pid), 10, f"{cmdline(pid)} (pid {pid}) to be gone")
   assert namespaces_of(started) == []
   assert sorted(os.listdir(tmp_path)) == ["stderr", "stdout"]   # no report: nothing that finished failed
 
