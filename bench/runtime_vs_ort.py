@@ -27,6 +27,9 @@ timed again at each thread count with the peers' sessions closed and no pause be
 thread scaling, free of the idle gaps the interleaved blocks start after). Our thread count is
 OnnxRunner(threads=): sgemm's threads and the parts a large generated kernel's rows are cut into; onnxruntime
 runs intra_op threads with its CPU provider, OpenVINO INFERENCE_NUM_THREADS, both in f32. Ratios are ours / peer.
+With more than one thread count, bench.host_probe's stream probe runs before each model's blocks and after its
+"alone" timing; the rows around which it read the two CPUs apart (no shared last-level cache: threads that hand
+each other data slow down, for seconds to minutes on a VM) are listed at the end and in the summary's cpus_apart.
 
 --quick is a smoke run (a few small models of each group, few iterations) and is not recorded. --compile also
 measures, each in a fresh process, a cold compile and a load from the disk cache for the daemons' models.
@@ -48,6 +51,7 @@ import numpy as np
 import onnxruntime as ort
 
 from bench import results
+from bench.host_probe import STREAM_APART, HostProbe, ProbeError
 from bench.make_nets import NETS_DIR, model_groups
 from runtime import OnnxRunner
 from runtime.errors import RuntimeCoreError
@@ -217,7 +221,7 @@ def first_line(e: BaseException) -> str:
   return f"{type(e).__name__}: {lines[0] if lines else ''}"[:200]
 
 
-def bench(group: str, name: str, path: str, args) -> dict:
+def bench(group: str, name: str, path: str, args, probe: HostProbe | None = None) -> dict:
   counts = [int(c) for c in args.threads.split(",")]
   row = {"model": name, "group": group}
   try:
@@ -239,6 +243,7 @@ def bench(group: str, name: str, path: str, args) -> dict:
   ov_ok = bool(e.ov) and all(v <= args.tol for k, v in errs.items() if k.startswith("ov"))
   runs = [("ours", e.run_ours), ("ort", e.run_ort)] + ([("ov", e.run_ov)] if ov_ok else [])
   times = {(eng, n): [] for eng, _ in runs for n in counts}
+  streams = [host_stream(probe)]
   settled = []
   for n in counts:
     for _, fn in runs:  # warm each (first touches of memory, thread pools)
@@ -270,9 +275,22 @@ def bench(group: str, name: str, path: str, args) -> dict:
         f"rel err {row['rel_err']:.1e}" + ("; OpenVINO's output is off, left out" if row.get("ov_wrong") else ""), flush=True)
   if len(counts) > 1:
     row["alone_ms"] = alone(e, counts, args)
+  streams.append(host_stream(probe))
+  if probe is not None:
+    row["host_stream"] = streams
   if args.per_kernel:
     per_kernel(e.ours[one], args)
   return row
+
+
+def host_stream(probe: HostProbe | None) -> float | None:
+  """bench.host_probe's stream ratio now (None without a probe, or where it could not run)."""
+  if probe is None:
+    return None
+  try:
+    return probe.stream()
+  except ProbeError:
+    return None
 
 
 def alone(e, counts: list[int], args) -> dict:
@@ -330,6 +348,7 @@ def summarise(rows: list[dict]) -> dict:
       scal[r["model"]] = r["alone_ms"][f"ours@{counts[0]}"] / r["alone_ms"][f"ours@{counts[1]}"]
   s["scaling_ours"] = scal
   s["geomean_scaling_ours"] = geomean(list(scal.values()))
+  s["cpus_apart"] = [r["model"] for r in rows if any(v is not None and v > STREAM_APART for v in r.get("host_stream") or ())]
   if ok:
     s["max_ort_1"] = max(r["ratio_ort_1"] for r in ok)
     s["worst_ort_1"] = max(ok, key=lambda r: r["ratio_ort_1"])["model"]
@@ -399,9 +418,14 @@ def main():
         f"load={load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f} (1/5/15-minute averages, before)")
   todo = models(args)
   rows = []
-  for i, (group, name, path) in enumerate(todo):
-    print(f"[{i + 1}/{len(todo)}] {group}/{name}", flush=True)
-    rows.append(bench(group, name, path, args))
+  probe = HostProbe() if len(counts) > 1 else None
+  try:
+    for i, (group, name, path) in enumerate(todo):
+      print(f"[{i + 1}/{len(todo)}] {group}/{name}", flush=True)
+      rows.append(bench(group, name, path, args, probe))
+  finally:
+    if probe is not None:
+      probe.close()
   table(rows, counts)
   s = summarise(rows)
   print(f"\nstandard set: {s['standard_models']} models, {s['geomean_models']} in the geomeans; refused "
@@ -420,6 +444,10 @@ def main():
       print(f"ours alone (peers' sessions closed) at {counts[1]} threads vs {counts[0]}: geomean {s['geomean_scaling_ours']:.2f}x "
             f"(target >= {TARGETS['scaling_2_threads']} on resnet50-sized models; best {top}; "
             f"resnet50 {s['scaling_ours'].get('resnet50_rand', float('nan')):.2f}x)")
+  if s["cpus_apart"]:
+    print(f"host: around {len(s['cpus_apart'])} of {len(rows)} rows the two CPUs read apart (bench.host_probe's stream, 2 threads "
+          f"over 1, above {STREAM_APART}: no shared last-level cache), where data the threads hand each other crosses "
+          f"between caches and 2-thread figures fall: {', '.join(s['cpus_apart'])}")
   print(f"search: {'off' if os.environ.get('PYMODELD_SEARCH', '').strip().lower() in ('0', 'false', 'no') else 'on'} "
         "(PYMODELD_SEARCH); its results and the programs built with them are cached beside the kernels")
   compile_rows = {}

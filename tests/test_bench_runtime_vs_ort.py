@@ -9,6 +9,7 @@ import onnx
 import pytest
 
 from bench import runtime_vs_ort as rvo
+from bench.host_probe import HostProbe
 from bench.make_nets import BUILT_STANDARD
 
 
@@ -29,6 +30,21 @@ def test_geomeans_cover_only_the_standard_rows_that_ran_and_count_what_was_left_
   assert s["geomean_ov_1"] == pytest.approx(0.5) and s["geomean_ov_1_models"] == 1
   assert (s["standard_models"], s["geomean_models"], s["refused"], s["failed"]) == (4, 2, ["lstm_op"], ["bad"])
   assert (s["worst_ort_1"], s["max_ort_1"], s["worst_ort_best"]) == ("a", 2.0, "b")
+
+
+def test_the_rows_timed_while_the_host_probe_read_the_cpus_apart_are_listed_whichever_side_of_the_row_it_read_them():
+  rows = [_row("calm"), _row("before"), _row("after"), _row("unprobed"), _row("failed_probe")]
+  for r, stream in zip(rows, ([1.4, 1.38], [1.95, 1.4], [1.3, 1.9], None, [None, None])):
+    if stream is not None:
+      r["host_stream"] = stream
+  assert rvo.summarise(rows)["cpus_apart"] == ["before", "after"]
+
+
+def test_the_host_probe_reads_two_threads_against_one():
+  """Both probes run their two threads at once: the ratio is finite and at most about what two CPUs can give."""
+  with HostProbe() as probe:
+    assert 0.5 < probe.fma() < 3.0
+    assert 0.5 < probe.stream() < 3.0
 
 
 def test_rel_err_calls_a_wrong_shape_or_a_nan_infinitely_wrong():
