@@ -28,8 +28,9 @@ thread scaling, free of the idle gaps the interleaved blocks start after). Our t
 OnnxRunner(threads=): sgemm's threads and the parts a large generated kernel's rows are cut into; onnxruntime
 runs intra_op threads with its CPU provider, OpenVINO INFERENCE_NUM_THREADS, both in f32. Ratios are ours / peer.
 With more than one thread count, bench.host_probe's stream probe runs before each model's blocks and after its
-"alone" timing; the rows around which it read the two CPUs apart (no shared last-level cache: threads that hand
-each other data slow down, for seconds to minutes on a VM) are listed at the end and in the summary's cpus_apart.
+"alone" timing; the rows around which it read the two CPUs apart (each with its own path to memory, as when they
+share no last-level cache: threads that hand each other data slow down, for seconds to minutes on a VM) are listed
+at the end and in the summary's cpus_apart.
 
 --quick is a smoke run (a few small models of each group, few iterations) and is not recorded. --compile also
 measures, each in a fresh process, a cold compile and a load from the disk cache for the daemons' models.
@@ -446,7 +447,7 @@ def main():
             f"resnet50 {s['scaling_ours'].get('resnet50_rand', float('nan')):.2f}x)")
   if s["cpus_apart"]:
     print(f"host: around {len(s['cpus_apart'])} of {len(rows)} rows the two CPUs read apart (bench.host_probe's stream, 2 threads "
-          f"over 1, above {STREAM_APART}: no shared last-level cache), where data the threads hand each other crosses "
+          f"over 1, above {STREAM_APART}, as when they share no last-level cache), where data the threads hand each other crosses "
           f"between caches and 2-thread figures fall: {', '.join(s['cpus_apart'])}")
   print(f"search: {'off' if os.environ.get('PYMODELD_SEARCH', '').strip().lower() in ('0', 'false', 'no') else 'on'} "
         "(PYMODELD_SEARCH); its results and the programs built with them are cached beside the kernels")

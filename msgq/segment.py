@@ -11,9 +11,9 @@ import secrets
 import stat
 
 from msgq import namespace
-from msgq.proc import start_time
 from msgq.env import MSGQ_ENV
 from msgq.errors import IpcError, MultiplePublishersError, SegmentSizeError, SegmentTruncatedError
+from msgq.proc import start_time
 
 MAGIC = int.from_bytes(b"pymsgq\0\0", "little")
 VERSION = 1
