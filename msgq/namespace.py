@@ -15,6 +15,9 @@ Invariants:
   sweep_dead(stem) removes the directories of those whose process is gone (or a zombie); it never touches one whose
   process runs, nor anything that is not this user's own directory, nor anything through a symlink. Namespace()
   sweeps its stem once per process, as it makes its first.
+- Runtime dirs live in one per-user base ($XDG_RUNTIME_DIR/pymodeld, else /tmp/pymodeld-<uid>), made when a runtime
+  dir is and removed by Namespace's exit and by sweep_dead once it is empty: computing a path or sweeping creates
+  nothing.
 """
 import os
 import re
@@ -73,20 +76,50 @@ def shm_dir() -> str:
   return _private_dir(shm_dir_path())
 
 
-def _runtime_base() -> str:
+def _runtime_base_path() -> tuple[str, str]:
+  """(the per-user directory that holds every namespace's runtime dir, the fix to name if it is not ours)."""
   xdg = MSGQ_ENV.get("XDG_RUNTIME_DIR")
   if xdg and os.path.isdir(xdg) and os.access(xdg, os.W_OK):
-    return _private_dir(os.path.join(xdg, "pymodeld"), "point XDG_RUNTIME_DIR elsewhere")
-  return _private_dir(f"/tmp/pymodeld-{os.getuid()}", "set XDG_RUNTIME_DIR to a directory of yours")
+    return os.path.join(xdg, "pymodeld"), "point XDG_RUNTIME_DIR elsewhere"
+  return f"/tmp/pymodeld-{os.getuid()}", "set XDG_RUNTIME_DIR to a directory of yours"
 
 
 def runtime_dir_path(p: str | None = None) -> str:
+  """Where a namespace's runtime dir is; computing it creates nothing."""
   p = prefix() if p is None else _check_prefix(p)
-  return os.path.join(_runtime_base(), p or "default")
+  return os.path.join(_runtime_base_path()[0], p or "default")
+
+
+def runtime_base() -> str:
+  """The per-user base of the runtime dirs, created (0700) if missing and checked as ours."""
+  return _private_dir(*_runtime_base_path())
+
+
+def _make_runtime_dir(path: str) -> str:
+  """Create the base and then path in it. Another process's exit may remove the base once it is empty, between
+  the two: then the base is made again."""
+  for _ in range(3):
+    runtime_base()
+    try:
+      return _private_dir(path)
+    except FileNotFoundError:
+      continue
+  return _private_dir(path)
+
+
+def drop_empty_runtime_base() -> None:
+  """Remove the per-user base once no namespace dir is left in it, so a run leaves nothing in /tmp: rmdir removes
+  only an empty directory (and never follows a symlink), so one another process has just filled stays."""
+  base = _runtime_base_path()[0]
+  if _own_dir(base):
+    try:
+      os.rmdir(base)
+    except OSError:
+      pass
 
 
 def runtime_dir() -> str:
-  return _private_dir(runtime_dir_path())
+  return _make_runtime_dir(runtime_dir_path())
 
 
 def _own_dir(path: str) -> bool:
@@ -102,7 +135,7 @@ def sweep_dead(stem: str, keep: Callable[[str], bool] | None = None) -> list[str
   `keep(prefix)` is true of; returns the prefixes of those it removed a directory of."""
   name = rf"({re.escape(stem)}(\d+)_[0-9a-f]+)"
   found = set()
-  for root, pattern in ((SHM_ROOT, "msgq_" + name), (_runtime_base(), name)):
+  for root, pattern in ((SHM_ROOT, "msgq_" + name), (_runtime_base_path()[0], name)):
     try:
       entries = os.listdir(root)
     except OSError:
@@ -118,6 +151,8 @@ def sweep_dead(stem: str, keep: Callable[[str], bool] | None = None) -> list[str
       shutil.rmtree(path, ignore_errors=True)
     if paths:
       removed.append(p)
+  if removed:
+    drop_empty_runtime_base()
   return removed
 
 
@@ -138,12 +173,13 @@ class Namespace:
     self._saved_env = MSGQ_ENV.get(PREFIX_ENV, None)
     os.environ[PREFIX_ENV] = self.prefix
     _private_dir(self.shm_dir)
-    _private_dir(self.runtime_dir)
+    _make_runtime_dir(self.runtime_dir)
     return self
 
   def __exit__(self, *exc) -> None:
     shutil.rmtree(self.shm_dir, ignore_errors=True)
     shutil.rmtree(self.runtime_dir, ignore_errors=True)
+    drop_empty_runtime_base()
     if self._saved_env is None:
       os.environ.pop(PREFIX_ENV, None)
     else:

@@ -20,7 +20,7 @@ import os
 import shutil
 
 from msgq.namespace import prefix as env_prefix
-from msgq.namespace import runtime_dir_path, shm_dir_path
+from msgq.namespace import drop_empty_runtime_base, runtime_base, runtime_dir_path, shm_dir_path
 from msgq.segment import live_publisher
 
 LOCK_NAME = "manager.lock"
@@ -86,8 +86,16 @@ class NamespaceOwner:
   def acquire(cls, prefix: str | None) -> "NamespaceOwner":
     """Own the namespace, or NamespaceBusy naming the owner's pid. PermissionError (msgq's NamespaceError after
     its change) for a runtime dir that is not ours."""
-    rt = runtime_dir_path(prefix)   # creates and checks the owner-only base dir
-    made_dir = _private_mkdir(rt)
+    rt = runtime_dir_path(prefix)
+    for _ in range(3):
+      runtime_base()   # creates and checks the owner-only base dir
+      try:
+        made_dir = _private_mkdir(rt)
+        break
+      except FileNotFoundError:
+        continue   # another process's exit removed the base once it was empty: make it again
+    else:
+      made_dir = _private_mkdir(rt)
     path = os.path.join(rt, LOCK_NAME)
     for _ in range(5):
       try:
@@ -128,6 +136,7 @@ class NamespaceOwner:
         os.unlink(self.path)
         if remove or self._made_dir:
           os.rmdir(os.path.dirname(self.path))
+          drop_empty_runtime_base()
       except OSError:
         pass   # not empty: a successor may have created entries already, they are its own
     finally:
@@ -235,4 +244,5 @@ def clean(prefix: str | None) -> list[str]:
       os.unlink(path)
     else:
       shutil.rmtree(path)
+  drop_empty_runtime_base()
   return removed

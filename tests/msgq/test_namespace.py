@@ -141,6 +141,7 @@ def test_a_generated_namespace_left_by_a_killed_process_is_swept_when_the_next_o
   (target / "keep").write_bytes(b"x")
   link = namespace.shm_dir_path(f"ns{dead}_{secrets.token_hex(4)}")
   try:
+    namespace.runtime_base()
     for p in (stale, live):
       os.mkdir(namespace.shm_dir_path(p), 0o700)
       with open(os.path.join(namespace.shm_dir_path(p), "seg"), "wb") as f:
@@ -160,3 +161,22 @@ def test_a_generated_namespace_left_by_a_killed_process_is_swept_when_the_next_o
       shutil.rmtree(namespace.runtime_dir_path(p), ignore_errors=True)
     if os.path.islink(link):
       os.unlink(link)
+
+
+def test_sweeping_creates_no_runtime_base_and_the_last_namespace_out_removes_it(monkeypatch, tmp_path):
+  """The per-user base of the runtime dirs is made with the first runtime dir and removed when the last one in it
+  goes, so a run leaves nothing in /tmp; a sweep, or asking where a namespace lives, makes nothing."""
+  monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+  base = tmp_path / "pymodeld"
+  assert namespace.sweep_dead(namespace.AUTO_STEM) == []
+  assert namespace.runtime_dir_path("somewhere").startswith(str(base)) and not base.exists()
+  with Namespace() as outer:
+    with Namespace():
+      assert base.is_dir() and stat.S_IMODE(base.stat().st_mode) == 0o700
+    assert base.is_dir() and os.path.isdir(outer.runtime_dir), "the other namespace's dir keeps the base"
+  assert not base.exists()
+  stale = f"ns{_dead_pid()}_{secrets.token_hex(4)}"
+  namespace.runtime_base()
+  os.mkdir(namespace.runtime_dir_path(stale), 0o700)
+  assert namespace.sweep_dead(namespace.AUTO_STEM) == [stale]
+  assert not base.exists()

@@ -171,6 +171,10 @@ def _as_nobody(code: str, prefix: str, imports: str) -> subprocess.Popen:
 def nobody_cleanup(namespace):
   yield
   shutil.rmtree(f"/tmp/pymodeld-{NOBODY}/{namespace.prefix}", ignore_errors=True)
+  try:
+    os.rmdir(f"/tmp/pymodeld-{NOBODY}")   # its base, as its own exit would have, when no other namespace is in it
+  except OSError:
+    pass
 
 
 def test_another_user_on_the_same_prefix_and_port_receives_nothing(zmq_mode, namespace, nobody_cleanup, nobody_imports):

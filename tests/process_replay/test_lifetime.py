@@ -60,7 +60,8 @@ def namespaces_of(pids) -> list[str]:
   names = re.compile(rf"(msgq_)?replay({'|'.join(map(str, pids))})_[0-9a-f]+")
   out = []
   for root in (SHM_ROOT, os.path.dirname(runtime_dir_path("x"))):
-    out += [os.path.join(root, e) for e in os.listdir(root) if names.fullmatch(e)]
+    entries = os.listdir(root) if os.path.isdir(root) else []   # the runtime base goes with its last namespace
+    out += [os.path.join(root, e) for e in entries if names.fullmatch(e)]
   return out
 
 
