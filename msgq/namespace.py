@@ -16,8 +16,9 @@ Invariants:
   process runs, nor anything that is not this user's own directory, nor anything through a symlink. Namespace()
   sweeps its stem once per process, as it makes its first.
 - Runtime dirs live in one per-user base ($XDG_RUNTIME_DIR/pymodeld, else /tmp/pymodeld-<uid>), made when a runtime
-  dir is and removed by Namespace's exit and by sweep_dead once it is empty: computing a path or sweeping creates
-  nothing.
+  dir is (the dir through an fd of the checked base, so a name freed in /tmp and taken by a link is never followed)
+  and removed, only when empty, by whatever removes a namespace (Namespace's exit, sweep_dead, the manager's release
+  and clean): computing a path or sweeping creates nothing.
 """
 import os
 import re
@@ -95,16 +96,35 @@ def runtime_base() -> str:
   return _private_dir(*_runtime_base_path())
 
 
-def _make_runtime_dir(path: str) -> str:
-  """Create the base and then path in it. Another process's exit may remove the base once it is empty, between
-  the two: then the base is made again."""
-  for _ in range(3):
+def make_runtime_dir(path: str) -> bool:
+  """Create a namespace's runtime dir (0700) in the base, making the base first; True if this call made it.
+
+  The dir is made through an fd of the checked base (O_NOFOLLOW), never through its path: another of our processes
+  may remove the base once it is empty, and a name freed in /tmp could be taken by a symlink before our mkdir. A base
+  removed after we opened it is made again; one that is not ours (or a link) is refused, as runtime_base() does."""
+  base, name = os.path.split(path)
+  for _ in range(5):
     runtime_base()
     try:
-      return _private_dir(path)
+      fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
       continue
-  return _private_dir(path)
+    except OSError as e:
+      raise NamespaceError(f"{base} is not a private directory ({e.strerror}): {_runtime_base_path()[1]}") from None
+    try:
+      st = os.fstat(fd)
+      if st.st_uid != os.getuid():
+        raise NamespaceError(f"{base} belongs to uid {st.st_uid}, not to you: {_runtime_base_path()[1]}")
+      try:
+        os.mkdir(name, 0o700, dir_fd=fd)
+        return True
+      except FileExistsError:
+        return False
+      except FileNotFoundError:
+        continue   # the base was removed after we opened it
+    finally:
+      os.close(fd)
+  raise NamespaceError(f"{base} keeps disappearing while a runtime dir is made in it; is something removing it?")
 
 
 def drop_empty_runtime_base() -> None:
@@ -119,7 +139,9 @@ def drop_empty_runtime_base() -> None:
 
 
 def runtime_dir() -> str:
-  return _make_runtime_dir(runtime_dir_path())
+  path = runtime_dir_path()
+  make_runtime_dir(path)
+  return _private_dir(path)
 
 
 def _own_dir(path: str) -> bool:
@@ -173,7 +195,8 @@ class Namespace:
     self._saved_env = MSGQ_ENV.get(PREFIX_ENV, None)
     os.environ[PREFIX_ENV] = self.prefix
     _private_dir(self.shm_dir)
-    _make_runtime_dir(self.runtime_dir)
+    make_runtime_dir(self.runtime_dir)
+    _private_dir(self.runtime_dir)
     return self
 
   def __exit__(self, *exc) -> None:

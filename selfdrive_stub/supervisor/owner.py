@@ -20,7 +20,7 @@ import os
 import shutil
 
 from msgq.namespace import prefix as env_prefix
-from msgq.namespace import drop_empty_runtime_base, runtime_base, runtime_dir_path, shm_dir_path
+from msgq.namespace import drop_empty_runtime_base, make_runtime_dir, runtime_dir_path, shm_dir_path
 from msgq.segment import live_publisher
 
 LOCK_NAME = "manager.lock"
@@ -32,15 +32,6 @@ class NamespaceBusy(Exception):
   def __init__(self, prefix: str, message: str, pid: int | None = None):
     self.prefix, self.pid = prefix, pid
     super().__init__(message)
-
-
-def _private_mkdir(path: str) -> bool:
-  """mkdir 0700 unless present (True if it made it); what is already there is judged by msgq.namespace."""
-  try:
-    os.mkdir(path, 0o700)
-    return True
-  except FileExistsError:
-    return False
 
 
 def _read_pid(fd: int) -> int | None:
@@ -87,15 +78,7 @@ class NamespaceOwner:
     """Own the namespace, or NamespaceBusy naming the owner's pid. PermissionError (msgq's NamespaceError after
     its change) for a runtime dir that is not ours."""
     rt = runtime_dir_path(prefix)
-    for _ in range(3):
-      runtime_base()   # creates and checks the owner-only base dir
-      try:
-        made_dir = _private_mkdir(rt)
-        break
-      except FileNotFoundError:
-        continue   # another process's exit removed the base once it was empty: make it again
-    else:
-      made_dir = _private_mkdir(rt)
+    made_dir = make_runtime_dir(rt)   # and the owner-only base dir, checked
     path = os.path.join(rt, LOCK_NAME)
     for _ in range(5):
       try:
@@ -122,7 +105,7 @@ class NamespaceOwner:
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         return cls(prefix, fd, path, made_dir)
       os.close(fd)   # the previous owner removed or replaced it while we waited: take the new one
-      made_dir = _private_mkdir(rt) or made_dir
+      made_dir = make_runtime_dir(rt) or made_dir
     raise NamespaceBusy(prefix, f"{label(prefix)}: its lock file keeps changing; is another manager starting?")
 
   def release(self, remove: bool = True) -> None:

@@ -180,3 +180,24 @@ def test_sweeping_creates_no_runtime_base_and_the_last_namespace_out_removes_it(
   os.mkdir(namespace.runtime_dir_path(stale), 0o700)
   assert namespace.sweep_dead(namespace.AUTO_STEM) == [stale]
   assert not base.exists()
+
+
+def test_a_link_planted_where_the_base_was_freed_is_never_followed_when_a_runtime_dir_is_made(monkeypatch, tmp_path):
+  """Between the base's check and the runtime dir's mkdir another of our processes may remove the empty base, and
+  someone else may put a symlink in its name: the dir is made through an fd of the checked base, so the link is
+  refused in one line and nothing is made where it points."""
+  monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+  base, elsewhere = tmp_path / "pymodeld", tmp_path / "theirs"
+  elsewhere.mkdir()
+  checked = namespace.runtime_base
+
+  def check_then_swap():
+    out = checked()
+    os.rmdir(base)
+    os.symlink(elsewhere, base)
+    return out
+
+  monkeypatch.setattr(namespace, "runtime_base", check_then_swap)
+  with pytest.raises(namespace.NamespaceError, match="not a private directory"):
+    namespace.make_runtime_dir(namespace.runtime_dir_path("victim"))
+  assert list(elsewhere.iterdir()) == []
