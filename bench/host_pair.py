@@ -51,13 +51,7 @@ def main():
     while time.monotonic() < end:
       ms = {}
       for n, r in runners.items():
-        r(**feeds)
-        ts = []
-        for _ in range(args.block):
-          t = time.perf_counter()
-          r(**feeds)
-          ts.append(time.perf_counter() - t)
-        ms[n] = statistics.median(ts) * 1e3
+        ms[n] = statistics.median(rvo.block_times(lambda: r(**feeds), args.block)) * 1e3
       rd = {"ms@1": ms[1], "ms@2": ms[2], "speedup": ms[1] / ms[2], "fma": probe.fma(), "stream": probe.stream()}
       rounds.append(rd)
       print(f"{name}: 1 thread {ms[1]:.2f} ms, 2 threads {ms[2]:.2f} ms (x{rd['speedup']:.2f}) | probes, 2 threads over 1: "

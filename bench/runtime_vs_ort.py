@@ -255,11 +255,7 @@ def bench(group: str, name: str, path: str, args, probe: HostProbe | None = None
     for n in counts:
       for eng, fn in order:
         settled.append(settle())   # the previous engine's idle workers stop spinning before this block starts
-        fn(n)                  # untimed: wakes this engine's workers (an idle vCPU of a VM is slow to wake)
-        for _ in range(args.block):
-          t = time.perf_counter()
-          fn(n)
-          times[(eng, n)].append(time.perf_counter() - t)
+        times[(eng, n)] += block_times(lambda: fn(n), args.block)
   med = {k: float(np.median(v)) for k, v in times.items()}
   best = {eng: min(med[(eng, n)] for n in counts) for eng, _ in runs}
   row.update({"status": "ok", "ms": {f"{eng}@{n}": med[(eng, n)] * 1e3 for eng, n in med},
@@ -302,12 +298,20 @@ def alone(e, counts: list[int], args) -> dict:
   times = {n: [] for n in counts}
   for _ in range(max(1, -(-args.iters // args.block))):
     for n in counts:
-      e.run_ours(n)
-      for _ in range(args.block):
-        t = time.perf_counter()
-        e.run_ours(n)
-        times[n].append(time.perf_counter() - t)
+      times[n] += block_times(lambda: e.run_ours(n), args.block)
   return {f"ours@{n}": float(np.median(v)) * 1e3 for n, v in times.items()}
+
+
+def block_times(run, block: int) -> list[float]:
+  """Seconds of each of `block` runs, after one untimed run that wakes the engine's workers (an idle vCPU of a VM
+  is slow to wake)."""
+  run()
+  out = []
+  for _ in range(block):
+    t = time.perf_counter()
+    run()
+    out.append(time.perf_counter() - t)
+  return out
 
 
 def per_kernel(runner, args):
