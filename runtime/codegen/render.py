@@ -54,8 +54,8 @@ def vector_prelude(vl: int) -> str:
           "#ifdef PM_IA32\n"
           "#define pm_zx8(b) __builtin_ia32_pmovzxbd512_mask((b), (vi){}, (unsigned short)-1)\n"
           "#define pm_sx8(b) __builtin_ia32_pmovsxbd512_mask((b), (vi){}, (unsigned short)-1)\n"
-          "#define pm_maskz_load(k, p) __builtin_ia32_loadups512_mask((p), (vf){}, (k))\n"
-          "#define pm_nonzero(m) __builtin_ia32_cmpd512_mask((m), (vi){}, 4, (unsigned short)-1)\n"
+          "#define pm_maskload(p, m) __builtin_ia32_loadups512_mask((p), (vf){}, "
+          "__builtin_ia32_cmpd512_mask((m), (vi){}, 4, (unsigned short)-1))\n"
           "#define pm_scalef(a, b) __builtin_ia32_scalefps512_mask((a), (b), (vf){}, (unsigned short)-1, 4)\n"
           "#define pm_mask_max(w, k, a, b) __builtin_ia32_maxps512_mask((a), (b), (w), (k), 4)\n"
           "#define pm_mask_min(w, k, a, b) __builtin_ia32_minps512_mask((a), (b), (w), (k), 4)\n"
@@ -63,21 +63,14 @@ def vector_prelude(vl: int) -> str:
           "#else\n#include <immintrin.h>\n"
           "#define pm_zx8(b) (vi)_mm512_cvtepu8_epi32((__m128i)(b))\n"
           "#define pm_sx8(b) (vi)_mm512_cvtepi8_epi32((__m128i)(b))\n"
-          "#define pm_maskz_load(k, p) (vf)_mm512_maskz_loadu_ps((k), (p))\n"
-          "#define pm_nonzero(m) _mm512_cmpneq_epi32_mask((__m512i)(m), _mm512_setzero_si512())\n"
+          "#define pm_maskload(p, m) (vf)_mm512_maskz_loadu_ps(_mm512_cmpneq_epi32_mask((__m512i)(m), _mm512_setzero_si512()), (p))\n"
           "#define pm_scalef(a, b) (vf)_mm512_scalef_ps((__m512)(a), (__m512)(b))\n"
           "#define pm_mask_max(w, k, a, b) (vf)_mm512_mask_max_ps((__m512)(w), (k), (__m512)(a), (__m512)(b))\n"
           "#define pm_mask_min(w, k, a, b) (vf)_mm512_mask_min_ps((__m512)(w), (k), (__m512)(a), (__m512)(b))\n"
           "#define pm_ordered(a) _mm512_cmp_ps_mask((__m512)(a), (__m512)(a), _CMP_ORD_Q)\n"
           "#endif\n"
-          # byte -> float lanes: GCC scalarises __builtin_convertvector from bytes, so use the ISA's widening
-          # load where there is one (the same values either way)
-          "static inline vf vu8_loadf(const uint8_t* p) { pm_v16qi b; __builtin_memcpy(&b, p, 16); "
-          "return __builtin_convertvector(pm_zx8(b), vf); }\n"
-          "static inline vf vi8_loadf(const int8_t* p) { pm_v16qi b; __builtin_memcpy(&b, p, 16); "
-          "return __builtin_convertvector(pm_sx8(b), vf); }\n"
-          # masked lanes are never read (the ISA suppresses their faults) and come back +0.0
-          "static inline vf vf_maskload(const float* p, vi m) { return pm_maskz_load(pm_nonzero(m), p); }\n"
+          "#define pm_max(a, b) pm_mask_max((a), (unsigned short)-1, (a), (b))\n"
+          "#define pm_min(a, b) pm_mask_min((a), (unsigned short)-1, (a), (b))\n"
           # p * 2^k for an integral k in [-150, 128], rounded once: what the two exact power-of-two factors below
           # give (the first product stays normal), in one instruction
           "static inline vf vscale(vf p, vf k) { return pm_scalef(p, k); }\n"
@@ -85,10 +78,6 @@ def vector_prelude(vl: int) -> str:
           # a is NaN: those lanes keep a (a mask). Two instructions for the generic form's five.
           "static inline vf vmax(vf a, vf b) { return pm_mask_max(a, pm_ordered(a), a, b); }\n"
           "static inline vf vmin(vf a, vf b) { return pm_mask_min(a, pm_ordered(a), a, b); }\n"
-          # x within [lo, hi], NaN kept: the ISA's max(lo, x) returns x where x is NaN (as lo > x is false), and so
-          # does min(hi, .) after it. Two instructions for the generic form's six; the same values.
-          "static inline vf vclamp(vf x, float lo, float hi) { vf l = (vf){} + lo, h = (vf){} + hi; "
-          "return pm_mask_min(h, (unsigned short)-1, h, pm_mask_max(l, (unsigned short)-1, l, x)); }\n"
           f"#elif defined(__AVX2__) && {vl} == 8\n"
           "#ifdef PM_IA32\n"
           "#define pm_zx8(b) __builtin_ia32_pmovzxbd256((b))\n"
@@ -107,14 +96,21 @@ def vector_prelude(vl: int) -> str:
           "#define pm_blendv(a, b, m) (vf)_mm256_blendv_ps((__m256)(a), (__m256)(b), (__m256)(m))\n"
           "#define pm_unordered(a) (vf)_mm256_cmp_ps((__m256)(a), (__m256)(a), _CMP_UNORD_Q)\n"
           "#endif\n"
-          "static inline vf vu8_loadf(const uint8_t* p) { pm_v16qi b = {}; __builtin_memcpy(&b, p, 8); "
-          "return __builtin_convertvector(pm_zx8(b), vf); }\n"
-          "static inline vf vi8_loadf(const int8_t* p) { pm_v16qi b = {}; __builtin_memcpy(&b, p, 8); "
-          "return __builtin_convertvector(pm_sx8(b), vf); }\n"
-          "static inline vf vf_maskload(const float* p, vi m) { return pm_maskload(p, m); }\n"
           # as above: the ISA's max/min where a is a number, a where it is NaN
           "static inline vf vmax(vf a, vf b) { return pm_blendv(pm_max(a, b), a, pm_unordered(a)); }\n"
           "static inline vf vmin(vf a, vf b) { return pm_blendv(pm_min(a, b), a, pm_unordered(a)); }\n"
+          "#endif\n"
+          f"#if (defined(__AVX512F__) && {vl} == 16) || (defined(__AVX2__) && {vl} == 8)\n"
+          # byte -> float lanes: GCC scalarises __builtin_convertvector from bytes, so use the ISA's widening
+          # load (the same values either way)
+          f"static inline vf vu8_loadf(const uint8_t* p) {{ pm_v16qi b = {{}}; __builtin_memcpy(&b, p, {vl}); "
+          "return __builtin_convertvector(pm_zx8(b), vf); }\n"
+          f"static inline vf vi8_loadf(const int8_t* p) {{ pm_v16qi b = {{}}; __builtin_memcpy(&b, p, {vl}); "
+          "return __builtin_convertvector(pm_sx8(b), vf); }\n"
+          # masked lanes are never read (the ISA suppresses their faults) and come back +0.0
+          "static inline vf vf_maskload(const float* p, vi m) { return pm_maskload(p, m); }\n"
+          # x within [lo, hi], NaN kept: the ISA's max(lo, x) returns x where x is NaN (as lo > x is false), and so
+          # does min(hi, .) after it. Two instructions for the generic form's six; the same values.
           "static inline vf vclamp(vf x, float lo, float hi) { return pm_min((vf){} + hi, pm_max((vf){} + lo, x)); }\n"
           "#else\n"
           f"static inline vf vu8_loadf(const uint8_t* p) {{ vf v; for (int j = 0; j < {vl}; j++) v[j] = p[j]; return v; }}\n"
