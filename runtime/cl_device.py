@@ -270,11 +270,13 @@ class CLLinked:
     self.inputs, self.held = self._own(program.inputs, program.input_bufs), self._own(program.held, program.held_bufs)
     for view in self.held.values():
       view.copyin(np.zeros(view.nbytes, np.uint8))
+    uploaded: dict[int, Any] = {}   # id of a const array -> its buffer: names sharing one array (share_identical) share it
     for name, a in program.consts.items():
-      data = np.ascontiguousarray(a).reshape(-1).view(np.uint8) if a.size else np.zeros(16, np.uint8)
-      buf = Buffer(device, data.nbytes).allocate()
-      buf.copyin(data)
-      self.place[name] = (buf, 0)
+      if id(a) not in uploaded:
+        data = np.ascontiguousarray(a).reshape(-1).view(np.uint8) if a.size else np.zeros(16, np.uint8)
+        uploaded[id(a)] = Buffer(device, data.nbytes).allocate()
+        uploaded[id(a)].copyin(data)
+      self.place[name] = (uploaded[id(a)], 0)
     self.outputs: dict[str, Any] = {}   # output -> a Buffer view, or a host array (constant or empty outputs)
     for o, (b, off) in program.output_place.items():
       spec = program.specs[o]

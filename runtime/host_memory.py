@@ -28,3 +28,31 @@ def aligned_copy(a: np.ndarray) -> np.ndarray:
   out = aligned_bytes(a.nbytes).view(a.dtype).reshape(a.shape)
   out[...] = a
   return out
+
+
+SHARE_MIN_BYTES = 4096   # constants below this are left as they are: sharing them saves nothing worth a compare
+
+
+def share_identical(consts: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """consts with every set of byte-identical arrays (same dtype and shape) made one array object, which link and the
+  OpenCL device then place once.
+
+  Why: each kernel lays out (packs) the constant operand it reads, so a weight that several nodes share (an unrolled
+  RNN's W and R at every step, tied weights) was held once per node: an 8-step LSTM layer held 11 MiB of packed
+  weights for its 1.5 MiB, and each step read its own copy through the caches. A sampled fingerprint picks the
+  candidates and the whole bytes decide, so two arrays are shared only when every byte is equal (NaN payloads and
+  signed zeros included). Names starting "out:" (a constant output, handed to the caller) are never shared."""
+  seen: dict[tuple, list[np.ndarray]] = {}
+  out = {}
+  for name, a in consts.items():
+    if name.startswith("out:") or a.nbytes < SHARE_MIN_BYTES or not a.flags.c_contiguous:
+      out[name] = a
+      continue
+    flat = a.reshape(-1).view(np.uint8)
+    key = (a.dtype.str, a.shape, flat[::max(1, flat.size // 64)].tobytes(), flat[-64:].tobytes())
+    same = seen.setdefault(key, [])
+    a = next((b for b in same if np.array_equal(flat, b.reshape(-1).view(np.uint8))), a)
+    if all(b is not a for b in same):
+      same.append(a)
+    out[name] = a
+  return out

@@ -34,7 +34,7 @@ from .codegen.ir import GemmKernel, HostKernel, LoopKernel
 from .codegen.rules import RULES
 from .digest import digest, tree_digest
 from .graph import Graph, Node, Spec
-from .host_memory import aligned_copy
+from .host_memory import aligned_copy, share_identical
 from .link import link
 from .memory_plan import Plan
 from .passes import fold_constants, optimize
@@ -322,6 +322,7 @@ def build_program(graph: Graph, device: str = "CPU", config: dict | None = None,
       output_place[o] = ["const", cname]
     else:
       output_place[o] = [place[0], int(place[1].offset)]
+  consts = share_identical(consts)
   p = Program(inputs=dict(lowered.inputs), outputs=list(lowered.outputs), specs=dict(specs), bufs=bufs, consts=consts,
               input_bufs=dict(lowered.input_bufs), held_bufs=dict(lowered.held_bufs), output_place=output_place,
               plan=lowered.plan, scratch_bytes=lowered.scratch_bytes, scratch_offsets=scratch_offsets, kernels=kernels,

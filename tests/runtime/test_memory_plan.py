@@ -3,14 +3,16 @@ planned; checked on random lifetimes and on real compiled models."""
 import os
 
 import numpy as np
+import onnx
 import pytest
 
+from runtime.host_memory import share_identical
 from runtime.memory_plan import ALIGN, lifetimes, plan_memory
 from runtime.onnx_import import import_onnx
 from runtime.link import link
 from runtime.program import build_program
 
-from rt_helpers import ONNX_DATA, SHARED_KERNELS
+from rt_helpers import ONNX_DATA, SHARED_KERNELS, checked, node_model
 
 
 def assert_plan_sound(step_buffers, sizes, held, live_out, plan):
@@ -84,3 +86,45 @@ def test_every_buffer_a_kernel_is_handed_starts_on_an_aligned_address_constants_
     for kind, b in k.params:
       if kind == "buf" and b not in p.held_bufs.values():
         assert linked._keep["arrays"][b].ctypes.data % 64 == 0, (k.name, b)
+
+
+def _const_copies(p, linked) -> dict[int, int]:
+  """address -> bytes of each distinct constant the linked program holds."""
+  arrays = linked._keep["arrays"]
+  return {arrays[n].ctypes.data: arrays[n].nbytes for n in p.consts if not n.startswith("out:")}
+
+
+def test_a_weight_that_every_step_of_an_unrolled_rnn_reads_is_held_once():
+  """Each MatMul packs its constant operand for the micro-kernel: four steps reading one W used to hold four packed
+  copies (and read each through the caches). Identical constants now share one array, and the answers do not move."""
+  rng = np.random.default_rng(3)
+  w = rng.standard_normal((64, 128)).astype(np.float32)
+  nodes, h = [], "x"
+  for t in range(4):
+    nodes.append(onnx.helper.make_node("MatMul", [h, "w"], [f"m{t}"]))
+    nodes.append(onnx.helper.make_node("Tanh", [f"m{t}"], [f"h{t}"]))
+    nodes.append(onnx.helper.make_node("Slice", [f"h{t}", "lo", "hi", "ax"], [f"y{t}" if t == 3 else f"c{t}"]))
+    h = f"c{t}"
+  model = node_model(nodes, {"x": rng.standard_normal((16, 64)).astype(np.float32)},
+                     {"w": w, "lo": np.array([0], np.int64), "hi": np.array([64], np.int64), "ax": np.array([1], np.int64)},
+                     outputs=("y3",))
+  r = checked(model, {"x": rng.standard_normal((16, 64)).astype(np.float32)})
+  copies = _const_copies(r.program, r.linked)
+  assert sum(copies.values()) < 2 * w.nbytes + 4096, copies   # one packed W (padding aside), not four
+
+
+def test_constants_that_differ_in_one_byte_are_not_shared():
+  """The fingerprint samples the bytes; sharing is decided on all of them: a single element off the sampled ones, a
+  signed zero against a zero, or a different NaN payload keeps two arrays apart. Constant outputs are never shared."""
+  base = np.arange(4096, dtype=np.float32)
+  one_off = base.copy()
+  one_off[1001] += 1
+  zeros, neg = np.zeros(2048, np.float32), np.full(2048, -0.0, np.float32)
+  nan_a = np.full(2048, np.nan, np.float32)
+  nan_b = nan_a.copy()
+  nan_b.view(np.uint32)[7] |= 1
+  out = share_identical({"a": base, "b": one_off, "c": base.copy(), "z": zeros, "n": neg, "p": nan_a, "q": nan_b,
+                         "i": base.view(np.int32), "out:o": base.copy()})
+  assert out["c"] is out["a"] and out["b"] is not out["a"]
+  assert out["n"] is not out["z"] and out["q"] is not out["p"]
+  assert out["i"] is not out["a"] and out["out:o"] is not out["a"]
