@@ -42,6 +42,36 @@ def c(value, dtype) -> E:
   return ir.const(value, dtype)
 
 
+def pow_const(x: E, p: float) -> E:
+  """x ** p for a constant float exponent p, as ONNX Pow (C's pow) gives it.
+
+  p in 2, 3, -1, -2 becomes products and a division, and a non-integer multiple of 1/4 within (-4, 4) (LRN's beta of
+  0.75, 0.5, -0.25) becomes square roots of |x| times a power of it. Any other p stays pow per element, a libm call
+  that vector code makes once per lane (LRN's powf was a sixth of inception_v1's time).
+  Results: p = 2, -1 and 0.5 round once, as a correctly rounded pow does; the others round at each of at most six
+  steps and stay within a few units in the last place (tests/runtime/test_codegen.py holds the bound). Special values
+  are pow's: for a non-integer p, -0 and +0 give +0 (p > 0) or +inf (p < 0), -inf gives +inf or +0, any other
+  negative x and NaN give NaN (sqrt of a negative)."""
+  whole = float(p).is_integer()
+  if whole and p not in (2.0, 3.0, -1.0, -2.0) or not whole and (abs(p) >= 4 or not (4 * p).is_integer()):
+    return ir.alu("pow", x, c(p, x.dtype))
+  dt = x.dtype
+  if whole:
+    r = x if abs(p) == 1 else ir.alu("mul", x, x) if abs(p) == 2 else ir.alu("mul", ir.alu("mul", x, x), x)
+  else:
+    # |x| where pow's result does not depend on x's sign (+-0, -inf); other negatives stay negative, for sqrt's NaN
+    y = ir.where(ir.alu("or", ir.alu("ge", x, c(0, dt)), ir.alu("eq", x, c(-math.inf, dt))), ir.alu("abs", x), x)
+    quarters = int(abs(p) * 4)
+    s = ir.alu("sqrt", y)
+    q = ir.alu("sqrt", s)
+    r = {1: q, 2: s, 3: ir.alu("mul", s, q)}[quarters % 4]
+    whole_part = quarters // 4
+    if whole_part:
+      yn = y if whole_part == 1 else ir.alu("mul", y, y) if whole_part == 2 else ir.alu("mul", ir.alu("mul", y, y), y)
+      r = ir.alu("mul", yn, r)
+  return ir.alu("div", c(1, dt), r) if p < 0 else r
+
+
 def ew(ctx, f, srcs: list[Lazy], dtype=None, cost: int = 1) -> Lazy:
   """Elementwise f over srcs with broadcasting; at most one source may carry a reduction, and only when it
   is not broadcast (a reduction repeated per output element would be recomputed)."""
@@ -166,6 +196,11 @@ def binary(ctx, node, ins, specs, consts):
     return [ew(ctx, lambda x, y: ir.alu(name, x, y), [a, b])]
   if op == "Pow":
     dt = out.dtype
+    e = consts[1]
+    if dt.kind == "f" and e is not None and e.size and e.dtype.kind in "fiu" and np.all(e == e.reshape(-1)[0]):
+      p = float(e.reshape(-1)[0])   # one exponent for every element: multiplies and square roots where they do (pow_const)
+      if b.shape == () or broadcast_shapes(a.shape, b.shape) == a.shape:
+        return [ew(ctx, lambda x: pow_const(x, float(np.asarray(p, dt))), [a], dt, cost=4)]
     if dt.kind == "f":
       return [ew(ctx, lambda x, y: ir.alu("pow", x, ir.cast(y, dt)), [a, b], dt, cost=4)]
     return [ew(ctx, lambda x, y: ir.cast(ir.alu("pow", ir.cast(x, np.float64), ir.cast(y, np.float64)), dt),
@@ -718,7 +753,7 @@ def lrn(ctx, node, ins, specs, consts):
     gate = ir.all_of(ir.alu("ge", ch, ir.const(0)), ir.alu("lt", ch, ir.const(C)))
     v = gate_loads(fn([idx[0], ch] + idx[2:]), gate)
     s = ir.reduce("sum", [r], ir.alu("mul", v, v), gate)
-    den = ir.alu("pow", ir.alu("add", ir.alu("mul", s, c(alpha / size, dt)), c(bias, dt)), c(beta, dt))
+    den = pow_const(ir.alu("add", ir.alu("mul", s, c(alpha / size, dt)), c(bias, dt)), float(np.asarray(beta, dt)))
     return ir.alu("div", fn(idx), den)
   return [Lazy(x.shape, dt, f, red="reduce", cost=x.cost + 4, reads=x.reads)]
 

@@ -827,6 +827,48 @@ def test_erf_is_computed_by_our_vectorised_polynomial_to_a_few_ulp_including_its
   assert np.isnan(got[-1]) and got[-3] == 1.0 and got[-2] == -1.0 and np.signbit(got[20012])
 
 
+POW_SPECIALS = [0.0, -0.0, np.inf, -np.inf, np.nan, -1.0, -3.5, 1e-30, 1e-38, 1e30, 3e38, 1.0]
+
+
+@pytest.mark.parametrize("p", [0.75, 0.5, 0.25, -0.5, -0.75, 1.5, 2.75, -3.25, 2.0, 3.0, -1.0, -2.0])
+def test_pow_by_a_constant_quarter_or_small_integer_is_square_roots_and_products_within_a_few_ulp_of_c_pow(p):
+  """Pow(x, p) with one constant p (and LRN's beta) runs as square roots, products and one division instead of powf per
+  element (a libm call per lane in vector code). Every finite result is within 3 ulp of C pow rounded to float32,
+  and the special values are C pow's (for a non-integer p, -0 gives +0 or +inf and -inf gives +inf or +0)."""
+  x = np.concatenate([np.geomspace(1e-6, 1e6, 5003), -np.geomspace(1e-3, 1e3, 101), POW_SPECIALS]).astype(np.float32)
+  r = OnnxRunner(tiny_model("Pow", {"x": x}, consts={"p": np.array(p, np.float32)}))
+  assert not any(re.search(r"\bpowf?\(", k.source) for k in r.program.kernels if k.kind == "c")
+  got = r(x=x)["y0"]
+
+  def c_pow(v):
+    odd = p.is_integer() and int(p) % 2 == 1
+    try:
+      return math.pow(v, p)
+    except OverflowError:
+      return -math.inf if odd and v < 0 else math.inf
+    except ValueError:   # 0 to a negative power, or a negative base to a non-integer one
+      return (math.copysign(math.inf, v) if odd else math.inf) if v == 0 else math.nan
+  with np.errstate(over="ignore"):
+    ref = np.array([c_pow(float(v)) for v in x]).astype(np.float32)
+  assert np.array_equal(np.isnan(got), np.isnan(ref))
+  fin = np.isfinite(ref) & (ref != 0) & (np.abs(ref) >= np.finfo(np.float32).tiny)
+  ulp = np.abs(got[fin].view(np.int32).astype(np.int64) - ref[fin].view(np.int32).astype(np.int64))
+  assert ulp.max() <= 3, (x[fin][ulp.argmax()], got[fin][ulp.argmax()], ref[fin][ulp.argmax()])
+  edge = (ref == 0) | np.isinf(ref)
+  assert np.array_equal(got[edge], ref[edge]) and np.array_equal(np.signbit(got[edge]), np.signbit(ref[edge]))
+
+
+def test_pow_by_any_other_constant_or_a_run_time_exponent_stays_c_pow():
+  x = np.geomspace(1e-3, 1e3, 64).astype(np.float32)
+  for p in (0.3, 1.0, 0.0, 5.0, 4.25):
+    r = OnnxRunner(tiny_model("Pow", {"x": x}, consts={"p": np.array(p, np.float32)}))
+    assert any(re.search(r"\bpowf\(", k.source) for k in r.program.kernels if k.kind == "c"), p
+    np.testing.assert_allclose(r(x=x)["y0"], np.power(x, np.float32(p)), rtol=1e-6)
+  y = np.full(64, 0.75, np.float32)
+  r = OnnxRunner(tiny_model("Pow", {"x": x, "y": y}))
+  np.testing.assert_allclose(r(x=x, y=y)["y0"], np.power(x, y), rtol=1e-6)
+
+
 def test_a_kernel_whose_only_long_loop_is_its_upcast_axis_is_split_in_whole_upcast_blocks_bit_identically():
   """A 1x1 conv with few input channels runs as generated loops, lanes along the pixels and the output channels
   upcast: the upcast axis is the loop its threads split (in blocks of the upcast, the remainder in the last part)."""
