@@ -85,11 +85,11 @@ def _serve_fast(server: VisionIpcServer, streams, stop: threading.Event, sent: l
   frame_id = 0
   while not stop.is_set():
     sof = time.monotonic_ns()
+    sent.append(frame_id)   # before the announce: a loaded machine ran a daemon's whole frame before a later append
     for stream in streams:
       buf = server.get_buffer(stream)
       buf.y[0, :8] = frame_id % 256                     # a real write into the buffer the daemon may be reading
       server.send_buffer(buf, frame_id, sof, sof + 10_000_000)
-    sent.append(frame_id)
     frame_id += 1
     time.sleep(0.002)
 
