@@ -3,7 +3,9 @@
 Fusion follows tinygrad's rule. Every node turns its inputs' Lazy values into output Lazy values (rules.py and
 conv.py); nothing is computed until a value is *realized* into a buffer, and realizing a value emits one kernel
 that computes its whole expression. A value is realized when:
-- it is a graph output, or is read by more than one node and is more than a view or a single cheap op;
+- it is a graph output, or is read by more than one node and is more than a view or a single cheap op, unless
+  those readers meet again in one elementwise node through chains of elementwise ops (x * sigmoid(x) after a
+  conv: SiLU, GELU, Mish), which then computes the value once in its kernel (converging_values);
 - a reduction reads it and cannot inline it as a prologue (BLAS operands, expensive or reducing prologues);
 - it holds a reduction and is moved (reshape, transpose ...), broadcast, or combined with another reduction;
 - its expression grows past COST_LIMIT ops per element;
@@ -35,6 +37,45 @@ from .ir import Buf, HostKernel, LoopKernel, Store, View
 from .lazy import Lazy
 
 COST_LIMIT = 48
+# ops computed element by element from one value and constants (any other input must be a constant)
+ELEMENTWISE = frozenset(("Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Elu", "Selu", "Celu",
+                         "Softplus", "Softsign", "Erf", "Exp", "Neg", "Abs", "Sqrt", "Reciprocal", "Clip", "Add", "Sub",
+                         "Mul", "Div", "Pow", "Max", "Min", "Identity"))
+
+
+def converging_values(graph: Graph) -> set[str]:
+  """Values read by several nodes whose readers all meet again in one elementwise node: each reader starts a chain
+  of elementwise nodes (every other input a constant, one reader each) that ends in that node, e.g. x * sigmoid(x)
+  or x * 0.5 * (1 + erf(x / sqrt 2)). Fusing the whole diamond computes the value once per element in the meeting
+  node's kernel (the IR's nodes are interned, so its two uses are one expression) instead of storing and reading it
+  back; the producer's kernel (a conv) gets the activation as its epilogue."""
+  readers: dict[str, list[Node]] = {}
+  for n in graph.nodes:
+    for i in dict.fromkeys(n.inputs):
+      if i:
+        readers.setdefault(i, []).append(n)
+  outputs = set(graph.outputs)
+
+  def live(n: Node) -> list[str]:
+    return [i for i in n.inputs if i and i not in graph.consts]
+
+  def chain_end(n: Node, via: str) -> Node | None:
+    seen = 0
+    while n.op in ELEMENTWISE and live(n) == [via] and len(n.outputs) == 1 and n.outputs[0] not in outputs:
+      nxt = readers.get(n.outputs[0], [])
+      if len(nxt) != 1 or seen > 16:
+        return None
+      via, n, seen = n.outputs[0], nxt[0], seen + 1
+    return n if n.op in ELEMENTWISE and len(n.outputs) == 1 else None
+
+  out = set()
+  for v, rs in readers.items():
+    if len(rs) < 2 or v in outputs or v in graph.consts:
+      continue
+    ends = {id(e) if e is not None else None for e in (chain_end(r, v) for r in rs)}
+    if len(ends) == 1 and None not in ends:
+      out.add(v)
+  return out
 
 
 class NotLowered(Exception):
@@ -82,6 +123,7 @@ class Lowerer:
           self.consumers[i] = self.consumers.get(i, 0) + 1
     for o in graph.outputs:
       self.consumers[o] = self.consumers.get(o, 0) + 1
+    self.converging = converging_values(graph)
     self.placement = self._plan_placement() if config.get("zero_copy_concat", True) else {}
     self.homes: dict[str, tuple[Buf, View]] = {}
     self.placed: set[str] = set()
@@ -329,7 +371,7 @@ class Lowerer:
         self.values[name] = self.realize(lz, None, role="output")
       return
     cheap = lz.view is not None or (lz.red is None and lz.cost <= 1)
-    if (self.consumers.get(name, 0) > 1 and not cheap) or lz.cost > COST_LIMIT or \
+    if (self.consumers.get(name, 0) > 1 and not cheap and name not in self.converging) or lz.cost > COST_LIMIT or \
             (name in self.placement and lz.view is None):
       if name in self.placement and self.consumers.get(name, 0) == 1:
         self.pending.add(name)   # realized into its concat slot when the concat is lowered

@@ -73,19 +73,33 @@ def pow_const(x: E, p: float) -> E:
 
 
 def ew(ctx, f, srcs: list[Lazy], dtype=None, cost: int = 1) -> Lazy:
-  """Elementwise f over srcs with broadcasting; at most one source may carry a reduction, and only when it
-  is not broadcast (a reduction repeated per output element would be recomputed)."""
+  """Elementwise f over srcs with broadcasting; the sources may carry one reduction between them (several sources
+  built on the same one: x * sigmoid(x) of a conv), and only where it is not broadcast (a reduction repeated per
+  output element would be recomputed)."""
   shape = broadcast_shapes(*[s.shape for s in srcs])
   n = math.prod(shape)
   srcs = list(srcs)
-  kept = False
+  kept = None
   for i, s in enumerate(srcs):
     if s.red is not None:
-      if kept or s.size != n or (not isinstance(s.red, str) and s.shape != shape):
+      if s.size != n or (not isinstance(s.red, str) and s.shape != shape) or \
+              kept is not None and not same_reduction(kept, s):
         srcs[i] = ctx.realize(s)
-      else:
-        kept = True
+      elif kept is None:
+        kept = s
   return combine(f, srcs, dtype, shape, cost)
+
+
+def same_reduction(a: Lazy, b: Lazy) -> bool:
+  """Whether a and b (same shape) hold one and the same reduction, so an expression of both computes it once: the
+  same pending GEMM (its accumulator placeholders), or the same REDUCE nodes (interned) at every index."""
+  if a.shape != b.shape:
+    return False
+  if not isinstance(a.red, str) or not isinstance(b.red, str):
+    return a.red is b.red
+  idx = [ir.var(f"same{d}", max(1, e)) for d, e in enumerate(a.shape)]
+  ra = {x for x in ir.walk(a.at(idx)) if x.op == "REDUCE"}
+  return bool(ra) and ra == {x for x in ir.walk(b.at(idx)) if x.op == "REDUCE"}
 
 
 # ------------------------------------------------------------------------------------------------- unary

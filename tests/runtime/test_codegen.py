@@ -827,6 +827,119 @@ def test_erf_is_computed_by_our_vectorised_polynomial_to_a_few_ulp_including_its
   assert np.isnan(got[-1]) and got[-3] == 1.0 and got[-2] == -1.0 and np.signbit(got[20012])
 
 
+def _diamond_model(producer: str, activation: str, extra_reader: str | None = None):
+  """producer (a 3x3 conv or a MatMul by constant weights) whose output x feeds an activation written the way
+  exporters write it: SiLU x * sigmoid(x), or exact GELU x * 0.5 * (1 + erf(x / sqrt 2)); extra_reader another
+  reader of x outside the diamond."""
+  h: list = []
+  if producer == "conv":
+    feeds, consts = {"x": f32(1, 8, 12, 12)}, {"w": f32(16, 8, 3, 3), "b": f32(16)}
+    h.append(helper.make_node("Conv", ["x", "w", "b"], ["v"], pads=[1, 1, 1, 1]))
+  else:
+    feeds, consts = {"x": f32(24, 40)}, {"w": f32(40, 56)}
+    h.append(helper.make_node("MatMul", ["x", "w"], ["v"]))
+  if activation == "silu":
+    h += [helper.make_node("Sigmoid", ["v"], ["s"]), helper.make_node("Mul", ["v", "s"], ["y0"])]
+  else:
+    consts.update({"r2": np.array(np.sqrt(2), np.float32), "one": np.array(1, np.float32), "half": np.array(0.5, np.float32)})
+    h += [helper.make_node("Div", ["v", "r2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+          helper.make_node("Add", ["e", "one"], ["p"]), helper.make_node("Mul", ["v", "p"], ["m"]),
+          helper.make_node("Mul", ["m", "half"], ["y0"])]
+  outs = ("y0",)
+  if extra_reader:
+    h.append(helper.make_node(extra_reader, ["v"], ["y1"]))
+    outs = ("y0", "y1")
+  return node_model(h, feeds, consts, outputs=outs), feeds
+
+
+@pytest.mark.parametrize("producer,activation", [("conv", "silu"), ("conv", "gelu"), ("matmul", "silu"), ("matmul", "gelu")])
+def test_an_activation_that_reads_its_input_twice_is_the_epilogue_of_the_kernel_producing_that_input(producer, activation):
+  """x * sigmoid(x) reads x through two nodes; x used to be stored by its conv or GEMM and read back by a kernel of its
+  own. The readers meet again in one elementwise node, so the diamond is the producer's epilogue, computing x once."""
+  model, feeds = _diamond_model(producer, activation)
+  r = parity(model, feeds)
+  [k] = [k for k in r.program.kernels if k.kind == "c"]
+  assert k.tags["ops"][0] in ("Conv", "MatMul") and "Mul" in k.tags["ops"], k.tags["ops"]
+  first = np.array(r(**feeds)["y0"], copy=True)
+  assert np.array_equal(first, r(**feeds)["y0"])
+
+
+def test_a_value_read_outside_the_diamond_too_is_stored_once_and_read_by_both():
+  model, feeds = _diamond_model("conv", "silu", extra_reader="Relu")
+  r = parity(model, feeds)
+  assert len([k for k in r.program.kernels if k.kind == "c"]) == 3
+
+
+DIAMOND_UNARY = ("Sigmoid", "Tanh", "Relu", "Neg", "Abs", "Erf", "Softplus", "LeakyRelu", "Clip", "Mul", "Add", "Div")
+
+
+def _random_diamond(rng):
+  """A producer (3x3 conv, MatMul by constant weights, ReduceSum keeping its axis, or Softmax) whose output v starts
+  1-3 chains of 0-3 elementwise ops that are combined pairwise into one value; sometimes another node reads v or a
+  chain's value too (the diamond does not converge), and sometimes that is a graph output."""
+  nodes, consts, n = [], {}, [0]
+
+  def name(p):
+    n[0] += 1
+    return f"{p}{n[0]}"
+
+  kind = rng.choice(["conv", "matmul", "reduce", "softmax"])
+  if kind == "conv":
+    feeds = {"x": f32(1, 4, 7, 9)}
+    consts["w"], consts["b"] = f32(6, 4, 3, 3), f32(6)
+    nodes.append(helper.make_node("Conv", ["x", "w", "b"], ["v"], pads=[1, 1, 1, 1]))
+  elif kind == "matmul":
+    feeds, consts["w"] = {"x": f32(5, 33)}, f32(33, 20)
+    nodes.append(helper.make_node("MatMul", ["x", "w"], ["v"]))
+  elif kind == "reduce":
+    feeds, consts["ax"] = {"x": f32(3, 17, 6)}, np.array([1], np.int64)
+    nodes.append(helper.make_node("ReduceSum", ["x", "ax"], ["v"], keepdims=1))
+  else:
+    feeds = {"x": f32(4, 19)}
+    nodes.append(helper.make_node("Softmax", ["x"], ["v"], axis=1))
+  ends, inner = [], []
+  for _ in range(int(rng.integers(1, 4))):
+    cur = "v"
+    for _ in range(int(rng.integers(0, 4))):
+      op, out = str(rng.choice(DIAMOND_UNARY)), name("u")
+      if op in ("Mul", "Add", "Div"):
+        c = name("c")
+        consts[c] = np.array(rng.uniform(0.5, 2.0), np.float32)
+        nodes.append(helper.make_node(op, [cur, c], [out]))
+      elif op == "Clip":
+        lo, hi = name("lo"), name("hi")
+        consts[lo], consts[hi] = np.array(-1.0, np.float32), np.array(1.5, np.float32)
+        nodes.append(helper.make_node(op, [cur, lo, hi], [out]))
+      else:
+        nodes.append(helper.make_node(op, [cur], [out]))
+      inner.append(out)
+      cur = out
+    ends.append(cur)
+  while len(ends) > 1:
+    a, b = ends.pop(), ends.pop()
+    out = name("m")
+    nodes.append(helper.make_node(str(rng.choice(["Mul", "Add", "Sub", "Max"])), [a, b], [out]))
+    ends.append(out)
+  nodes.append(helper.make_node("Identity", [ends[0]], ["y0"]))
+  outs = ["y0"]
+  if rng.random() < 0.35:
+    src = str(rng.choice(["v"] + inner))
+    nodes.append(helper.make_node(str(rng.choice(["Relu", "Exp"])), [src], ["y1"]))
+    outs.append("y1")
+  if rng.random() < 0.2:
+    outs.append("v")
+  return node_model(nodes, feeds, consts, outputs=tuple(outs)), feeds
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_random_diamonds_of_elementwise_chains_after_a_reduction_match_onnxruntime_and_repeat_bit_identically(seed):
+  model, feeds = _random_diamond(np.random.default_rng(seed))
+  r = parity(model, feeds, rtol=1e-4, atol=1e-5)
+  first = {k: np.array(v, copy=True) for k, v in r(**feeds).items()}
+  again = r(**feeds)
+  assert all(np.array_equal(v, again[k], equal_nan=True) for k, v in first.items())
+
+
 POW_SPECIALS = [0.0, -0.0, np.inf, -np.inf, np.nan, -1.0, -3.5, 1e-30, 1e-38, 1e30, 3e38, 1.0]
 
 
