@@ -78,14 +78,20 @@ def test_a_pure_elementwise_chain_is_one_kernel():
   np.testing.assert_allclose(r(x=x)["y0"], ort_run(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
 
 
-def test_a_value_read_twice_gets_its_own_buffer():
+def test_a_value_read_twice_gets_its_own_buffer_unless_its_readers_meet_again():
   x = rng.standard_normal((3, 4)).astype(np.float32)
+  nodes = [helper.make_node("Exp", ["x"], ["e"]),
+           helper.make_node("Relu", ["e"], ["y0"]),
+           helper.make_node("Neg", ["e"], ["y1"])]
+  r = OnnxRunner(node_model(nodes, {"x": x}, {}, outputs=("y0", "y1")))
+  assert kernel_ops(r.program) == [["Exp"], ["Relu"], ["Neg"]]
+  out = r(x=x)
+  np.testing.assert_allclose(out["y0"], -out["y1"], atol=1e-6)
   nodes = [helper.make_node("Exp", ["x"], ["e"]),
            helper.make_node("Relu", ["e"], ["r"]),
            helper.make_node("Sub", ["r", "e"], ["y0"])]
-  model = node_model(nodes, {"x": x}, {})
-  r = OnnxRunner(model)
-  assert kernel_ops(r.program) == [["Exp"], ["Relu", "Sub"]]
+  r = OnnxRunner(node_model(nodes, {"x": x}, {}))   # relu(e) - e: one expression of e, computed once
+  assert kernel_ops(r.program) == [["Exp", "Relu", "Sub"]]
   np.testing.assert_allclose(r(x=x)["y0"], np.zeros_like(x), atol=1e-6)
 
 
