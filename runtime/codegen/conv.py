@@ -47,7 +47,8 @@ import math
 
 import numpy as np
 
-from ..kernels.nn import window_geometry
+from ..graph import Node
+from ..kernels.nn import conv_transpose_geometry, window_geometry
 from . import gemm as mk
 from . import ir
 from .ir import F32, INDEX, GemmCall, GemmKernel, LoopKernel, Store, View
@@ -259,6 +260,61 @@ def conv(ctx, node, ins, specs, consts):
     lb = Lazy.of_buffer(ctx.const_buf(bias.astype(x.dtype)), View.contiguous((M,))).reshape((M,) + (1,) * len(S))
     out = ew(ctx, lambda a, b: ir.alu("add", a, b), [out, lb])
   return [out]
+
+
+@rule("ConvTranspose")
+def conv_transpose(ctx, node, ins, specs, consts):
+  """A 2-D ConvTranspose as its stride's phases: output rows s*i + p (and columns likewise) take the kernel taps
+  k = p + pad (mod s) only, so each of the sh x sw phases is a stride-1 Conv of x with those taps reversed (and the
+  weights' in/out axes swapped per group), run by the Conv rule's strategies with the bias as its epilogue. The
+  phases are stored side by side in one buffer and the output reads it interleaved (a view). No multiply-add
+  meets a zero that the transposed conv's definition inserts between input pixels.
+  Left to the reference kernel: 1-D and 3-D, dilations, run-time weights or bias, an output size that is no
+  multiple of the stride, and phases that no tap reaches or that would need a negative pad."""
+  W = consts[1]
+  x = ins[0]
+  if W is None or len(x.shape) != 4 or (len(ins) > 2 and ins[2] is not None and consts[2] is None):
+    raise NotLowered("ConvTranspose other than 2-D with constant weights and bias")
+  N, C, H, Wd = x.shape
+  _, Mg, kh, kw = W.shape
+  G = int(node.attrs.get("group", 1))
+  Cg = C // G
+  out_sp, pb, _, strides, dil = conv_transpose_geometry(node.attrs, [H, Wd], [kh, kw])
+  (OH, OW), (sh, sw) = out_sp, strides
+  if any(d != 1 for d in dil) or OH % sh or OW % sw:
+    raise NotLowered("ConvTranspose with dilations, or an output size that is no multiple of its stride")
+  Hp, Wp = OH // sh, OW // sw
+  phases, geos = [], []
+  for py in range(sh):
+    for px in range(sw):
+      geo = []
+      for p, pad, s, k, n_in, n_out in ((py, pb[0], sh, kh, H, Hp), (px, pb[1], sw, kw, Wd, Wp)):
+        k0 = (p + pad) % s
+        taps = len(range(k0, k, s))
+        begin = taps - 1 - (p + pad - k0) // s
+        end = n_out - 1 + taps - n_in - begin
+        if taps == 0 or begin < 0 or end < 0:
+          raise NotLowered("ConvTranspose with a phase no tap reaches or one that needs a negative pad")
+        geo.append((k0, taps, begin, end))
+      (ky0, th, bh, eh), (kx0, tw, bw, ew_) = geo
+      sub = W[:, :, ky0::sh, kx0::sw][:, :, ::-1, ::-1]   # (G*Cg, Mg, th, tw), taps reversed
+      phases.append(np.ascontiguousarray(sub.reshape(G, Cg, Mg, th, tw).transpose(0, 2, 1, 3, 4).reshape(G * Mg, Cg, th, tw)))
+      geos.append((th, tw, bh, bw, eh, ew_))
+  M, P = G * Mg, sh * sw
+  bias = consts[2] if len(consts) > 2 else None
+
+  def phase_conv(name: str, w: np.ndarray, geo, b) -> Lazy:
+    th, tw, bh, bw, eh, ew_ = geo
+    attrs = {"pads": [bh, bw, eh, ew_], "strides": [1, 1], "dilations": [1, 1], "group": G, "kernel_shape": [th, tw]}
+    return conv(ctx, Node("Conv", [], [f"{node.outputs[0]}::{name}"], attrs), [x], [], [None, w, b])[0]
+
+  if G == 1 and len(set(geos)) == 1:   # every phase reads the same windows (k = s, no pads): one conv, phases' channels stacked
+    both = phase_conv("phases", np.concatenate(phases), geos[0], None if bias is None else np.tile(bias, P))
+    out = ctx.realize(both).reshape((N, sh, sw, M, Hp, Wp)).permute((0, 3, 4, 1, 5, 2))
+  else:
+    planes = [phase_conv(f"phase{i}", w, g, bias) for i, (w, g) in enumerate(zip(phases, geos))]
+    out = ctx.realize_into_planes(planes, (P, N, M, Hp, Wp)).reshape((sh, sw, N, M, Hp, Wp)).permute((2, 3, 4, 0, 5, 1))
+  return [out.reshape((N, M, OH, OW))]
 
 
 def fold_zero_pad(x: Lazy, pb, need_end):

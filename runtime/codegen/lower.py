@@ -203,6 +203,17 @@ class Lowerer:
       self.pending.discard(name)
     return out
 
+  def realize_into_planes(self, planes: list[Lazy], shape: tuple) -> Lazy:
+    """One buffer of `shape` whose i-th plane (shape[1:], contiguous) is planes[i], each stored by its own kernel
+    (a transposed conv's phases, which its output then reads interleaved)."""
+    buf = self._new_buf(shape, planes[0].dtype, "planned")
+    whole = View.contiguous(tuple(shape))
+    for i, lz in enumerate(planes):
+      assert lz.shape == tuple(shape[1:]), (lz.shape, shape)
+      view = whole.shrink([i] + [0] * (len(shape) - 1), [1] * len(shape), [1] + list(shape[1:])).reshape(tuple(shape[1:]))
+      self.emit_store(lz, buf, view)
+    return Lazy.of_buffer(buf, whole)
+
   def emit_store(self, lazy: Lazy, buf: Buf, view: View, tags: dict | None = None):
     """Emit the kernel that computes lazy into buf through view (none for a value of zero elements: there is
     nothing to store, and index arithmetic over an empty shape would divide by its zero extent)."""

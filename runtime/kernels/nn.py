@@ -557,24 +557,10 @@ def _depthwise(taps, w, dst, tmp, final=None):
 
 # ---------------------------------------------------------------- ConvTranspose
 
-@register("ConvTranspose")
-def conv_transpose(op, attrs, specs, consts):
-  """Rare op: computes with temporaries (column matrix and full-size accumulator) on each call."""
-  x = specs[0]
-  N, C, *S = x.shape
-  ws = specs[1]
-  if len(x.shape) < 3 or len(ws.shape) != len(x.shape) or ws.dtype != x.dtype:
-    raise ModelError(f"ConvTranspose input {x.dtype} {x.shape} and weight {ws.dtype} {ws.shape} must be "
-                     f"(N, C, spatial...) of one rank and dtype")
-  Cw, Mg, *K = ws.shape
-  G = int(attrs.get("group", 1))
-  if G < 1 or Cw != C or C % G:
-    raise ModelError(f"ConvTranspose: input channels {C}, weight {ws.shape}, group {G} are inconsistent")
+def conv_transpose_geometry(attrs: dict, S, K) -> tuple[list, list, list, list, list]:
+  """(output sizes, pads at the start, pads at the end, strides, dilations) of a ConvTranspose over spatial sizes S
+  with kernel K, from its attributes (pads, or auto_pad / output_shape, and output_padding), as ONNX defines them."""
   nd = len(S)
-  if "kernel_shape" in attrs and list(attrs["kernel_shape"]) != K:
-    raise ModelError(f"ConvTranspose kernel_shape {attrs['kernel_shape']} does not match weight shape {ws.shape}")
-  M = Mg * G
-  Cg = C // G
   strides = list(attrs.get("strides", [1] * nd))
   dil = list(attrs.get("dilations", [1] * nd))
   outpad = list(attrs.get("output_padding", [0] * nd))
@@ -611,6 +597,30 @@ def conv_transpose(op, attrs, specs, consts):
   out_sp = [f + op_ - b - e for f, op_, b, e in zip(full, outpad, pb, pe)]
   if any(o <= 0 for o in out_sp):
     raise ModelError(f"ConvTranspose: output size {out_sp} is not positive")
+  return out_sp, pb, pe, strides, dil
+
+
+@register("ConvTranspose")
+def conv_transpose(op, attrs, specs, consts):
+  """Rare op: computes with temporaries (column matrix and full-size accumulator) on each call."""
+  x = specs[0]
+  N, C, *S = x.shape
+  ws = specs[1]
+  if len(x.shape) < 3 or len(ws.shape) != len(x.shape) or ws.dtype != x.dtype:
+    raise ModelError(f"ConvTranspose input {x.dtype} {x.shape} and weight {ws.dtype} {ws.shape} must be "
+                     f"(N, C, spatial...) of one rank and dtype")
+  Cw, Mg, *K = ws.shape
+  G = int(attrs.get("group", 1))
+  if G < 1 or Cw != C or C % G:
+    raise ModelError(f"ConvTranspose: input channels {C}, weight {ws.shape}, group {G} are inconsistent")
+  nd = len(S)
+  if "kernel_shape" in attrs and list(attrs["kernel_shape"]) != K:
+    raise ModelError(f"ConvTranspose kernel_shape {attrs['kernel_shape']} does not match weight shape {ws.shape}")
+  M = Mg * G
+  Cg = C // G
+  out_sp, pb, pe, strides, dil = conv_transpose_geometry(attrs, S, K)
+  outpad = list(attrs.get("output_padding", [0] * nd))
+  full = [(s - 1) * st + (k - 1) * d + 1 for s, st, k, d in zip(S, strides, K, dil)]
   def weight_matrix(W):  # (G, Mg*KK, Cg)
     return np.ascontiguousarray(W.reshape(G, Cg, Mg * numel(K)).transpose(0, 2, 1))
   Wm = weight_matrix(consts[1]) if consts[1] is not None else None  # else read from the input on each call

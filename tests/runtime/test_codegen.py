@@ -129,11 +129,46 @@ def test_replay_enters_no_python_per_kernel():
 
 
 def test_a_fallback_op_runs_from_the_call_list_and_is_reported():
-  x = f32(1, 2, 4, 4)
+  x = f32(1, 2, 4, 4)   # a 9x9 output is no multiple of the stride: the phase lowering leaves it to the reference kernel
   model = tiny_model("ConvTranspose", {"x": x}, consts={"w": f32(2, 3, 3, 3)}, attrs={"strides": [2, 2]})
   r = parity(model, {"x": x})
   assert r.program.fallbacks == ["ConvTranspose"]
   assert [k.tags.get("fallback") for k in r.program.kernels if k.kind == "host"] == [True]
+
+
+CONV_T_CASES = [  # (x shape, weight shape (C, M/group, kh, kw), attrs): what U-Net, FCN and GAN decoders use, and edges
+    ((1, 8, 6, 7), (8, 4, 2, 2), {"strides": [2, 2]}),
+    ((2, 8, 5, 5), (8, 3, 4, 4), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ((1, 6, 5, 4), (6, 5, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1], "output_padding": [1, 1]}),
+    ((1, 4, 6, 6), (4, 4, 3, 3), {"pads": [1, 1, 1, 1]}),
+    ((1, 4, 5, 6), (4, 2, 3, 5), {"pads": [2, 1, 0, 3]}),
+    ((1, 8, 4, 5), (8, 2, 4, 4), {"strides": [2, 2], "pads": [1, 1, 1, 1], "group": 2}),
+    ((1, 6, 4, 4), (6, 1, 3, 3), {"strides": [3, 3], "group": 6}),
+    ((1, 4, 5, 5), (4, 3, 3, 3), {"strides": [2, 2], "auto_pad": "SAME_UPPER"}),
+    ((1, 4, 5, 5), (4, 3, 4, 4), {"strides": [2, 2], "auto_pad": "SAME_LOWER"}),
+    ((1, 4, 3, 4), (4, 3, 3, 3), {"strides": [2, 2], "output_shape": [6, 8]}),
+    ((1, 3, 4, 6), (3, 2, 2, 4), {"strides": [2, 3], "pads": [0, 1, 0, 0]}),
+    ((1, 1, 1, 1), (1, 1, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1], "output_padding": [1, 1]}),
+    ((1, 3, 4, 4), (3, 2, 1, 1), {"strides": [2, 2]}),            # taps reach one phase of four: the reference
+    ((1, 3, 4, 4), (3, 2, 3, 3), {"dilations": [2, 2]}),          # dilations: the reference
+    ((1, 3, 5), (3, 2, 3), {"strides": [2]}),                     # 1-D: the reference
+]
+
+
+@pytest.mark.parametrize("xs,ws,attrs", CONV_T_CASES)
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_transposed_conv_runs_as_its_strides_phases_of_convs_and_matches_onnxruntime(xs, ws, attrs, bias):
+  """Each phase of the stride (output rows s*i + p) is a stride-1 conv with the taps k = p + pad (mod s) reversed,
+  stored side by side and read interleaved; the output sizes ONNX derives (pads, output_padding, auto_pad,
+  output_shape) decide where the phases start. Every case agrees with onnxruntime and repeats bit-identically; a
+  case the phases cannot express runs on the reference kernel, reported as a fallback."""
+  x = f32(*xs)
+  consts = {"w": f32(*ws)} | ({"b": f32(ws[1] * attrs.get("group", 1))} if bias else {})
+  r = parity(tiny_model("ConvTranspose", {"x": x}, consts=consts, attrs=attrs), {"x": x})
+  first = np.array(r(x=x)["y0"], copy=True)
+  assert np.array_equal(first, r(x=x)["y0"])
+  lowered = len(xs) == 4 and "dilations" not in attrs and ws[2:] != (1, 1)
+  assert r.program.fallbacks == ([] if lowered else ["ConvTranspose"])
 
 
 @pytest.mark.parametrize("device,dtype", [("REF", np.float32), ("CPU", np.float16), ("REF", np.float16)])
@@ -166,7 +201,8 @@ def test_a_zero_size_batch_compiles_and_runs_to_empty_outputs():
 def test_an_error_inside_a_fallback_kernel_surfaces_from_run(monkeypatch):
   """It cannot unwind through the C call list: it is kept and raised once the list returns."""
   x = f32(1, 2, 4, 4)
-  r = OnnxRunner(tiny_model("ConvTranspose", {"x": x}, consts={"w": f32(2, 3, 3, 3)}))
+  r = OnnxRunner(tiny_model("ConvTranspose", {"x": x}, consts={"w": f32(2, 3, 3, 3)}, attrs={"dilations": [2, 2]}))
+  assert r.program.fallbacks == ["ConvTranspose"]
 
   def broken(*a, **k):
     raise RuntimeError("kernel failed")
