@@ -1,4 +1,4 @@
-"""Reductions (Reduce*, ArgMax/ArgMin) with ONNX axes/keepdims/noop_with_empty_axes semantics."""
+"""Reductions (Reduce*, ArgMax/ArgMin, TopK) with ONNX axes/keepdims/noop_with_empty_axes semantics."""
 from __future__ import annotations
 
 import numpy as np
@@ -74,3 +74,39 @@ def argmax(op, attrs, specs, consts):
       return run
     return lambda: np.copyto(o, np.expand_dims(fn(a, axis=axis), axis))
   return Kernel(op, [Spec(shape, np.dtype(np.int64))], bind)
+
+
+@register("TopK")
+def topk(op, attrs, specs, consts):
+  """The k largest (or smallest) entries along axis and their indices, in order, the lower index first among equal
+  values (ONNX's rule; `sorted=0` allows any order, and this order is one). K is an input from opset 10 on and must
+  be a constant: the outputs' shape depends on it. NaN sorts as numpy sorts it (above every number)."""
+  x = specs[0]
+  rank = len(x.shape)
+  axis = norm_axis(int(attrs.get("axis", -1)), rank, op)
+  if "k" in attrs:
+    k = int(attrs["k"])
+  else:
+    kv = np.asarray(need_const(consts, 1, f"{op} K (the outputs' shape depends on it)")).reshape(-1)
+    if kv.size != 1:
+      raise ModelError(f"{op}: K must hold one value, got {kv.size}")
+    k = int(kv[0])
+  n = x.shape[axis]
+  if not 0 <= k <= n:
+    raise ModelError(f"{op}: K = {k} is outside [0, {n}] along axis {axis} of {list(x.shape)}")
+  largest = int(attrs.get("largest", 1))
+  shape = tuple(k if i == axis else d for i, d in enumerate(x.shape))
+
+  def bind(ins, outs, scr):
+    a, vals, idx = ins[0], outs[0], outs[1]
+
+    def run():
+      if largest:   # descending with ties by ascending index: a stable ascending sort of the reversed axis, reversed
+        order = (n - 1) - np.flip(np.argsort(np.flip(a, axis), axis=axis, kind="stable"), axis)
+      else:
+        order = np.argsort(a, axis=axis, kind="stable")
+      top = np.take(order, np.arange(k), axis=axis)
+      np.copyto(idx, top)
+      np.copyto(vals, np.take_along_axis(a, top, axis=axis))
+    return run
+  return Kernel(op, [Spec(shape, x.dtype), Spec(shape, np.dtype(np.int64))], bind, flops=numel(x.shape))

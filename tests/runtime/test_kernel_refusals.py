@@ -38,3 +38,13 @@ def test_a_refused_element_type_is_named_not_numbered():
   for code, name in ((25, "UINT2"), (26, "INT2"), (24, "FLOAT8E8M0")):
     with pytest.raises(UnsupportedDtypeError, match=f"element type {name} is not supported"):
       dtype_from_onnx(code, "x")
+
+
+def test_topk_with_a_run_time_k_is_refused_as_our_limitation_and_a_k_past_the_axis_as_a_broken_model():
+  """The outputs' shape depends on K: a K computed at run time is a data-dependent shape we do not support; a
+  constant K larger than the axis breaks the ONNX spec."""
+  k = Spec((1,), np.dtype(np.int64))
+  with pytest.raises(UnsupportedOpError, match=r"TopK node 't': TopK K .*constant"):
+    build_kernel("TopK", {}, [X, k], [None, None], "TopK node 't'")
+  with pytest.raises(ModelError, match=r"K = 4 is outside \[0, 3\]"):
+    build_kernel("TopK", {}, [X, k], [None, np.array([4], np.int64)], "TopK node 't'")

@@ -171,6 +171,10 @@ CASES += [
     case("ArgMax", {"x": np.array([[1, 3, 3], [2, 2, 0]], np.float32)}, attrs={"axis": 1, "select_last_index": 1},
          id="ArgMax-last"),
     case("ArgMin", {"x": f32(3, 4)}, attrs={"axis": -1}),
+    case("TopK", {"x": R.integers(0, 4, (3, 9)).astype(np.float32)}, {"k": i64(4)}, n_out=2, id="TopK-ties"),
+    case("TopK", {"x": f32(4, 5, 3)}, {"k": i64(5)}, {"axis": 1, "largest": 0}, n_out=2, id="TopK-smallest-all"),
+    case("TopK", {"x": R.integers(-9, 9, (2, 6)).astype(np.int64)}, {"k": i64(2)}, {"axis": 0}, n_out=2, id="TopK-int"),
+    case("TopK", {"x": f32(3, 8)}, attrs={"k": 3}, opset=9, n_out=2, id="TopK-9-attr"),
 ]
 # ---- shape / data movement
 CASES += [
