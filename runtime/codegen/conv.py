@@ -264,22 +264,27 @@ def conv(ctx, node, ins, specs, consts):
 
 @rule("ConvTranspose")
 def conv_transpose(ctx, node, ins, specs, consts):
-  """A 2-D ConvTranspose as its stride's phases: output rows s*i + p (and columns likewise) take the kernel taps
+  """A 1-D or 2-D ConvTranspose as its stride's phases: output rows s*i + p (and columns likewise) take the kernel taps
   k = p + pad (mod s) only, so each of the sh x sw phases is a stride-1 Conv of x with those taps reversed (and the
   weights' in/out axes swapped per group), run by the Conv rule's strategies with the bias as its epilogue. The
   phases are stored side by side in one buffer and the output reads it interleaved (a view). No multiply-add
   meets a zero that the transposed conv's definition inserts between input pixels.
-  Left to the reference kernel: 1-D and 3-D, dilations, run-time weights or bias, an output size that is no
-  multiple of the stride, and phases that no tap reaches or that would need a negative pad."""
+  A 1-D one is the 2-D one over a height of 1. Left to the reference kernel: 3-D, dilations, run-time weights or
+  bias, an output size that is no multiple of the stride, and phases that no tap reaches or that would need a
+  negative pad."""
   W = consts[1]
   x = ins[0]
-  if W is None or len(x.shape) != 4 or (len(ins) > 2 and ins[2] is not None and consts[2] is None):
-    raise NotLowered("ConvTranspose other than 2-D with constant weights and bias")
+  nd = len(x.shape) - 2
+  if W is None or nd not in (1, 2) or (len(ins) > 2 and ins[2] is not None and consts[2] is None):
+    raise NotLowered("ConvTranspose other than 1-D or 2-D with constant weights and bias")
+  out_sp, pb, _, strides, dil = conv_transpose_geometry(node.attrs, list(x.shape[2:]), list(W.shape[2:]))
+  if nd == 1:
+    x, W = x.reshape(x.shape[:2] + (1,) + x.shape[2:]), W.reshape(W.shape[:2] + (1,) + W.shape[2:])
+    out_sp, pb, strides, dil = [1] + out_sp, [0] + pb, [1] + strides, [1] + dil
   N, C, H, Wd = x.shape
   _, Mg, kh, kw = W.shape
   G = int(node.attrs.get("group", 1))
   Cg = C // G
-  out_sp, pb, _, strides, dil = conv_transpose_geometry(node.attrs, [H, Wd], [kh, kw])
   (OH, OW), (sh, sw) = out_sp, strides
   if any(d != 1 for d in dil) or OH % sh or OW % sw:
     raise NotLowered("ConvTranspose with dilations, or an output size that is no multiple of its stride")
@@ -314,7 +319,7 @@ def conv_transpose(ctx, node, ins, specs, consts):
   else:
     planes = [phase_conv(f"phase{i}", w, g, bias) for i, (w, g) in enumerate(zip(phases, geos))]
     out = ctx.realize_into_planes(planes, (P, N, M, Hp, Wp)).reshape((sh, sw, N, M, Hp, Wp)).permute((2, 3, 4, 0, 5, 1))
-  return [out.reshape((N, M, OH, OW))]
+  return [out.reshape(tuple(ctx.specs[node.outputs[0]].shape))]
 
 
 def fold_zero_pad(x: Lazy, pb, need_end):
