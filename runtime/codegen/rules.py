@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import UnsupportedOpError
 from ..kernels.nn import avg_pool_divisors, bn_affine, window_geometry
-from ..kernels.shape_ops import slice_range, source_coords
+from ..kernels.shape_ops import depth_space_geometry, slice_range, source_coords
 from . import ir
 from . import optimise as opt
 from .ir import BOOL, INDEX, E
@@ -314,6 +314,14 @@ def dropout(ctx, node, ins, specs, consts):
   if len(node.outputs) > 1:
     outs.append(Lazy.constant(True, BOOL, specs[0].shape))
   return outs
+
+
+@rule("DepthToSpace", "SpaceToDepth")
+def depth_space(ctx, node, ins, specs, consts):
+  """A reshape into blocks, a transpose and a reshape: a view the reader's kernel indexes through."""
+  x = _movable(ctx, ins[0])
+  split, perm, out = depth_space_geometry(node.op, node.attrs, x.shape)
+  return [x.reshape(split).permute(list(perm)).reshape(out)]
 
 
 @rule("Transpose")

@@ -604,17 +604,15 @@ def resize(op, attrs, specs, consts):
 
 # ---------------------------------------------------------------- DepthToSpace / SpaceToDepth
 
-@register("DepthToSpace", "SpaceToDepth")
-def depth_space(op, attrs, specs, consts):
-  """A reshape, a transpose and a reshape: the input seen as a 6-D block view is copied, transposed, into the
-  output seen as the transposed 6-D shape (both views; no temporary)."""
-  x = specs[0]
+def depth_space_geometry(op: str, attrs: dict, shape) -> tuple[tuple, tuple, tuple]:
+  """(the input's 6-D block shape, the permutation of its axes, the output shape) of DepthToSpace / SpaceToDepth:
+  the op is that reshape, that transpose and a reshape to the output."""
   bs = int(attrs["blocksize"])
   mode = attrs.get("mode", "DCR")
-  if len(x.shape) != 4 or bs < 1 or mode not in ("DCR", "CRD"):
-    raise ModelError(f"{op}: needs a 4-D input, a positive blocksize and mode DCR or CRD; got {x.shape}, "
+  if len(shape) != 4 or bs < 1 or mode not in ("DCR", "CRD"):
+    raise ModelError(f"{op}: needs a 4-D input, a positive blocksize and mode DCR or CRD; got {shape}, "
                      f"{bs}, {mode!r}")
-  b, c, h, w = x.shape
+  b, c, h, w = shape
   if op == "DepthToSpace":
     if c % (bs * bs):
       raise ModelError(f"DepthToSpace: channels {c} are not a multiple of blocksize^2 = {bs * bs}")
@@ -628,6 +626,15 @@ def depth_space(op, attrs, specs, consts):
     split = (b, c, h // bs, bs, w // bs, bs)
     perm = (0, 3, 5, 1, 2, 4) if mode == "DCR" else (0, 1, 3, 5, 2, 4)
     out = (b, c * bs * bs, h // bs, w // bs)
+  return split, perm, out
+
+
+@register("DepthToSpace", "SpaceToDepth")
+def depth_space(op, attrs, specs, consts):
+  """The input seen as its 6-D block view is copied, transposed, into the output seen as the transposed 6-D shape
+  (both views; no temporary)."""
+  x = specs[0]
+  split, perm, out = depth_space_geometry(op, attrs, x.shape)
   tshape = tuple(split[p] for p in perm)
 
   def bind(ins, outs, scr):

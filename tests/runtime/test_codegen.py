@@ -1066,3 +1066,14 @@ def test_the_vector_transcendentals_compute_their_scalar_twins_bit_for_bit_over_
     return
   assert np.all(sc[np.isfinite(x) & (x < -104)] == 0) and np.isinf(sc[x > 88.73]).all() and np.isnan(sc[np.isnan(x)]).all()
   assert (sc[(x > -103.9) & (x < -87.4)] > 0).all()   # the denormal range is reached, not flushed
+
+
+@pytest.mark.parametrize("op,mode", [("DepthToSpace", "DCR"), ("DepthToSpace", "CRD"), ("SpaceToDepth", "DCR")])
+def test_depth_to_space_and_back_are_views_read_by_the_next_kernel(op, mode):
+  """A pixel shuffle (super-resolution heads, PixelShuffle exports) is a reshape, a transpose and a reshape: the
+  Relu after it reads through the view, one kernel, no reference kernel copying it."""
+  x = f32(2, 8, 6, 4)
+  nodes = [helper.make_node(op, ["x"], ["d"], blocksize=2, **({"mode": mode} if op == "DepthToSpace" else {})),
+           helper.make_node("Relu", ["d"], ["y0"])]
+  r = parity(node_model(nodes, {"x": x}, {}), {"x": x})
+  assert r.program.fallbacks == [] and len([k for k in r.program.kernels if k.kind == "c"]) == 1
