@@ -821,6 +821,28 @@ def instance_norm(ctx, node, ins, specs, consts):
                   [x, mean, den, sc, bi])]
 
 
+@rule("GroupNormalization")
+def group_norm(ctx, node, ins, specs, consts):
+  """x seen as (N, groups, the rest) normalised per row as InstanceNormalization does, then scaled per channel
+  (opset 21) or per group (opset 18's definition, each group's value repeated over its channels)."""
+  x = _movable(ctx, ctx.prologue(ins[0], 3))
+  if x.dtype != np.float32:   # the reference computes a float16 input's statistics in float32 (stash_type)
+    raise NotLowered(node.op)
+  G, eps, dt = int(node.attrs["num_groups"]), float(node.attrs.get("epsilon", 1e-5)), x.dtype
+  N, C = x.shape[:2]
+  xg = x.reshape((N, G, math.prod(x.shape[1:]) // G))
+  mean, den = _row_stats(ctx, xg, [2], lambda v: ir.alu("sqrt", ir.alu("add", v, c(eps, dt))), node.op)
+  normed = combine(lambda v, m, d: ir.alu("div", ir.alu("sub", v, m), d), [xg, mean, den]).reshape(x.shape)
+  shape_c = (C,) + (1,) * (len(x.shape) - 2)
+
+  def per_channel(lz: Lazy) -> Lazy:
+    if lz.shape == (C,):
+      return lz.reshape(shape_c)
+    return lz.reshape((G, 1)).expand((G, C // G)).reshape(shape_c)
+  sc, bi = per_channel(ctx.plain(ins[1])), per_channel(ctx.plain(ins[2]))
+  return [combine(lambda v, s, b: ir.alu("add", ir.alu("mul", v, s), b), [normed, sc, bi])]
+
+
 @rule("LayerNormalization")
 def layer_norm(ctx, node, ins, specs, consts):
   x = ctx.prologue(ins[0], 3)

@@ -1077,3 +1077,13 @@ def test_depth_to_space_and_back_are_views_read_by_the_next_kernel(op, mode):
            helper.make_node("Relu", ["d"], ["y0"])]
   r = parity(node_model(nodes, {"x": x}, {}), {"x": x})
   assert r.program.fallbacks == [] and len([k for k in r.program.kernels if k.kind == "c"]) == 1
+
+
+def test_group_normalization_is_compiled_as_per_group_row_statistics():
+  """Diffusion U-Nets and detection necks normalise by groups: the statistics run as vector row reductions over
+  (N, groups, the rest), not as the reference kernel."""
+  x = f32(2, 16, 7, 9)
+  m = tiny_model("GroupNormalization", {"x": x}, consts={"s": f32(16), "b": f32(16)}, attrs={"num_groups": 4}, opset=21)
+  r = parity(m, {"x": x})
+  assert r.program.fallbacks == []
+  assert any("GroupNormalization" in k.tags.get("ops", []) for k in r.program.kernels if k.kind == "c")
