@@ -278,8 +278,8 @@ def conv_transpose(ctx, node, ins, specs, consts):
   if W is None or nd not in (1, 2) or (len(ins) > 2 and ins[2] is not None and consts[2] is None):
     raise NotLowered("ConvTranspose other than 1-D or 2-D with constant weights and bias")
   out_sp, pb, _, strides, dil = conv_transpose_geometry(node.attrs, list(x.shape[2:]), list(W.shape[2:]))
-  if nd == 1:
-    x, W = x.reshape(x.shape[:2] + (1,) + x.shape[2:]), W.reshape(W.shape[:2] + (1,) + W.shape[2:])
+  if nd == 1:   # a pending reduction (a GEMM's result) is stored first: it is emitted in its own shape
+    x, W = ctx.plain(x).reshape(x.shape[:2] + (1,) + x.shape[2:]), W.reshape(W.shape[:2] + (1,) + W.shape[2:])
     out_sp, pb, strides, dil = [1] + out_sp, [0] + pb, [1] + strides, [1] + dil
   N, C, H, Wd = x.shape
   _, Mg, kh, kw = W.shape

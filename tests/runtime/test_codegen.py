@@ -1068,6 +1068,16 @@ def test_the_vector_transcendentals_compute_their_scalar_twins_bit_for_bit_over_
   assert (sc[(x > -103.9) & (x < -87.4)] > 0).all()   # the denormal range is reached, not flushed
 
 
+def test_a_1d_transposed_conv_of_a_matmul_result_stores_the_gemm_before_seeing_it_as_2d():
+  """The 1-D form reshapes its input to a height of 1; a MatMul's result is a GEMM still pending in its own shape,
+  which an assertion refused when it was reshaped unstored."""
+  x = f32(1, 6, 16)
+  nodes = [helper.make_node("MatMul", ["x", "m"], ["a"]),
+           helper.make_node("ConvTranspose", ["a", "w"], ["y0"], strides=[2], pads=[1, 1])]
+  r = parity(node_model(nodes, {"x": x}, {"m": f32(16, 16), "w": f32(6, 3, 4)}), {"x": x})
+  assert r.program.fallbacks == []
+
+
 @pytest.mark.parametrize("op,mode", [("DepthToSpace", "DCR"), ("DepthToSpace", "CRD"), ("SpaceToDepth", "DCR")])
 def test_depth_to_space_and_back_are_views_read_by_the_next_kernel(op, mode):
   """A pixel shuffle (super-resolution heads, PixelShuffle exports) is a reshape, a transpose and a reshape: the
