@@ -138,10 +138,14 @@ def drop_empty_runtime_base() -> None:
       pass
 
 
-def runtime_dir() -> str:
-  path = runtime_dir_path()
+def _private_runtime_dir(path: str) -> str:
+  """A namespace's runtime dir at path, made in the base if missing, then checked as ours (0700, not a link)."""
   make_runtime_dir(path)
   return _private_dir(path)
+
+
+def runtime_dir() -> str:
+  return _private_runtime_dir(runtime_dir_path())
 
 
 def _own_dir(path: str) -> bool:
@@ -195,8 +199,7 @@ class Namespace:
     self._saved_env = MSGQ_ENV.get(PREFIX_ENV, None)
     os.environ[PREFIX_ENV] = self.prefix
     _private_dir(self.shm_dir)
-    make_runtime_dir(self.runtime_dir)
-    _private_dir(self.runtime_dir)
+    _private_runtime_dir(self.runtime_dir)
     return self
 
   def __exit__(self, *exc) -> None:

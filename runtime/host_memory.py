@@ -51,8 +51,8 @@ def share_identical(consts: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     flat = a.reshape(-1).view(np.uint8)
     key = (a.dtype.str, a.shape, flat[::max(1, flat.size // 64)].tobytes(), flat[-64:].tobytes())
     same = seen.setdefault(key, [])
-    a = next((b for b in same if np.array_equal(flat, b.reshape(-1).view(np.uint8))), a)
-    if all(b is not a for b in same):
+    match = next((b for b in same if np.array_equal(flat, b.reshape(-1).view(np.uint8))), None)
+    if match is None:
       same.append(a)
-    out[name] = a
+    out[name] = a if match is None else match
   return out

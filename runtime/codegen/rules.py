@@ -56,8 +56,11 @@ def pow_const(x: E, p: float) -> E:
   if whole and p not in (2.0, 3.0, -1.0, -2.0) or not whole and (abs(p) >= 4 or not (4 * p).is_integer()):
     return ir.alu("pow", x, c(p, x.dtype))
   dt = x.dtype
+
+  def power(v: E, n: int) -> E:   # v ** n for n in 1..3, multiplied left to right
+    return v if n == 1 else ir.alu("mul", power(v, n - 1), v)
   if whole:
-    r = x if abs(p) == 1 else ir.alu("mul", x, x) if abs(p) == 2 else ir.alu("mul", ir.alu("mul", x, x), x)
+    r = power(x, int(abs(p)))
   else:
     # |x| where pow's result does not depend on x's sign (+-0, -inf); other negatives stay negative, for sqrt's NaN
     y = ir.where(ir.alu("or", ir.alu("ge", x, c(0, dt)), ir.alu("eq", x, c(-math.inf, dt))), ir.alu("abs", x), x)
@@ -65,10 +68,8 @@ def pow_const(x: E, p: float) -> E:
     s = ir.alu("sqrt", y)
     q = ir.alu("sqrt", s)
     r = {1: q, 2: s, 3: ir.alu("mul", s, q)}[quarters % 4]
-    whole_part = quarters // 4
-    if whole_part:
-      yn = y if whole_part == 1 else ir.alu("mul", y, y) if whole_part == 2 else ir.alu("mul", ir.alu("mul", y, y), y)
-      r = ir.alu("mul", yn, r)
+    if quarters >= 4:
+      r = ir.alu("mul", power(y, quarters // 4), r)
   return ir.alu("div", c(1, dt), r) if p < 0 else r
 
 
@@ -213,7 +214,7 @@ def binary(ctx, node, ins, specs, consts):
     e = consts[1]
     if dt.kind == "f" and e is not None and e.size and e.dtype.kind in "fiu" and np.all(e == e.reshape(-1)[0]):
       p = float(e.reshape(-1)[0])   # one exponent for every element: multiplies and square roots where they do (pow_const)
-      if b.shape == () or broadcast_shapes(a.shape, b.shape) == a.shape:
+      if broadcast_shapes(a.shape, b.shape) == a.shape:
         return [ew(ctx, lambda x: pow_const(x, float(np.asarray(p, dt))), [a], dt, cost=4)]
     if dt.kind == "f":
       return [ew(ctx, lambda x, y: ir.alu("pow", x, ir.cast(y, dt)), [a, b], dt, cost=4)]
@@ -825,7 +826,7 @@ def instance_norm(ctx, node, ins, specs, consts):
 def group_norm(ctx, node, ins, specs, consts):
   """x seen as (N, groups, the rest) normalised per row as InstanceNormalization does, then scaled per channel
   (opset 21) or per group (opset 18's definition, each group's value repeated over its channels)."""
-  x = _movable(ctx, ctx.prologue(ins[0], 3))
+  x = ctx.prologue(ins[0], 3)
   if x.dtype != np.float32:   # the reference computes a float16 input's statistics in float32 (stash_type)
     raise NotLowered(node.op)
   G, eps, dt = int(node.attrs["num_groups"]), float(node.attrs.get("epsilon", 1e-5)), x.dtype

@@ -619,8 +619,6 @@ def conv_transpose(op, attrs, specs, consts):
   M = Mg * G
   Cg = C // G
   out_sp, pb, pe, strides, dil = conv_transpose_geometry(attrs, S, K)
-  outpad = list(attrs.get("output_padding", [0] * nd))
-  full = [(s - 1) * st + (k - 1) * d + 1 for s, st, k, d in zip(S, strides, K, dil)]
   def weight_matrix(W):  # (G, Mg*KK, Cg)
     return np.ascontiguousarray(W.reshape(G, Cg, Mg * numel(K)).transpose(0, 2, 1))
   Wm = weight_matrix(consts[1]) if consts[1] is not None else None  # else read from the input on each call
@@ -630,7 +628,7 @@ def conv_transpose(op, attrs, specs, consts):
       raise ModelError(f"ConvTranspose bias must be {x.dtype} of shape ({M},), got {specs[2].dtype} {specs[2].shape}")
     if consts[2] is not None:
       bias = consts[2].reshape((M,) + (1,) * nd)
-  acc_shape = [f + op_ + max(0, -b) for f, op_, b in zip(full, outpad, pb)]
+  acc_shape = [o + b + e + max(0, -b) for o, b, e in zip(out_sp, pb, pe)]   # the full extent plus output_padding
   acc_shape = [max(a, b + o) for a, b, o in zip(acc_shape, pb, out_sp)]
   check_tensor([M] + acc_shape, x.dtype, "ConvTranspose accumulator")  # allocated per call
   out_spec = Spec((N, M) + tuple(out_sp), x.dtype)
